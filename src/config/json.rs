@@ -1,0 +1,219 @@
+//! A small JSON reader that keeps byte spans and bounds nesting.
+
+use super::{ConfigError, Key, Node, Value, MAX_DEPTH};
+
+pub fn parse(text: &str) -> Result<Node, ConfigError> {
+    let mut p = Reader {
+        s: text.as_bytes(),
+        text,
+        i: 0,
+    };
+    p.ws();
+    let node = p.value(0)?;
+    p.ws();
+    if p.i < p.s.len() {
+        return Err(p.err("unexpected text after the JSON value"));
+    }
+    Ok(node)
+}
+
+struct Reader<'a> {
+    s: &'a [u8],
+    text: &'a str,
+    i: usize,
+}
+
+impl Reader<'_> {
+    fn err(&self, message: &str) -> ConfigError {
+        ConfigError {
+            message: message.to_string(),
+            offset: self.i.min(self.s.len()),
+        }
+    }
+
+    fn ws(&mut self) {
+        while self.i < self.s.len() {
+            match self.s[self.i] {
+                b' ' | b'\t' | b'\n' | b'\r' => self.i += 1,
+                // Comments are not JSON, but tsconfig-style files use them; skip rather than fail.
+                b'/' if self.s.get(self.i + 1) == Some(&b'/') => {
+                    while self.i < self.s.len() && self.s[self.i] != b'\n' {
+                        self.i += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Node, ConfigError> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("nesting is too deep"));
+        }
+        let start = self.i;
+        match self.s.get(self.i) {
+            Some(b'{') => {
+                self.i += 1;
+                let mut entries = Vec::new();
+                self.ws();
+                if self.s.get(self.i) == Some(&b'}') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        let kstart = self.i;
+                        let name = self.string()?;
+                        let key = Key {
+                            name,
+                            span: kstart..self.i,
+                        };
+                        self.ws();
+                        if self.s.get(self.i) != Some(&b':') {
+                            return Err(self.err("expected ':' after an object key"));
+                        }
+                        self.i += 1;
+                        self.ws();
+                        let v = self.value(depth + 1)?;
+                        entries.push((key, v));
+                        self.ws();
+                        match self.s.get(self.i) {
+                            Some(b',') => self.i += 1,
+                            Some(b'}') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(self.err("expected ',' or '}' in an object")),
+                        }
+                    }
+                }
+                Ok(Node {
+                    value: Value::Map(entries),
+                    span: start..self.i,
+                })
+            }
+            Some(b'[') => {
+                self.i += 1;
+                let mut items = Vec::new();
+                self.ws();
+                if self.s.get(self.i) == Some(&b']') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        items.push(self.value(depth + 1)?);
+                        self.ws();
+                        match self.s.get(self.i) {
+                            Some(b',') => self.i += 1,
+                            Some(b']') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(self.err("expected ',' or ']' in an array")),
+                        }
+                    }
+                }
+                Ok(Node {
+                    value: Value::List(items),
+                    span: start..self.i,
+                })
+            }
+            Some(b'"') => {
+                let s = self.string()?;
+                Ok(Node {
+                    value: super::scalar(&s, true),
+                    span: start..self.i,
+                })
+            }
+            Some(_) => {
+                while self.i < self.s.len()
+                    && !matches!(
+                        self.s[self.i],
+                        b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'
+                    )
+                {
+                    self.i += 1;
+                }
+                let word = self.text.get(start..self.i).unwrap_or("");
+                let value = match word {
+                    "true" => Value::Bool(true),
+                    "false" => Value::Bool(false),
+                    "null" => Value::Null,
+                    _ => match word.parse::<f64>() {
+                        Ok(n) if n.is_finite() => Value::Number(n),
+                        _ => {
+                            self.i = start;
+                            return Err(self.err("expected a JSON value"));
+                        }
+                    },
+                };
+                Ok(Node {
+                    value,
+                    span: start..self.i,
+                })
+            }
+            None => Err(self.err("unexpected end of file")),
+        }
+    }
+
+    fn string(&mut self) -> Result<String, ConfigError> {
+        if self.s.get(self.i) != Some(&b'"') {
+            return Err(self.err("expected a string"));
+        }
+        self.i += 1;
+        let mut out = String::new();
+        let mut run = self.i;
+        while self.i < self.s.len() {
+            match self.s[self.i] {
+                b'"' => {
+                    out.push_str(self.text.get(run..self.i).unwrap_or(""));
+                    self.i += 1;
+                    return Ok(out);
+                }
+                b'\\' => {
+                    out.push_str(self.text.get(run..self.i).unwrap_or(""));
+                    let esc = self.s.get(self.i + 1).copied();
+                    self.i += 2;
+                    match esc {
+                        Some(b'n') => out.push('\n'),
+                        Some(b't') => out.push('\t'),
+                        Some(b'u') => {
+                            let hex = self.text.get(self.i..self.i + 4).unwrap_or("");
+                            let c = u32::from_str_radix(hex, 16).ok().and_then(char::from_u32);
+                            out.push(c.unwrap_or('\u{fffd}'));
+                            self.i += 4;
+                        }
+                        Some(c) => out.push(c as char),
+                        None => return Err(self.err("unterminated string")),
+                    }
+                    run = self.i;
+                }
+                _ => self.i += 1,
+            }
+        }
+        Err(self.err("unterminated string"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_and_values() {
+        let text = r#"{"train_batch_size": 32, "gradient_accumulation_steps": "auto"}"#;
+        let node = parse(text).unwrap();
+        let tbs = node.get("train_batch_size").unwrap();
+        assert_eq!(tbs.as_number(), Some(32.0));
+        assert_eq!(&text[tbs.span.clone()], "32");
+        assert!(matches!(
+            node.get("gradient_accumulation_steps").unwrap().value,
+            Value::Unknown(_)
+        ));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let text = "[".repeat(100_000);
+        assert!(parse(&text).is_err());
+    }
+}

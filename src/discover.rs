@@ -1,0 +1,156 @@
+//! Discovery: the files to lint from the paths given. Folders are walked in parallel with
+//! `.gitignore`/`.ignore` respected and the configured excludes applied; hidden folders are walked
+//! (`.github/` holds workflows). Explicit files are always linted unless `--force-exclude`.
+
+use crate::settings::Resolver;
+use crate::source::Language;
+use ignore::{WalkBuilder, WalkState};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Candidate {
+    pub path: PathBuf,
+    pub language: Language,
+}
+
+/// A problem with an input path: reported, and the run's exit code becomes 2.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PathError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Language of a file: by extension, else by shebang for extensionless files.
+pub fn classify(path: &Path) -> Option<Language> {
+    if path.extension().is_some() {
+        return Language::from_path(path);
+    }
+    let mut head = [0u8; 128];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .ok()?;
+    let first = head[..n].split(|b| *b == b'\n').next()?;
+    Language::from_shebang(first)
+}
+
+pub fn discover(
+    paths: &[PathBuf],
+    resolver: &Resolver,
+    force_exclude: bool,
+) -> (Vec<Candidate>, Vec<PathError>) {
+    let found = Mutex::new(Vec::new());
+    let errors = Mutex::new(Vec::new());
+    let push_err = |path: &Path, message: String| {
+        if let Ok(mut e) = errors.lock() {
+            e.push(PathError {
+                path: path.display().to_string(),
+                message,
+            });
+        }
+    };
+    for path in paths {
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                push_err(path, io_message(&e));
+                continue;
+            }
+        };
+        if meta.is_file() {
+            if force_exclude {
+                match resolver.for_file(path) {
+                    Ok(s) if s.is_excluded(&crate::settings::absolute(path, &cwd())) => continue,
+                    Ok(_) => {}
+                    Err(e) => {
+                        push_err(path, e.to_string());
+                        continue;
+                    }
+                }
+            }
+            if let Some(language) = classify(path) {
+                if let Ok(mut f) = found.lock() {
+                    f.push(Candidate {
+                        path: path.clone(),
+                        language,
+                    });
+                }
+            }
+            continue;
+        }
+        let root_settings = match resolver.for_dir(path) {
+            Ok(s) => s,
+            Err(e) => {
+                push_err(path, e.to_string());
+                continue;
+            }
+        };
+        let cwd = cwd();
+        let walker = WalkBuilder::new(path)
+            .hidden(false)
+            .git_ignore(true)
+            .git_exclude(true)
+            .git_global(false)
+            .ignore(true)
+            .parents(true)
+            .require_git(false)
+            .follow_links(false)
+            .filter_entry({
+                let settings = root_settings.clone();
+                let cwd = cwd.clone();
+                move |entry| {
+                    entry.depth() == 0
+                        || !settings.is_excluded(&crate::settings::absolute(entry.path(), &cwd))
+                }
+            })
+            .build_parallel();
+        walker.run(|| {
+            let found = &found;
+            let push_err = &push_err;
+            Box::new(move |entry| {
+                match entry {
+                    Ok(e) => {
+                        if e.file_type().is_some_and(|t| t.is_file()) {
+                            if let Some(language) = classify(e.path()) {
+                                if let Ok(mut f) = found.lock() {
+                                    f.push(Candidate {
+                                        path: e.path().to_path_buf(),
+                                        language,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        // Unreadable folders and symlink loops: reported, the walk goes on.
+                        let p = match &err {
+                            ignore::Error::WithPath { path, .. } => path.clone(),
+                            _ => PathBuf::from("?"),
+                        };
+                        push_err(&p, err.to_string());
+                    }
+                }
+                WalkState::Continue
+            })
+        });
+    }
+    let mut found = found.into_inner().unwrap_or_default();
+    found.sort();
+    found.dedup();
+    let mut errors = errors.into_inner().unwrap_or_default();
+    errors.sort();
+    (found, errors)
+}
+
+pub fn cwd() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+}
+
+pub fn io_message(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}

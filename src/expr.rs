@@ -1,0 +1,343 @@
+//! One small expression form for memory arithmetic, shared by the Python and shell frontends:
+//! a sum of terms (symbol × coefficient) plus a constant. Literals fold; a product of two symbols,
+//! a division by a symbol or a call that is not a known numeric wrapper becomes an *opaque* term
+//! whose value is unknown, and rules stay silent about what they cannot know.
+
+use std::ops::Range;
+
+/// What a name stands for in a memory formula, read from the name itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Memory the GPU has: `gpu_memory_gb`, `available_memory_gb`, `vram`.
+    Gpu,
+    /// The model's weights as a size: `model_size_gb`, `model_params_gb`, `weights_mem`.
+    Model,
+    /// A parameter count: `n_params`, `num_parameters`.
+    ParamCount,
+    Grads,
+    Optimizer,
+    Activations,
+    Overhead,
+    KvCache,
+    /// A name that holds a total requirement: `total_memory`, `required_gb`, `fixed_memory_gb`.
+    Total,
+    Unknown,
+}
+
+impl Role {
+    /// Whether a named value of this role marks the terms it holds as one component of a sum.
+    fn is_component(self) -> bool {
+        matches!(
+            self,
+            Role::Model
+                | Role::Grads
+                | Role::Optimizer
+                | Role::Activations
+                | Role::Overhead
+                | Role::KvCache
+        )
+    }
+}
+
+/// The role of a (possibly dotted) name, from its last segment.
+pub fn role_of(name: &str) -> Role {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let n = last.trim_matches('_');
+    let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
+    let sized = has(&[
+        "gb",
+        "gib",
+        "mb",
+        "mib",
+        "bytes",
+        "mem",
+        "size",
+        "footprint",
+        "vram",
+    ]);
+    if has(&[
+        "kv_cache",
+        "kvcache",
+        "kv_mem",
+        "kv_gb",
+        "cache_gb",
+        "cache_mem",
+    ]) {
+        return Role::KvCache;
+    }
+    if has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]) {
+        return Role::Grads;
+    }
+    if has(&[
+        "optim",
+        "adam",
+        "opt_state",
+        "moment",
+        "_states",
+        "state_gb",
+        "state_mem",
+    ]) {
+        return Role::Optimizer;
+    }
+    if has(&["need", "required", "requirement", "fixed", "footprint"]) {
+        return Role::Total;
+    }
+    if has(&[
+        "activ", "batch", "sample", "token", "seq", "act_mem", "act_gb", "logit",
+    ]) {
+        return Role::Activations;
+    }
+    if has(&[
+        "overhead",
+        "margin",
+        "buffer",
+        "reserve",
+        "safety",
+        "cuda",
+        "misc",
+        "workspace",
+        "headroom",
+        "fragment",
+        "context",
+    ]) {
+        return Role::Overhead;
+    }
+    if has(&[
+        "gpu",
+        "vram",
+        "available",
+        "free",
+        "device_mem",
+        "capacity",
+        "budget",
+        "hbm",
+        "total_mem",
+        "max_mem",
+        "card",
+    ]) {
+        return Role::Gpu;
+    }
+    if (has(&["model", "weight", "param"]) && sized) || n == "model_size" {
+        return Role::Model;
+    }
+    if matches!(
+        n,
+        "params"
+            | "parameters"
+            | "n_params"
+            | "num_params"
+            | "nparams"
+            | "param_count"
+            | "num_parameters"
+            | "n_parameters"
+            | "total_params"
+            | "model_params"
+            | "num_model_params"
+            | "parameter_count"
+    ) {
+        return Role::ParamCount;
+    }
+    if has(&[
+        "total",
+        "peak",
+        "estimate",
+        "usage",
+        "train_mem",
+        "training_mem",
+    ]) {
+        return Role::Total;
+    }
+    Role::Unknown
+}
+
+/// One symbol with its coefficient.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Term {
+    pub symbol: String,
+    /// Role of the symbol itself.
+    pub role: Role,
+    /// The component this term was counted as: the role of the outermost named value it was
+    /// reached through (`optimizer_state_gb = model_size_gb * 2` makes `model_size_gb` part of
+    /// the optimizer component), or its own role.
+    pub part: Role,
+    pub coef: f64,
+    /// The smallest expression holding the symbol and its multipliers.
+    pub span: Range<usize>,
+    /// Where the symbol itself is written.
+    pub symbol_span: Range<usize>,
+    /// The one numeric literal its coefficient came from, if exactly one (a fix can rewrite it).
+    pub literal: Option<Range<usize>>,
+    /// Value unknown (a product of symbols, a call): rules must not reason about its size.
+    pub opaque: bool,
+    /// The symbol's value when it was assigned a literal (`model_size_gb = 14`).
+    pub value: Option<f64>,
+}
+
+/// A linear expression: Σ coef·symbol + constant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Lin {
+    pub terms: Vec<Term>,
+    pub constant: f64,
+    /// Span of the single literal this expression is, when it is one (for fixes).
+    pub const_literal: Option<Range<usize>>,
+    /// Roles of every name read while lowering, substituted ones included.
+    pub roles_seen: Vec<Role>,
+}
+
+impl Lin {
+    pub fn constant(value: f64, literal: Option<Range<usize>>) -> Lin {
+        Lin {
+            constant: value,
+            const_literal: literal,
+            ..Lin::default()
+        }
+    }
+
+    pub fn symbol(name: &str, span: Range<usize>) -> Lin {
+        let role = role_of(name);
+        Lin {
+            terms: vec![Term {
+                symbol: name.to_string(),
+                role,
+                part: role,
+                coef: 1.0,
+                span: span.clone(),
+                symbol_span: span,
+                literal: None,
+                opaque: false,
+                value: None,
+            }],
+            roles_seen: vec![role],
+            ..Lin::default()
+        }
+    }
+
+    /// An unknown value built from the given parts (a product of symbols, a call).
+    pub fn opaque(text: &str, span: Range<usize>, parts: &[&Lin]) -> Lin {
+        let mut roles: Vec<Role> = parts
+            .iter()
+            .flat_map(|p| p.terms.iter().map(|t| t.role))
+            .collect();
+        roles.sort();
+        let role = roles
+            .iter()
+            .copied()
+            .find(|r| *r != Role::Unknown)
+            .unwrap_or(Role::Unknown);
+        let mut lin = Lin::symbol(text, span);
+        if let Some(t) = lin.terms.first_mut() {
+            t.role = role;
+            t.part = role;
+            t.opaque = true;
+        }
+        lin.roles_seen = parts.iter().flat_map(|p| p.roles_seen.clone()).collect();
+        lin
+    }
+
+    /// A symbol whose value is known: it stays a symbol (its role matters) and carries the value.
+    pub fn known(name: &str, span: Range<usize>, value: f64) -> Lin {
+        let mut lin = Lin::symbol(name, span);
+        if let Some(t) = lin.terms.first_mut() {
+            t.value = Some(value);
+        }
+        lin
+    }
+
+    pub fn is_constant(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    pub fn add(mut self, other: Lin) -> Lin {
+        self.terms.extend(other.terms);
+        self.constant += other.constant;
+        self.const_literal = None;
+        self.roles_seen.extend(other.roles_seen);
+        self
+    }
+
+    pub fn neg(self) -> Lin {
+        self.scale(-1.0, None, None)
+    }
+
+    /// Multiply by a known number. `literal` is the literal it was written as; `span` the whole
+    /// product expression.
+    pub fn scale(
+        mut self,
+        k: f64,
+        literal: Option<Range<usize>>,
+        span: Option<Range<usize>>,
+    ) -> Lin {
+        let single = self.terms.len() == 1;
+        for t in &mut self.terms {
+            if (k.abs() - 1.0).abs() > f64::EPSILON {
+                t.literal = match (&t.literal, &literal) {
+                    (None, Some(l)) if single && (t.coef.abs() - 1.0).abs() < f64::EPSILON => {
+                        Some(l.clone())
+                    }
+                    _ => None,
+                };
+            }
+            t.coef *= k;
+            if let (true, Some(s)) = (single, &span) {
+                t.span = s.clone();
+            }
+        }
+        self.constant *= k;
+        self.const_literal = None;
+        self
+    }
+
+    /// Every term reached through a named value of role `part` counts as that component.
+    pub fn through(mut self, name_role: Role) -> Lin {
+        if name_role.is_component() {
+            for t in &mut self.terms {
+                t.part = name_role;
+            }
+        }
+        self.roles_seen.push(name_role);
+        self
+    }
+
+    /// Whether substituting this value for a name of role `name_role` would lose what the name
+    /// says: a role-less alias (`gpu_memory_gb=$1`) is better kept as the name.
+    pub fn hides_role(&self, name_role: Role) -> bool {
+        name_role != Role::Unknown
+            && !self.terms.is_empty()
+            && self.terms.iter().all(|t| t.role == Role::Unknown)
+    }
+
+    pub fn saw(&self, role: Role) -> bool {
+        self.roles_seen.contains(&role) || self.terms.iter().any(|t| t.role == role)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_from_names() {
+        assert_eq!(role_of("self.model_size_gb"), Role::Model);
+        assert_eq!(role_of("available_memory_gb"), Role::Gpu);
+        assert_eq!(role_of("gpu_memory_gb"), Role::Gpu);
+        assert_eq!(role_of("optimizer_state_gb"), Role::Optimizer);
+        assert_eq!(role_of("gradients_gb"), Role::Grads);
+        assert_eq!(role_of("gradient_accumulation_steps"), Role::Unknown);
+        assert_eq!(role_of("cuda_overhead_gb"), Role::Overhead);
+        assert_eq!(role_of("safety_margin_gb"), Role::Overhead);
+        assert_eq!(role_of("fixed_memory_gb"), Role::Total);
+        assert_eq!(role_of("memory_for_batch"), Role::Activations);
+        assert_eq!(role_of("n_params"), Role::ParamCount);
+        assert_eq!(role_of("model_params_gb"), Role::Model);
+        assert_eq!(role_of("kv_cache_gb"), Role::KvCache);
+    }
+
+    #[test]
+    fn scaling_keeps_the_one_literal() {
+        let lin = Lin::symbol("model_gb", 0..8).scale(2.0, Some(11..12), Some(0..12));
+        assert_eq!(lin.terms[0].coef, 2.0);
+        assert_eq!(lin.terms[0].literal, Some(11..12));
+        let twice = lin.scale(3.0, Some(15..16), None);
+        assert_eq!(twice.terms[0].literal, None);
+    }
+}

@@ -1,0 +1,79 @@
+//! Frontends own everything about one language: parsing, and lowering what rules need into
+//! [`Facts`](crate::facts::Facts).
+
+pub mod python;
+pub mod shell;
+
+use crate::facts::{Evidence, Mention, OptimizerMention, Precision};
+use std::ops::Range;
+
+/// Recursion bound for expression lowering: deeper expressions are left opaque, so nested input of
+/// any depth cannot overflow the stack.
+pub const MAX_EXPR_DEPTH: usize = 200;
+
+/// Parse a numeric literal as Python and shell write them (`1_000`, `1e9`, `0x10`).
+pub fn parse_number(text: &str) -> Option<f64> {
+    let t = text.replace('_', "");
+    let t = t.trim_end_matches(['j', 'J', 'l', 'L']);
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return i64::from_str_radix(hex, 16).ok().map(|v| v as f64);
+    }
+    t.parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// Values of a CLI flag or config key that name an optimizer (`--optim adamw_torch`).
+pub fn is_optimizer_key(key: &str) -> bool {
+    let k = key
+        .trim_start_matches('-')
+        .to_ascii_lowercase()
+        .replace('-', "_");
+    matches!(
+        k.as_str(),
+        "optim" | "optimizer" | "optimizer_name" | "optimizer_type" | "opt" | "optim_type"
+    )
+}
+
+/// Record what a `key value` pair (a CLI flag, a shell variable, a config key) says about training.
+pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Evidence) {
+    let k = key
+        .trim_start_matches('-')
+        .to_ascii_lowercase()
+        .replace('-', "_");
+    let v = value.trim_matches(['"', '\'']).to_ascii_lowercase();
+    if is_optimizer_key(&k) && !v.is_empty() && !v.starts_with('$') {
+        ev.optimizers.push(Mention {
+            value: OptimizerMention {
+                name: v.rsplit('.').next().unwrap_or(&v).to_string(),
+                momentum: None,
+                amsgrad: false,
+                beta1: false,
+            },
+            span,
+        });
+        return;
+    }
+    match k.as_str() {
+        "bf16" | "fp16" | "half" if matches!(v.as_str(), "" | "true" | "1" | "yes") => {
+            ev.precision.push(Mention {
+                value: Precision::Amp,
+                span,
+            })
+        }
+        "lora_r" | "lora_rank" | "use_lora" | "lora" | "use_peft" | "peft" | "adapter"
+        | "finetuning_type" | "lora_alpha" | "qlora" => {
+            if !matches!(
+                v.as_str(),
+                "false" | "0" | "no" | "none" | "full" | "freeze"
+            ) {
+                ev.lora.push(span);
+            }
+        }
+        "deepspeed" | "zero_stage" | "fsdp" | "zero" | "offload_optimizer"
+        | "zero_optimization" | "fsdp_config" | "sharding_strategy" => {
+            if !matches!(v.as_str(), "false" | "0" | "no" | "none" | "no_shard" | "") {
+                ev.sharding.push(span);
+            }
+        }
+        _ => {}
+    }
+}

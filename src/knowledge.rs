@@ -1,0 +1,132 @@
+//! The cited knowledge tables under `rules/knowledge/`, embedded at build time. Rules read every
+//! multiplier from here; none is hidden in rule code.
+
+use serde::Deserialize;
+use std::sync::OnceLock;
+
+include!(concat!(env!("OUT_DIR"), "/catalog.rs"));
+
+#[derive(Debug, Deserialize)]
+pub struct OptimizerRow {
+    pub id: String,
+    pub display: String,
+    #[serde(rename = "match")]
+    pub names: Vec<String>,
+    pub states: f64,
+    pub state_dtype: String,
+    pub bytes_per_param_fp32: f64,
+    pub bytes_per_param_bf16: f64,
+    #[serde(default = "yes")]
+    pub known: bool,
+    pub source: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl OptimizerRow {
+    /// Optimizer-state size in units of the weights' own size, the least it can be whatever the
+    /// parameter dtype (fp32 or 16-bit).
+    pub fn state_multiplier_min(&self) -> f64 {
+        (self.bytes_per_param_fp32 / 4.0).min(self.bytes_per_param_bf16 / 2.0)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DtypeRow {
+    pub id: String,
+    #[serde(rename = "match")]
+    pub names: Vec<String>,
+    pub bytes: f64,
+    pub bits: f64,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct OptimizerTable {
+    optimizer: Vec<OptimizerRow>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DtypeTable {
+    dtype: Vec<DtypeRow>,
+}
+
+#[derive(Debug)]
+pub struct Knowledge {
+    pub optimizers: Vec<OptimizerRow>,
+    pub dtypes: Vec<DtypeRow>,
+}
+
+fn table(name: &str) -> &'static str {
+    TABLES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .unwrap_or("")
+}
+
+/// The tables, parsed once. They are part of the binary: a parse failure is a build defect that
+/// the test suite catches, so here it degrades to empty tables rather than a panic.
+pub fn knowledge() -> &'static Knowledge {
+    static K: OnceLock<Knowledge> = OnceLock::new();
+    K.get_or_init(|| Knowledge {
+        optimizers: toml::from_str::<OptimizerTable>(table("optimizers"))
+            .map(|t| t.optimizer)
+            .unwrap_or_default(),
+        dtypes: toml::from_str::<DtypeTable>(table("dtypes"))
+            .map(|t| t.dtype)
+            .unwrap_or_default(),
+    })
+}
+
+impl Knowledge {
+    /// The row for an optimizer as written (`AdamW`, `adamw_torch`, `bnb.optim.AdamW8bit`).
+    pub fn optimizer(&self, name: &str) -> Option<&OptimizerRow> {
+        let n = normalize(name);
+        self.optimizers
+            .iter()
+            .find(|o| o.names.iter().any(|m| normalize(m) == n))
+    }
+
+    pub fn optimizer_by_id(&self, id: &str) -> Option<&OptimizerRow> {
+        self.optimizers.iter().find(|o| o.id == id)
+    }
+}
+
+fn normalize(name: &str) -> String {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    last.to_ascii_lowercase().replace(['-', '_'], "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_parse_and_cite_sources() {
+        let k = knowledge();
+        assert!(k.optimizers.len() >= 10, "optimizers.toml did not parse");
+        assert!(k.dtypes.len() >= 8, "dtypes.toml did not parse");
+        for o in &k.optimizers {
+            assert!(!o.source.trim().is_empty(), "{} has no source", o.id);
+        }
+        for d in &k.dtypes {
+            assert!(!d.source.trim().is_empty(), "{} has no source", d.id);
+        }
+    }
+
+    #[test]
+    fn adamw_is_four_times_the_weights_at_least() {
+        let k = knowledge();
+        let adamw = k.optimizer("torch.optim.AdamW").expect("adamw row");
+        assert_eq!(adamw.state_multiplier_min(), 2.0);
+        assert_eq!(
+            k.optimizer("adamw_torch").map(|o| o.id.as_str()),
+            Some(adamw.id.as_str())
+        );
+        let sgd = k.optimizer("SGD").expect("sgd row");
+        assert_eq!(sgd.state_multiplier_min(), 0.0);
+    }
+}

@@ -1,0 +1,270 @@
+//! The pipeline: read + classify → prefilter → parse → facts (per file, in parallel) → project
+//! context (joined across files) → rules → suppression → sorted results.
+
+use crate::config;
+use crate::context::{Defaults, Located, TrainingContext};
+use crate::diagnostic::Diagnostic;
+use crate::discover::{discover, io_message, Candidate, PathError};
+use crate::facts::Facts;
+use crate::frontend::{python, shell};
+use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
+use crate::settings::{absolute, Resolver, Settings};
+use crate::source::{display_path, Language, SourceFile};
+use crate::suppress;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy)]
+pub struct LintOptions {
+    /// Skip files that no rule can use before parsing them (never changes a result).
+    pub prefilter: bool,
+    pub force_exclude: bool,
+}
+
+impl Default for LintOptions {
+    fn default() -> Self {
+        LintOptions {
+            prefilter: true,
+            force_exclude: false,
+        }
+    }
+}
+
+/// A file that was read but could not be analysed (not UTF-8, binary, a broken config).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+/// One file, read and lowered.
+pub struct Unit {
+    pub file: Arc<SourceFile>,
+    pub facts: Facts,
+    pub settings: Arc<Settings>,
+    pub abs: PathBuf,
+}
+
+pub struct FileResult {
+    pub file: Arc<SourceFile>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub settings: Arc<Settings>,
+    /// The context rules saw, kept so fixes can re-check the file alone.
+    pub training: TrainingContext,
+    pub syntax_error: bool,
+}
+
+#[derive(Default)]
+pub struct Run {
+    pub results: Vec<FileResult>,
+    pub errors: Vec<PathError>,
+    pub skipped: Vec<Skipped>,
+}
+
+pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
+    let cwd = crate::discover::cwd();
+    let (candidates, mut errors) = discover(paths, resolver, opts.force_exclude);
+    let loaded: Vec<Result<Option<Unit>, Loaded>> = candidates
+        .par_iter()
+        .map(|c| load(c, resolver, &cwd, opts))
+        .collect();
+    let mut units = Vec::new();
+    let mut skipped = Vec::new();
+    for l in loaded {
+        match l {
+            Ok(Some(u)) => units.push(u),
+            Ok(None) => {}
+            Err(Loaded::Error(e)) => errors.push(e),
+            Err(Loaded::Skipped(s)) => skipped.push(s),
+        }
+    }
+    let contexts = project_contexts(&units, &cwd);
+    let mut results: Vec<FileResult> = units
+        .into_par_iter()
+        .zip(contexts.into_par_iter())
+        .map(|(unit, training)| {
+            let diagnostics = check(&unit.file, &unit.facts, &training, &unit.settings);
+            FileResult {
+                syntax_error: unit.facts.syntax_error,
+                file: unit.file,
+                diagnostics,
+                settings: unit.settings,
+                training,
+            }
+        })
+        .collect();
+    results.sort_by(|a, b| a.file.display.cmp(&b.file.display));
+    errors.sort();
+    skipped.sort();
+    Run {
+        results,
+        errors,
+        skipped,
+    }
+}
+
+enum Loaded {
+    Error(PathError),
+    Skipped(Skipped),
+}
+
+fn load(
+    c: &Candidate,
+    resolver: &Resolver,
+    cwd: &Path,
+    opts: LintOptions,
+) -> Result<Option<Unit>, Loaded> {
+    let display = display_path(&c.path, cwd);
+    let bytes = std::fs::read(&c.path).map_err(|e| {
+        Loaded::Error(PathError {
+            path: display.clone(),
+            message: io_message(&e),
+        })
+    })?;
+    let skip = |reason: &str| {
+        Loaded::Skipped(Skipped {
+            path: display.clone(),
+            reason: reason.to_string(),
+        })
+    };
+    if bytes.contains(&0) {
+        return Err(skip("binary file (contains NUL bytes)"));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| skip("not valid UTF-8"))?;
+    let settings = resolver.for_file(&c.path).map_err(|e| {
+        Loaded::Error(PathError {
+            path: display.clone(),
+            message: e.to_string(),
+        })
+    })?;
+    let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text);
+    let facts = if opts.prefilter && !crate::prefilter::needs_parse(c.language, &file.text) {
+        Facts::default()
+    } else {
+        analyse(&file).map_err(|reason| skip(&reason))?
+    };
+    Ok(Some(Unit {
+        abs: absolute(&c.path, cwd),
+        file: Arc::new(file),
+        facts,
+        settings,
+    }))
+}
+
+/// Parse one file and lower it into facts.
+pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
+    Ok(match file.language {
+        Language::Python => python::extract(&file.text),
+        Language::Shell => shell::extract(&file.text),
+        Language::Notebook => Facts::default(),
+        Language::Yaml | Language::Json | Language::Toml => {
+            match config::parse(file.language, &file.text) {
+                Ok(doc) => {
+                    let evidence = config::evidence(&doc);
+                    Facts {
+                        evidence,
+                        config: Some(doc),
+                        ..Facts::default()
+                    }
+                }
+                Err(e) => {
+                    let p = file.position(e.offset);
+                    return Err(format!(
+                        "invalid {} at {}:{}: {}",
+                        file.language.name().to_uppercase(),
+                        p.row,
+                        p.column,
+                        e.message
+                    ));
+                }
+            }
+        }
+    })
+}
+
+/// Join each file's evidence with its launchers' (a shell script that runs it with flags).
+fn project_contexts(units: &[Unit], cwd: &Path) -> Vec<TrainingContext> {
+    let index: HashMap<&Path, usize> = units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (u.abs.as_path(), i))
+        .collect();
+    let own: Vec<Located> = units
+        .iter()
+        .map(|u| Located::from_file(&u.file, &u.facts))
+        .collect();
+    let mut joined = own.clone();
+    for (i, u) in units.iter().enumerate() {
+        let dir = u.abs.parent().unwrap_or(Path::new("/"));
+        for inv in &u.facts.invocations {
+            let Some(script) = &inv.script else { continue };
+            for base in [dir, cwd] {
+                let target = absolute(Path::new(script), base);
+                if let Some(&j) = index.get(target.as_path()) {
+                    if j != i {
+                        let launcher = own[i].clone();
+                        joined[j].join(&launcher);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    units
+        .iter()
+        .zip(joined)
+        .map(|(u, located)| {
+            let defaults = Defaults {
+                optimizer: u.settings.options.optimizer.clone(),
+            };
+            TrainingContext::build(&located, &defaults)
+        })
+        .collect()
+}
+
+/// Run the rules over one file's facts, then selection and suppression.
+pub fn check(
+    file: &SourceFile,
+    facts: &Facts,
+    training: &TrainingContext,
+    settings: &Settings,
+) -> Vec<Diagnostic> {
+    let cx = Checker {
+        file,
+        facts,
+        training,
+    };
+    let path = absolute(&file.path, &crate::discover::cwd());
+    let mut out = Vec::new();
+    for rule in RULES {
+        if settings.reports(rule.code(), &path) {
+            rule.check(&cx, &mut out);
+        }
+    }
+    // One bug, one diagnostic: formulas that reach the same term report the same span.
+    out.sort_by(|a, b| {
+        (a.range.start, a.range.end, a.code).cmp(&(b.range.start, b.range.end, b.code))
+    });
+    out.dedup_by(|a, b| a.code == b.code && a.range == b.range);
+    let directives = suppress::directives(file, &facts.comments);
+    let unused = suppress::apply(file, &directives, &mut out);
+    if settings.enabled.contains(UNUSED_SUPPRESSION) {
+        for (code, span) in unused {
+            // Codes of rules that are not enabled are not judged.
+            if settings.enabled.contains(code.as_str()) {
+                out.push(
+                    Diagnostic::new(
+                        UNUSED_SUPPRESSION,
+                        span,
+                        format!("unused suppression: {code} is not reported on this line"),
+                    )
+                    .with_help("remove the code from the directive"),
+                );
+            }
+        }
+        out.sort_by(|a, b| (a.range.start, a.code).cmp(&(b.range.start, b.code)));
+    }
+    out
+}

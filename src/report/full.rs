@@ -1,0 +1,160 @@
+//! The human format: miette reports rendered through a line-indexed source, so each lookup is a
+//! binary search instead of a rescan of the file (miette's own `str` source is O(file) per call).
+
+use super::Entry;
+use crate::diagnostic::Severity;
+use crate::rules::catalog;
+use crate::source::LineIndex;
+use miette::{
+    Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError,
+    MietteSpanContents, SourceCode, SourceSpan, SpanContents,
+};
+use std::fmt;
+
+/// A source with a precomputed line index. Reads a window of whole lines around the span and lets
+/// miette's own logic work inside it, so the output is identical to miette's.
+struct Indexed<'a> {
+    name: &'a str,
+    text: &'a str,
+    lines: &'a LineIndex,
+}
+
+impl SourceCode for Indexed<'_> {
+    fn read_span<'b>(
+        &'b self,
+        span: &SourceSpan,
+        before: usize,
+        after: usize,
+    ) -> Result<Box<dyn SpanContents<'b> + 'b>, MietteError> {
+        let len = self.text.len();
+        let start = span.offset();
+        let end = start + span.len();
+        if end > len {
+            return Err(MietteError::OutOfBounds);
+        }
+        let first = self.lines.line_of(start);
+        let last = self.lines.line_of(end.saturating_sub(1).max(start));
+        let wline = first.saturating_sub(before);
+        let wstart = self.lines.line_start(wline).min(len);
+        let wend = self
+            .lines
+            .line_start(last.saturating_add(after).saturating_add(2))
+            .min(len);
+        let window: &'b [u8] = &self.text.as_bytes()[wstart..wend];
+        let inner = window.read_span(
+            &SourceSpan::new((start - wstart).into(), span.len()),
+            before,
+            after,
+        )?;
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.to_string(),
+            inner.data(),
+            SourceSpan::new((inner.span().offset() + wstart).into(), inner.span().len()),
+            inner.line() + wline,
+            inner.column(),
+            inner.line_count() + wline,
+        )))
+    }
+}
+
+struct Report<'a> {
+    entry: &'a Entry<'a>,
+    source: Indexed<'a>,
+    url: String,
+}
+
+impl fmt::Debug for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.entry.diagnostic.message)
+    }
+}
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.entry.diagnostic.message)
+    }
+}
+
+impl std::error::Error for Report<'_> {}
+
+impl Diagnostic for Report<'_> {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(self.entry.diagnostic.code))
+    }
+
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(match self.entry.severity {
+            Severity::Error => miette::Severity::Error,
+            Severity::Warning => miette::Severity::Warning,
+            Severity::Info => miette::Severity::Advice,
+        })
+    }
+
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        let d = self.entry.diagnostic;
+        match (&d.help, &d.fix) {
+            (Some(h), Some(fix)) => Some(Box::new(format!(
+                "{h}\nfix ({}): {}",
+                fix.applicability.as_str(),
+                fix.message
+            ))),
+            (Some(h), None) => Some(Box::new(h.clone())),
+            (None, Some(fix)) => Some(Box::new(format!(
+                "fix ({}): {}",
+                fix.applicability.as_str(),
+                fix.message
+            ))),
+            (None, None) => None,
+        }
+    }
+
+    fn url<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(&self.url))
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        Some(&self.source)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        let r = &self.entry.diagnostic.range;
+        let len = r.end.saturating_sub(r.start);
+        Some(Box::new(std::iter::once(LabeledSpan::new_with_span(
+            Some(self.entry.name.to_string()),
+            SourceSpan::new(r.start.into(), len),
+        ))))
+    }
+}
+
+pub fn render_full(entries: &[Entry], color: bool, width: usize) -> String {
+    let theme = if color {
+        GraphicalTheme::unicode()
+    } else {
+        GraphicalTheme::unicode_nocolor()
+    };
+    let handler = GraphicalReportHandler::new_themed(theme)
+        .with_width(width)
+        .with_links(false)
+        .with_context_lines(1);
+    let mut out = String::new();
+    for e in entries {
+        let report = Report {
+            entry: e,
+            source: Indexed {
+                name: &e.file.display,
+                text: &e.file.text,
+                lines: &e.file.lines,
+            },
+            url: catalog::url(e.diagnostic.code),
+        };
+        out.push_str(&format!(
+            "{}:{}:{}: {} {}\n",
+            e.file.display, e.start.row, e.start.column, e.diagnostic.code, e.diagnostic.message
+        ));
+        if handler.render_report(&mut out, &report).is_err() {
+            out.push_str("  (could not render the source snippet)\n");
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,208 @@
+//! Reporters turn diagnostics into each output format. Only `full` knows miette.
+
+mod full;
+mod github;
+mod sarif;
+
+pub use full::render_full;
+pub use github::render_github;
+pub use sarif::render_sarif;
+
+use crate::diagnostic::{Diagnostic, Severity};
+use crate::lint::FileResult;
+use crate::rules::catalog;
+use crate::source::{Position, SourceFile};
+use serde::Serialize;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Full,
+    Concise,
+    Json,
+    JsonLines,
+    Github,
+    Sarif,
+}
+
+/// One diagnostic with everything a reporter needs, in reporting order.
+pub struct Entry<'a> {
+    pub file: &'a Arc<SourceFile>,
+    pub diagnostic: &'a Diagnostic,
+    pub severity: Severity,
+    pub name: &'static str,
+    pub start: Position,
+    pub end: Position,
+}
+
+pub fn severity_of(code: &str) -> Severity {
+    catalog::page(code).map_or(Severity::Warning, |p| p.severity)
+}
+
+pub fn name_of(code: &str) -> &'static str {
+    catalog::page(code).map_or("", |p| p.name.as_str())
+}
+
+/// All diagnostics of a run, ordered by path, line, column, code.
+pub fn entries(results: &[FileResult]) -> Vec<Entry<'_>> {
+    let mut out: Vec<Entry> = results
+        .iter()
+        .flat_map(|r| {
+            r.diagnostics.iter().map(move |d| Entry {
+                file: &r.file,
+                diagnostic: d,
+                severity: severity_of(d.code),
+                name: name_of(d.code),
+                start: r.file.position(d.range.start),
+                end: r.file.position(d.range.end),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (&a.file.display, a.start, a.diagnostic.code).cmp(&(
+            &b.file.display,
+            b.start,
+            b.diagnostic.code,
+        ))
+    });
+    out
+}
+
+#[derive(Serialize)]
+struct JsonLocation {
+    row: usize,
+    column: usize,
+}
+
+#[derive(Serialize)]
+struct JsonEdit {
+    content: String,
+    location: JsonLocation,
+    end_location: JsonLocation,
+}
+
+#[derive(Serialize)]
+struct JsonFix {
+    applicability: &'static str,
+    message: String,
+    edits: Vec<JsonEdit>,
+}
+
+#[derive(Serialize)]
+struct JsonMessage<'a> {
+    code: &'a str,
+    name: &'a str,
+    severity: &'a str,
+    message: &'a str,
+    filename: &'a str,
+    location: JsonLocation,
+    end_location: JsonLocation,
+    help: Option<&'a str>,
+    url: String,
+    fix: Option<JsonFix>,
+}
+
+fn loc(p: Position) -> JsonLocation {
+    JsonLocation {
+        row: p.row,
+        column: p.column,
+    }
+}
+
+fn json_message<'a>(e: &'a Entry<'a>) -> JsonMessage<'a> {
+    let d = e.diagnostic;
+    JsonMessage {
+        code: d.code,
+        name: e.name,
+        severity: e.severity.as_str(),
+        message: &d.message,
+        filename: &e.file.display,
+        location: loc(e.start),
+        end_location: loc(e.end),
+        help: d.help.as_deref(),
+        url: catalog::url(d.code),
+        fix: d.fix.as_ref().map(|f| JsonFix {
+            applicability: f.applicability.as_str(),
+            message: f.message.clone(),
+            edits: f
+                .edits
+                .iter()
+                .map(|ed| JsonEdit {
+                    content: ed.content.clone(),
+                    location: loc(e.file.position(ed.range.start)),
+                    end_location: loc(e.file.position(ed.range.end)),
+                })
+                .collect(),
+        }),
+    }
+}
+
+pub fn render_json(entries: &[Entry]) -> String {
+    let messages: Vec<JsonMessage> = entries.iter().map(json_message).collect();
+    let mut s = serde_json::to_string_pretty(&messages).unwrap_or_else(|_| "[]".into());
+    s.push('\n');
+    s
+}
+
+pub fn render_json_lines(entries: &[Entry]) -> String {
+    let mut s = String::new();
+    for e in entries {
+        if let Ok(line) = serde_json::to_string(&json_message(e)) {
+            s.push_str(&line);
+            s.push('\n');
+        }
+    }
+    s
+}
+
+pub fn render_concise(entries: &[Entry]) -> String {
+    let mut s = String::new();
+    for e in entries {
+        let safe = e
+            .diagnostic
+            .fix
+            .as_ref()
+            .is_some_and(|f| f.applicability == crate::diagnostic::Applicability::Safe);
+        let fixable = if safe { " [*]" } else { "" };
+        s.push_str(&format!(
+            "{}:{}:{}: {} {}{fixable}\n",
+            e.file.display, e.start.row, e.start.column, e.diagnostic.code, e.diagnostic.message
+        ));
+    }
+    s
+}
+
+/// The closing line of the human formats.
+pub fn summary(entries: &[Entry], fixed: usize) -> String {
+    let n = entries.len();
+    let fixable = entries
+        .iter()
+        .filter(|e| {
+            e.diagnostic
+                .fix
+                .as_ref()
+                .is_some_and(|f| f.applicability == crate::diagnostic::Applicability::Safe)
+        })
+        .count();
+    let mut s = String::new();
+    if n == 0 && fixed == 0 {
+        s.push_str("All checks passed!\n");
+        return s;
+    }
+    if fixed > 0 {
+        s.push_str(&format!(
+            "Found {} diagnostic{} ({fixed} fixed, {n} remaining).\n",
+            n + fixed,
+            if n + fixed == 1 { "" } else { "s" }
+        ));
+    } else {
+        s.push_str(&format!(
+            "Found {n} diagnostic{}.\n",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    if fixable > 0 {
+        s.push_str(&format!("[*] {fixable} fixable with the `--fix` option.\n"));
+    }
+    s
+}

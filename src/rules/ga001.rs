@@ -1,0 +1,95 @@
+//! GA001 unscaled-accumulation-loss: in a loop that steps the optimizer once every N micro-steps,
+//! the loss reaches `backward()` without being divided by N. Documentation: `rules/GA001.toml`.
+
+use super::{Checker, Rule};
+use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
+use crate::facts::{Framework, Scaling};
+
+pub struct UnscaledAccumulationLoss;
+
+impl Rule for UnscaledAccumulationLoss {
+    fn code(&self) -> &'static str {
+        "GA001"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        // HF Trainer and Lightning scale the loss themselves; their hooks are not raw loops.
+        if cx
+            .training
+            .frameworks
+            .iter()
+            .any(|f| matches!(f, Framework::HfTrainer | Framework::Lightning))
+        {
+            return;
+        }
+        for lp in &cx.facts.loops {
+            if lp.grads_rescaled {
+                continue;
+            }
+            for bw in &lp.backwards {
+                if bw.scaling != Scaling::Unscaled {
+                    continue;
+                }
+                let n = &lp.factor;
+                let times = match n.parse::<f64>() {
+                    Ok(v) => format!("{}x", super::fmt_num(v)),
+                    Err(_) => format!("`{n}` times"),
+                };
+                let message = format!(
+                    "loss reaches backward() undivided while the optimizer steps every `{n}` micro-batches: gradients come out {times} the full-batch gradient"
+                );
+                let help = format!(
+                    "divide the loss by the accumulation steps before the backward: `{}`",
+                    scaled(&bw.loss_text, n, receiver(bw))
+                );
+                let fix = Fix {
+                    applicability: if lp.factor_is_simple {
+                        Applicability::Safe
+                    } else {
+                        Applicability::Unsafe
+                    },
+                    message: format!("divide the loss by `{n}`"),
+                    edits: vec![Edit::replace(
+                        bw.loss.clone(),
+                        scaled(&bw.loss_text, n, receiver(bw)),
+                    )],
+                };
+                out.push(
+                    Diagnostic::new("GA001", bw.call.clone(), message)
+                        .with_help(help)
+                        .with_fix(Some(fix)),
+                );
+            }
+        }
+    }
+}
+
+/// The loss is the receiver of `.backward()` (it needs parentheses) rather than an argument.
+fn receiver(bw: &crate::facts::Backward) -> bool {
+    bw.call.start == bw.loss.start
+}
+
+fn scaled(loss: &str, n: &str, receiver: bool) -> String {
+    let atom = loss
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.'))
+        || loss.ends_with(')') && !loss.contains(' ');
+    let loss = if atom {
+        loss.to_string()
+    } else {
+        format!("({loss})")
+    };
+    let n = if n
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.'))
+    {
+        n.to_string()
+    } else {
+        format!("({n})")
+    };
+    if receiver {
+        format!("({loss} / {n})")
+    } else {
+        format!("{loss} / {n}")
+    }
+}

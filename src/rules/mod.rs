@@ -1,0 +1,48 @@
+//! The rules: one file per rule, each reading facts and the training context, never syntax trees.
+
+pub mod catalog;
+mod ga001;
+mod mem001;
+
+use crate::context::TrainingContext;
+use crate::diagnostic::Diagnostic;
+use crate::facts::Facts;
+use crate::source::SourceFile;
+
+/// What a rule sees of one file.
+pub struct Checker<'a> {
+    pub file: &'a SourceFile,
+    pub facts: &'a Facts,
+    pub training: &'a TrainingContext,
+}
+
+pub trait Rule: Sync {
+    fn code(&self) -> &'static str;
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>);
+}
+
+/// Every rule that runs over facts. ML900 (unused suppression) runs in the suppression pass.
+pub static RULES: &[&dyn Rule] = &[
+    &mem001::MissingOptimizerState,
+    &ga001::UnscaledAccumulationLoss,
+];
+
+pub const UNUSED_SUPPRESSION: &str = "ML900";
+
+/// Codes memlint can report, in catalogue order.
+pub fn implemented_codes() -> Vec<&'static str> {
+    let mut codes: Vec<&'static str> = RULES.iter().map(|r| r.code()).collect();
+    codes.push(UNUSED_SUPPRESSION);
+    codes.sort();
+    codes
+}
+
+/// Format a multiplier the way people write it: `4`, `2.5`.
+pub fn fmt_num(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}

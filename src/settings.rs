@@ -1,0 +1,370 @@
+//! memlint's own configuration: `.memlint.toml`, `memlint.toml` or `pyproject.toml [tool.memlint]`,
+//! the closest one walking up from each linted file, overridden by the command line.
+
+use crate::diagnostic::Severity;
+use crate::rules::catalog;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The keys a configuration file may hold. Unknown keys are an error that names the key and file.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Options {
+    pub select: Option<Vec<String>>,
+    pub ignore: Option<Vec<String>>,
+    pub extend_select: Option<Vec<String>>,
+    pub exclude: Option<Vec<String>>,
+    pub extend_exclude: Option<Vec<String>>,
+    pub per_file_ignores: Option<BTreeMap<String, Vec<String>>>,
+    pub fail_on: Option<String>,
+    pub optimizer: Option<String>,
+    pub gpu_memory_gb: Option<f64>,
+    pub world_size: Option<u32>,
+    pub precision: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Pyproject {
+    tool: Option<PyprojectTool>,
+}
+
+#[derive(Deserialize)]
+struct PyprojectTool {
+    memlint: Option<toml::Value>,
+}
+
+/// Selection given on the command line; it wins over the file.
+#[derive(Debug, Default, Clone)]
+pub struct CliOverrides {
+    pub select: Option<Vec<String>>,
+    pub ignore: Vec<String>,
+    pub extend_select: Vec<String>,
+    pub extend_exclude: Vec<String>,
+}
+
+/// Settings resolved for the files under one configuration.
+#[derive(Debug)]
+pub struct Settings {
+    /// The folder the configuration applies from (patterns are relative to it).
+    pub root: PathBuf,
+    pub config_file: Option<PathBuf>,
+    pub enabled: BTreeSet<&'static str>,
+    pub exclude: GlobSet,
+    per_file_ignores: Vec<(GlobSet, Vec<String>)>,
+    pub fail_on: Severity,
+    pub options: Options,
+}
+
+pub const DEFAULT_EXCLUDES: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    "__pycache__",
+    "node_modules",
+    "site-packages",
+    "build",
+    "dist",
+    ".ipynb_checkpoints",
+    "target",
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettingsError(pub String);
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Read the memlint options of a configuration file (`None`: a pyproject without the table).
+pub fn read_options(path: &Path) -> Result<Option<Options>, SettingsError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SettingsError(format!("{}: cannot read: {e}", path.display())))?;
+    let is_pyproject = path.file_name().is_some_and(|n| n == "pyproject.toml");
+    let parsed: Result<Option<Options>, toml::de::Error> = if is_pyproject {
+        toml::from_str::<Pyproject>(&text).and_then(|p| match p.tool.and_then(|t| t.memlint) {
+            Some(v) => v.try_into::<Options>().map(Some),
+            None => Ok(None),
+        })
+    } else {
+        toml::from_str::<Options>(&text).map(Some)
+    };
+    parsed.map_err(|e| {
+        let msg = e.message().replace('\n', " ");
+        let at = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                format!(":{line}")
+            })
+            .unwrap_or_default();
+        SettingsError(format!("{}{at}: {msg}", path.display()))
+    })
+}
+
+fn globset(patterns: &[String]) -> Result<GlobSet, SettingsError> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        let p = p.trim_end_matches('/');
+        b.add(Glob::new(p).map_err(|e| SettingsError(format!("invalid pattern `{p}`: {e}")))?);
+        if !p.contains('/') {
+            b.add(
+                Glob::new(&format!("**/{p}"))
+                    .map_err(|e| SettingsError(format!("invalid pattern `{p}`: {e}")))?,
+            );
+        }
+    }
+    b.build().map_err(|e| SettingsError(e.to_string()))
+}
+
+/// Expand rule selectors (`MEM`, `GA0`, `MEM001`, `ALL`) into codes. Unknown selectors are errors.
+pub fn expand(selectors: &[String]) -> Result<BTreeSet<&'static str>, SettingsError> {
+    let codes = crate::rules::implemented_codes();
+    let mut out = BTreeSet::new();
+    for s in selectors {
+        let s = s.trim().to_ascii_uppercase();
+        let matched: Vec<&'static str> = codes
+            .iter()
+            .copied()
+            .filter(|c| s == "ALL" || c.starts_with(s.as_str()))
+            .collect();
+        // A code of the catalogue that is not implemented yet selects nothing, quietly.
+        if matched.is_empty()
+            && !catalog::pages()
+                .iter()
+                .any(|p| p.code.starts_with(s.as_str()))
+        {
+            return Err(SettingsError(format!("unknown rule selector `{s}`")));
+        }
+        out.extend(matched);
+    }
+    Ok(out)
+}
+
+impl Settings {
+    pub fn new(
+        root: PathBuf,
+        config_file: Option<PathBuf>,
+        options: Options,
+        cli: &CliOverrides,
+    ) -> Result<Settings, SettingsError> {
+        let ctx = |e: SettingsError| match &config_file {
+            Some(f) => SettingsError(format!("{}: {e}", f.display())),
+            None => e,
+        };
+        let defaults: Vec<String> = catalog::pages()
+            .iter()
+            .filter(|p| p.default_enabled)
+            .map(|p| p.code.clone())
+            .collect();
+        let select = cli
+            .select
+            .clone()
+            .or_else(|| options.select.clone())
+            .unwrap_or(defaults);
+        let mut enabled = expand(&select).map_err(ctx)?;
+        enabled.extend(expand(options.extend_select.as_deref().unwrap_or(&[])).map_err(ctx)?);
+        enabled.extend(expand(&cli.extend_select)?);
+        for code in expand(options.ignore.as_deref().unwrap_or(&[])).map_err(ctx)? {
+            enabled.remove(code);
+        }
+        for code in expand(&cli.ignore)? {
+            enabled.remove(code);
+        }
+        let mut exclude: Vec<String> = match &options.exclude {
+            Some(e) => e.clone(),
+            None => DEFAULT_EXCLUDES.iter().map(|s| s.to_string()).collect(),
+        };
+        exclude.extend(options.extend_exclude.clone().unwrap_or_default());
+        exclude.extend(cli.extend_exclude.iter().cloned());
+        let exclude = globset(&exclude).map_err(ctx)?;
+        let mut per_file_ignores = Vec::new();
+        for (pattern, codes) in options.per_file_ignores.clone().unwrap_or_default() {
+            expand(&codes).map_err(ctx)?;
+            per_file_ignores.push((globset(&[pattern]).map_err(ctx)?, codes));
+        }
+        let fail_on = match options.fail_on.as_deref() {
+            None => Severity::Info,
+            Some(s) => Severity::parse(s).ok_or_else(|| {
+                ctx(SettingsError(format!(
+                    "`fail-on` must be one of info, warning, error (got `{s}`)"
+                )))
+            })?,
+        };
+        if let Some(opt) = &options.optimizer {
+            if crate::knowledge::knowledge().optimizer(opt).is_none() {
+                return Err(ctx(SettingsError(format!("unknown optimizer `{opt}`"))));
+            }
+        }
+        Ok(Settings {
+            root,
+            config_file,
+            enabled,
+            exclude,
+            per_file_ignores,
+            fail_on,
+            options,
+        })
+    }
+
+    fn relative<'p>(&self, path: &'p Path) -> &'p Path {
+        path.strip_prefix(&self.root)
+            .or_else(|_| path.strip_prefix("./"))
+            .unwrap_or(path)
+    }
+
+    pub fn is_excluded(&self, path: &Path) -> bool {
+        let rel = self.relative(path);
+        if self.exclude.is_match(rel) {
+            return true;
+        }
+        // A folder excluded by name excludes everything below it.
+        rel.ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .any(|a| self.exclude.is_match(a))
+    }
+
+    /// Whether `code` is reported for `path` (selection and per-file ignores).
+    pub fn reports(&self, code: &str, path: &Path) -> bool {
+        if !self.enabled.contains(code) {
+            return false;
+        }
+        let rel = self.relative(path);
+        !self.per_file_ignores.iter().any(|(set, codes)| {
+            set.is_match(rel)
+                && codes
+                    .iter()
+                    .any(|c| code.starts_with(&c.to_ascii_uppercase()))
+        })
+    }
+}
+
+/// Finds and caches the settings that apply to each file.
+pub struct Resolver {
+    cli: CliOverrides,
+    /// `--config FILE` or `--isolated`: one settings for every file.
+    fixed: Option<Arc<Settings>>,
+    cwd: PathBuf,
+    cache: Mutex<HashMap<PathBuf, Arc<Settings>>>,
+}
+
+pub const CONFIG_NAMES: &[&str] = &[".memlint.toml", "memlint.toml", "pyproject.toml"];
+
+impl Resolver {
+    pub fn new(
+        cli: CliOverrides,
+        config: Option<&Path>,
+        isolated: bool,
+        cwd: PathBuf,
+    ) -> Result<Resolver, SettingsError> {
+        let fixed = if isolated {
+            Some(Arc::new(Settings::new(
+                cwd.clone(),
+                None,
+                Options::default(),
+                &cli,
+            )?))
+        } else if let Some(path) = config {
+            let options = read_options(path)?.unwrap_or_default();
+            let root = path
+                .parent()
+                .map(|p| {
+                    if p.as_os_str().is_empty() {
+                        cwd.clone()
+                    } else {
+                        absolute(p, &cwd)
+                    }
+                })
+                .unwrap_or_else(|| cwd.clone());
+            Some(Arc::new(Settings::new(
+                root,
+                Some(path.to_path_buf()),
+                options,
+                &cli,
+            )?))
+        } else {
+            None
+        };
+        Ok(Resolver {
+            cli,
+            fixed,
+            cwd,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The settings for files in `dir` (absolute or relative to the current directory).
+    pub fn for_dir(&self, dir: &Path) -> Result<Arc<Settings>, SettingsError> {
+        if let Some(s) = &self.fixed {
+            return Ok(s.clone());
+        }
+        let dir = absolute(dir, &self.cwd);
+        if let Some(s) = self.cache.lock().ok().and_then(|c| c.get(&dir).cloned()) {
+            return Ok(s);
+        }
+        let mut found = None;
+        for d in dir.ancestors() {
+            for name in CONFIG_NAMES {
+                let candidate = d.join(name);
+                if candidate.is_file() {
+                    if let Some(options) = read_options(&candidate)? {
+                        found = Some((d.to_path_buf(), candidate, options));
+                        break;
+                    }
+                }
+            }
+            if found.is_some() {
+                break;
+            }
+        }
+        let settings = Arc::new(match found {
+            Some((root, file, options)) => Settings::new(root, Some(file), options, &self.cli)?,
+            None => Settings::new(self.cwd.clone(), None, Options::default(), &self.cli)?,
+        });
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(dir, settings.clone());
+        }
+        Ok(settings)
+    }
+
+    pub fn for_file(&self, path: &Path) -> Result<Arc<Settings>, SettingsError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        self.for_dir(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+    }
+}
+
+pub fn absolute(path: &Path, cwd: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    // Normalise `.` and `..` lexically (no symlink resolution).
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}

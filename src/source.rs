@@ -1,0 +1,245 @@
+//! A file as memlint sees it: its text, its language and a precomputed line index, so that every
+//! position lookup (for reports, for miette, for fixes) is a binary search rather than a rescan.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// The languages memlint reads. Anything else is skipped before it is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Language {
+    Python,
+    Notebook,
+    Shell,
+    Yaml,
+    Json,
+    Toml,
+}
+
+impl Language {
+    /// The language of a path from its extension alone (`None` for extensionless files: see
+    /// [`Language::from_shebang`]).
+    pub fn from_path(path: &Path) -> Option<Language> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        Some(match ext.as_str() {
+            "py" | "pyi" => Language::Python,
+            "ipynb" => Language::Notebook,
+            "sh" | "bash" | "slurm" | "sbatch" => Language::Shell,
+            "yaml" | "yml" => Language::Yaml,
+            "json" => Language::Json,
+            "toml" => Language::Toml,
+            _ => return None,
+        })
+    }
+
+    /// The language of an extensionless script from its first line.
+    pub fn from_shebang(first_line: &[u8]) -> Option<Language> {
+        let line = std::str::from_utf8(first_line).ok()?.trim_end();
+        let rest = line.strip_prefix("#!")?;
+        let mut words = rest.split_whitespace();
+        let mut prog = words.next()?.rsplit('/').next()?;
+        if prog == "env" {
+            prog = words.find(|w| !w.starts_with('-'))?;
+        }
+        match prog {
+            "bash" | "sh" | "dash" | "zsh" | "ksh" => Some(Language::Shell),
+            p if p.starts_with("python") => Some(Language::Python),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Notebook => "notebook",
+            Language::Shell => "shell",
+            Language::Yaml => "yaml",
+            Language::Json => "json",
+            Language::Toml => "toml",
+        }
+    }
+
+    /// Whether `#` starts a comment that can carry a suppression.
+    pub fn has_hash_comments(self) -> bool {
+        !matches!(self, Language::Json)
+    }
+}
+
+/// Byte offsets of line starts, for O(log n) offset → (row, column) lookups.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1));
+        LineIndex { starts }
+    }
+
+    /// 0-based line of a byte offset.
+    pub fn line_of(&self, offset: usize) -> usize {
+        match self.starts.binary_search(&offset) {
+            Ok(line) => line,
+            Err(next) => next - 1,
+        }
+    }
+
+    pub fn line_start(&self, line: usize) -> usize {
+        self.starts.get(line).copied().unwrap_or(usize::MAX)
+    }
+
+    pub fn line_count(&self) -> usize {
+        self.starts.len()
+    }
+}
+
+fn memchr_iter(needle: u8, hay: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    hay.iter()
+        .enumerate()
+        .filter_map(move |(i, &b)| (b == needle).then_some(i))
+}
+
+/// A 1-based row and a 1-based column counted in characters, as every output format reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    pub row: usize,
+    pub column: usize,
+}
+
+/// A file read into memory.
+#[derive(Debug)]
+pub struct SourceFile {
+    /// The path as given or discovered (used to read and write the file).
+    pub path: PathBuf,
+    /// The path as reported: relative to the current directory when the file is under it.
+    pub display: String,
+    pub language: Language,
+    pub text: String,
+    pub lines: LineIndex,
+}
+
+impl SourceFile {
+    pub fn new(path: PathBuf, display: String, language: Language, text: String) -> Self {
+        let lines = LineIndex::new(&text);
+        SourceFile {
+            path,
+            display,
+            language,
+            text,
+            lines,
+        }
+    }
+
+    /// Row and character column of a byte offset (clamped to the text).
+    pub fn position(&self, offset: usize) -> Position {
+        let offset = floor_char_boundary(&self.text, offset.min(self.text.len()));
+        let line = self.lines.line_of(offset);
+        let start = self.lines.line_start(line);
+        let column = self.text[start..offset].chars().count() + 1;
+        Position {
+            row: line + 1,
+            column,
+        }
+    }
+
+    /// Byte offset of a 0-based line and a 0-based character column (clamped to the line).
+    pub fn offset_of(&self, line: usize, char_col: usize) -> usize {
+        let start = self.lines.line_start(line).min(self.text.len());
+        let end = self.line_end(line);
+        self.text[start..end]
+            .char_indices()
+            .nth(char_col)
+            .map_or(end, |(i, _)| start + i)
+    }
+
+    /// End of a 0-based line, without its newline.
+    pub fn line_end(&self, line: usize) -> usize {
+        let next = self.lines.line_start(line + 1).min(self.text.len());
+        let start = self.lines.line_start(line).min(self.text.len());
+        let mut end = next;
+        let bytes = self.text.as_bytes();
+        while end > start && matches!(bytes[end - 1], b'\n' | b'\r') {
+            end -= 1;
+        }
+        end
+    }
+
+    /// The text of the 0-based line holding `offset`, without its newline.
+    pub fn line_text(&self, line: usize) -> &str {
+        let start = self.lines.line_start(line).min(self.text.len());
+        &self.text[start..self.line_end(line)]
+    }
+
+    pub fn slice(&self, range: &Range<usize>) -> &str {
+        self.text.get(range.clone()).unwrap_or("")
+    }
+
+    /// First and last line of a span in the file on disk, for annotations (GitHub, SARIF).
+    pub fn annotation_lines(&self, range: Range<usize>) -> (usize, usize) {
+        (self.position(range.start).row, self.position(range.end).row)
+    }
+
+    /// Leading whitespace of the line holding `offset`.
+    pub fn indent_at(&self, offset: usize) -> &str {
+        let line = self.lines.line_of(offset.min(self.text.len()));
+        let text = self.line_text(line);
+        let trimmed = text.trim_start_matches([' ', '\t']);
+        &text[..text.len() - trimmed.len()]
+    }
+}
+
+pub fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
+    while offset > 0 && !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    offset
+}
+
+/// How a path is reported: relative to `cwd` when under it, as given otherwise.
+pub fn display_path(path: &Path, cwd: &Path) -> String {
+    let shown = if path.is_absolute() {
+        path.strip_prefix(cwd).unwrap_or(path)
+    } else {
+        path.strip_prefix(".").unwrap_or(path)
+    };
+    shown.to_string_lossy().replace('\\', "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_count_characters() {
+        let f = SourceFile::new(
+            "a.py".into(),
+            "a.py".into(),
+            Language::Python,
+            "x = 1\né = 2\n".into(),
+        );
+        assert_eq!(f.position(0), Position { row: 1, column: 1 });
+        let e = f.text.find('=').unwrap();
+        assert_eq!(f.position(e), Position { row: 1, column: 3 });
+        let second = f.text.rfind('=').unwrap();
+        assert_eq!(f.position(second), Position { row: 2, column: 3 });
+        assert_eq!(f.offset_of(1, 2), second);
+    }
+
+    #[test]
+    fn shebangs() {
+        assert_eq!(
+            Language::from_shebang(b"#!/usr/bin/env bash"),
+            Some(Language::Shell)
+        );
+        assert_eq!(
+            Language::from_shebang(b"#!/bin/sh -e"),
+            Some(Language::Shell)
+        );
+        assert_eq!(
+            Language::from_shebang(b"#!/usr/bin/env -S python3 -u"),
+            Some(Language::Python)
+        );
+        assert_eq!(Language::from_shebang(b"#!/usr/bin/perl"), None);
+    }
+}
