@@ -212,6 +212,15 @@ impl Lin {
         }
     }
 
+    /// A symbol whose role is known from where its value comes from, not from its name.
+    pub fn with_role(mut self, role: Role) -> Lin {
+        for t in &mut self.terms {
+            t.role = role;
+            t.part = role;
+        }
+        self
+    }
+
     /// An unknown value built from the given parts (a product of symbols, a call).
     pub fn opaque(text: &str, span: Range<usize>, parts: &[&Lin]) -> Lin {
         let mut roles: Vec<Role> = parts
@@ -247,7 +256,7 @@ impl Lin {
         self.terms.is_empty()
     }
 
-    pub fn add(mut self, other: Lin) -> Lin {
+    pub fn plus(mut self, other: Lin) -> Lin {
         self.terms.extend(other.terms);
         self.constant += other.constant;
         self.const_literal = None;
@@ -255,7 +264,7 @@ impl Lin {
         self
     }
 
-    pub fn neg(self) -> Lin {
+    pub fn negated(self) -> Lin {
         self.scale(-1.0, None, None)
     }
 

@@ -98,7 +98,7 @@ pub fn fix_file(result: &FileResult, threshold: Applicability) -> Option<Fixed> 
         file = candidate;
         diagnostics = next;
     }
-    (applied > 0).then(|| Fixed {
+    (applied > 0).then_some(Fixed {
         new_text: file.text,
         applied,
         remaining: diagnostics,

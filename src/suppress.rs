@@ -53,7 +53,10 @@ enum Kind {
 }
 
 /// Directives in one comment's text; `base` is the comment's offset (for code spans).
-fn parse_comment(text: &str, base: usize) -> Vec<(Kind, Vec<(String, Range<usize>)>)> {
+/// Codes of a directive with where each is written.
+type Codes = Vec<(String, Range<usize>)>;
+
+fn parse_comment(text: &str, base: usize) -> Vec<(Kind, Codes)> {
     let mut out = Vec::new();
     let lower = text.to_ascii_lowercase();
     let mut search = 0;

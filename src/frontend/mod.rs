@@ -60,19 +60,19 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
             })
         }
         "lora_r" | "lora_rank" | "use_lora" | "lora" | "use_peft" | "peft" | "adapter"
-        | "finetuning_type" | "lora_alpha" | "qlora" => {
+        | "finetuning_type" | "lora_alpha" | "qlora"
             if !matches!(
                 v.as_str(),
                 "false" | "0" | "no" | "none" | "full" | "freeze"
-            ) {
-                ev.lora.push(span);
-            }
+            ) =>
+        {
+            ev.lora.push(span)
         }
         "deepspeed" | "zero_stage" | "fsdp" | "zero" | "offload_optimizer"
-        | "zero_optimization" | "fsdp_config" | "sharding_strategy" => {
-            if !matches!(v.as_str(), "false" | "0" | "no" | "none" | "no_shard" | "") {
-                ev.sharding.push(span);
-            }
+        | "zero_optimization" | "fsdp_config" | "sharding_strategy"
+            if !matches!(v.as_str(), "false" | "0" | "no" | "none" | "no_shard" | "") =>
+        {
+            ev.sharding.push(span)
         }
         _ => {}
     }

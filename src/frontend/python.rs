@@ -105,6 +105,8 @@ struct Walker<'s> {
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
     /// Functions defined in this file and whether what they return is a scaled loss.
     returns_scaled: HashMap<String, Scaling>,
+    /// Names whose value is the device's memory (`total = torch.cuda.get_device_properties(0).total_memory`).
+    gpu_names: Vec<(usize, String)>,
     /// Names bound to optimizers (`opt = torch.optim.AdamW(...)`).
     optimizer_names: Vec<String>,
     calls: Vec<CallEvent>,
@@ -172,6 +174,7 @@ impl<'s> Walker<'s> {
             loss_defs: HashMap::new(),
             test_names: HashMap::new(),
             returns_scaled: HashMap::new(),
+            gpu_names: Vec::new(),
             optimizer_names: Vec::new(),
             calls: Vec::new(),
             facts: Facts::default(),
@@ -370,13 +373,37 @@ impl<'s> Walker<'s> {
     /// Whether `cond` tests `i % N` (directly, negated, or through a name holding such a test).
     /// Returns N and whether the test is true on the boundary step.
     fn accum_test(&self, cond: Node, polarity: bool) -> Option<(String, Range<usize>, bool)> {
+        self.accum_test_at(unparen(cond), polarity, 0)
+    }
+
+    fn accum_test_at(
+        &self,
+        cond: Node,
+        polarity: bool,
+        depth: usize,
+    ) -> Option<(String, Range<usize>, bool)> {
+        if depth > 8 {
+            return None;
+        }
         match cond.kind() {
-            "parenthesized_expression" => self.accum_test(cond.named_child(0)?, polarity),
-            "not_operator" => self.accum_test(cond.child_by_field_name("argument")?, !polarity),
+            "parenthesized_expression" => self.accum_test_at(unparen(cond), polarity, depth + 1),
+            "not_operator" => self.accum_test_at(
+                unparen(cond.child_by_field_name("argument")?),
+                !polarity,
+                depth + 1,
+            ),
             "boolean_operator" => {
                 let op = cond.child_by_field_name("operator").map(|o| self.text(o));
-                let l = self.accum_test(cond.child_by_field_name("left")?, polarity);
-                let r = self.accum_test(cond.child_by_field_name("right")?, polarity);
+                let l = self.accum_test_at(
+                    unparen(cond.child_by_field_name("left")?),
+                    polarity,
+                    depth + 1,
+                );
+                let r = self.accum_test_at(
+                    unparen(cond.child_by_field_name("right")?),
+                    polarity,
+                    depth + 1,
+                );
                 // `a or is_last` still steps on the boundary; `a and b` too.
                 match op {
                     Some("or") | Some("and") => l.or(r),
@@ -409,7 +436,8 @@ impl<'s> Walker<'s> {
                     _ => return None,
                 };
                 // `i % N == 0` and `i % N == N - 1` both mark one step in N as the boundary.
-                Some((m.0, m.1, if zero { eq == polarity } else { eq == polarity }))
+                let _ = zero;
+                Some((m.0, m.1, eq == polarity))
             }
             "binary_operator" => {
                 // Bare `if (i + 1) % N:` is true on the non-boundary steps.
@@ -462,7 +490,7 @@ impl<'s> Walker<'s> {
                     .unwrap_or_default();
                 let op = node.child_by_field_name("operator").map(|o| self.text(o));
                 if op == Some("-") {
-                    arg.neg()
+                    arg.negated()
                 } else {
                     arg
                 }
@@ -532,6 +560,14 @@ impl<'s> Walker<'s> {
                 lin.terms[0].span = span;
             }
             return lin;
+        }
+        let scope = self.scope();
+        if self
+            .gpu_names
+            .iter()
+            .any(|(s, n)| n == text && (*s == scope || n.starts_with("self.")))
+        {
+            return Lin::symbol(text, span).with_role(Role::Gpu);
         }
         Lin::symbol(text, span)
     }
@@ -610,6 +646,9 @@ impl<'s> Walker<'s> {
             .push((node.start_byte(), scaling));
 
         let lin = self.lower(right, 0);
+        if lin.terms.iter().all(|t| t.opaque) && reads_device_memory(rtext) {
+            self.gpu_names.push((scope, target.clone()));
+        }
         self.record_formula(
             FormulaKind::Assign {
                 target: target.clone(),
@@ -778,8 +817,8 @@ impl<'s> Walker<'s> {
                     if a.kind() != "keyword_argument" {
                         continue;
                     }
-                    let k = a.child_by_field_name("name").map(|n| t(n)).unwrap_or("");
-                    let v = a.child_by_field_name("value").map(|n| t(n)).unwrap_or("");
+                    let k = a.child_by_field_name("name").map(t).unwrap_or("");
+                    let v = a.child_by_field_name("value").map(t).unwrap_or("");
                     match k {
                         "momentum" => m.momentum = Some(parse_number(v).unwrap_or(f64::NAN)),
                         "amsgrad" => m.amsgrad = v == "True",
@@ -827,10 +866,8 @@ impl<'s> Walker<'s> {
                 });
             }
             "generate" | "inference_mode" | "no_grad" => ev.inference.push(span.clone()),
-            "requires_grad_" => {
-                if args.is_some_and(|a| t(a).contains("False")) {
-                    ev.frozen.push(span.clone());
-                }
+            "requires_grad_" if args.is_some_and(|a| t(a).contains("False")) => {
+                ev.frozen.push(span.clone())
             }
             "autocast" => ev.precision.push(Mention {
                 value: Precision::Amp,
@@ -1192,8 +1229,8 @@ impl<'s> Walker<'s> {
 /// Combine two lowered operands under a binary operator.
 pub fn binary_lin(op: &str, a: Lin, b: Lin, text: &str, span: Range<usize>) -> Lin {
     match op {
-        "+" => a.add(b),
-        "-" => a.add(b.neg()),
+        "+" => a.plus(b),
+        "-" => a.plus(b.negated()),
         "*" => {
             if b.is_constant() {
                 let lit = b.const_literal.clone();
@@ -1217,6 +1254,22 @@ pub fn binary_lin(op: &str, a: Lin, b: Lin, text: &str, span: Range<usize>) -> L
         }
         _ => Lin::opaque(text, span, &[&a, &b]),
     }
+}
+
+/// An expression that reads how much memory the device has.
+fn reads_device_memory(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "total_memory",
+        "mem_get_info",
+        "get_device_properties",
+        "device_gb",
+        "device_memory",
+        "gpu_memory",
+        "vram",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
 }
 
 fn unparen(mut node: Node) -> Node {

@@ -237,7 +237,7 @@ impl<'s> Walker<'s> {
                     .map(|c| self.lower(c, depth + 1))
                     .unwrap_or_default();
                 if self.text(node).starts_with('-') {
-                    inner.neg()
+                    inner.negated()
                 } else {
                     inner
                 }
