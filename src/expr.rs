@@ -44,6 +44,8 @@ pub fn role_of(name: &str) -> Role {
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let n = last.trim_matches('_');
     let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
+    // A unit or memory word makes a model/param name a size; "size" alone does not
+    // (`param_max_chunk_size` counts elements).
     let sized = has(&[
         "gb",
         "gib",
@@ -51,7 +53,6 @@ pub fn role_of(name: &str) -> Role {
         "mib",
         "bytes",
         "mem",
-        "size",
         "footprint",
         "vram",
     ]);
@@ -339,6 +340,8 @@ mod tests {
         assert_eq!(role_of("n_params"), Role::ParamCount);
         assert_eq!(role_of("model_params_gb"), Role::Model);
         assert_eq!(role_of("kv_cache_gb"), Role::KvCache);
+        assert_eq!(role_of("model_size"), Role::Model);
+        assert_eq!(role_of("param_max_chunk_size"), Role::Unknown);
     }
 
     #[test]

@@ -681,14 +681,8 @@ impl<'s> Walker<'s> {
             let current = self.name(left);
             let rhs = self.lower(right, 0);
             let lin = binary_lin(&op, current, rhs, self.text(node), node.byte_range());
-            self.record_formula(
-                FormulaKind::Assign {
-                    target: target.clone(),
-                    role: role_of(&target),
-                },
-                &lin,
-                node.byte_range(),
-            );
+            // A running sum (`total += part`) is not a statement of what training needs.
+            self.record_formula(FormulaKind::Expr, &lin, node.byte_range());
             self.bind(&target, &lin);
         }
     }
