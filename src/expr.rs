@@ -121,11 +121,10 @@ pub fn role_of(name: &str) -> Role {
     if (has(&["model", "weight", "param"]) && sized) || n == "model_size" {
         return Role::Model;
     }
+    // Bare `params`/`parameters` usually hold the parameters themselves, not their count.
     if matches!(
         n,
-        "params"
-            | "parameters"
-            | "n_params"
+        "n_params"
             | "num_params"
             | "nparams"
             | "param_count"

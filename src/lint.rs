@@ -139,12 +139,12 @@ fn load(
             message: e.to_string(),
         })
     })?;
+    // A file the prefilter rules out can get no diagnostic: its text is not kept.
+    if opts.prefilter && !crate::prefilter::needs_parse(c.language, &text) {
+        return Ok(None);
+    }
     let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text);
-    let facts = if opts.prefilter && !crate::prefilter::needs_parse(c.language, &file.text) {
-        Facts::default()
-    } else {
-        analyse(&file).map_err(|reason| skip(&reason))?
-    };
+    let facts = analyse(&file).map_err(|reason| skip(&reason))?;
     Ok(Some(Unit {
         abs: absolute(&c.path, cwd),
         file: Arc::new(file),

@@ -1,34 +1,19 @@
 //! A literal scan that decides, before any parse, whether a file can hold anything a rule reads.
-//! Each condition is *necessary* for some rule to fire, derived from what the frontends record
-//! (a formula needs a model-size or parameter-count name; a loop needs `backward` and `step`), so
-//! skipping a file never changes a result.
+//! Each condition is *necessary* for some rule to fire, derived from what the frontends record, so
+//! skipping a file never changes a result:
+//! - memory formulas are recorded only with a term whose role is a model size or a parameter
+//!   count, and a term's role is [`role_of`] of an identifier written in the file: the scan asks
+//!   `role_of` about every identifier that contains `model`, `weight` or `param`;
+//! - an accumulating loop needs a `backward` call, an optimizer `step` and a `%` test;
+//! - suppression directives need `memlint` or `noqa` (for ML900).
 
+use crate::expr::{role_of, Role};
 use crate::source::Language;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use std::sync::OnceLock;
 
 const WORDS: &[&str] = &[
-    // 0..3: names that can be a model size (with a size word) or a parameter count.
-    "param",
-    "model",
-    "weight",
-    // 3..13: size words that make a model/weight name a size.
-    "gb",
-    "gib",
-    "mb",
-    "mib",
-    "bytes",
-    "mem",
-    "size",
-    "footprint",
-    "vram",
-    "model_size",
-    // 13..15: an accumulation loop.
-    "backward",
-    "step",
-    // 15..17: suppression directives.
-    "memlint",
-    "noqa",
+    "param", "model", "weight", "backward", "step", "memlint", "noqa",
 ];
 
 fn automaton() -> Option<&'static AhoCorasick> {
@@ -43,22 +28,69 @@ fn automaton() -> Option<&'static AhoCorasick> {
     .as_ref()
 }
 
-/// Whether the file must be parsed. Configs and launchers are always read: they give context to
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The identifier around byte `at`.
+fn identifier_at(bytes: &[u8], at: usize) -> &[u8] {
+    let mut start = at;
+    while start > 0 && is_ident(bytes[start - 1]) {
+        start -= 1;
+    }
+    let mut end = at;
+    while end < bytes.len() && is_ident(bytes[end]) {
+        end += 1;
+    }
+    &bytes[start..end]
+}
+
+/// Whether the file must be parsed. Launchers and configs are always read: they give context to
 /// other files.
 pub fn needs_parse(language: Language, text: &str) -> bool {
     if !matches!(language, Language::Python | Language::Notebook) {
         return true;
     }
     let Some(ac) = automaton() else { return true };
-    let mut seen = [false; 17];
+    let bytes = text.as_bytes();
+    let (mut backward, mut step) = (false, false);
     for m in ac.find_overlapping_iter(text) {
-        seen[m.pattern().as_usize()] = true;
+        match m.pattern().as_usize() {
+            0..=2 => {
+                let ident = identifier_at(bytes, m.start());
+                let sized = std::str::from_utf8(ident)
+                    .is_ok_and(|id| matches!(role_of(id), Role::Model | Role::ParamCount));
+                if sized {
+                    return true;
+                }
+            }
+            3 => backward = true,
+            4 => step = true,
+            _ => return true,
+        }
     }
-    let param = seen[0];
-    let named = seen[1] || seen[2];
-    let sized = seen[3..13].iter().any(|s| *s);
-    let memory = param || (named && sized);
-    let accumulation = seen[13] && seen[14];
-    let directives = seen[15] || seen[16];
-    memory || accumulation || directives
+    backward && step && text.contains('%')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_only_what_no_rule_reads() {
+        let py = Language::Python;
+        assert!(needs_parse(py, "free = gpu_gb - model_size_gb * 2\n"));
+        assert!(needs_parse(py, "n_params = 7e9\n"));
+        assert!(!needs_parse(
+            py,
+            "opt = AdamW(model.parameters())\nmodel.train()\n"
+        ));
+        assert!(needs_parse(
+            py,
+            "loss.backward()\nif i % n == 0:\n    opt.step()\n"
+        ));
+        assert!(!needs_parse(py, "loss.backward()\nopt.step()\n"));
+        assert!(needs_parse(py, "x = 1  # noqa: MEM001\n"));
+        assert!(needs_parse(Language::Shell, "echo hi\n"));
+    }
 }
