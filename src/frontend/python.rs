@@ -56,7 +56,7 @@ struct Scope {
     /// Enclosing class scope for methods (where `self.x` lives).
     class: Option<usize>,
     parent: Option<usize>,
-    bases: String,
+    is_class: bool,
 }
 
 /// A condition of an `if`, with the accumulation test it makes, if any.
@@ -166,7 +166,7 @@ impl<'s> Walker<'s> {
                 name: String::new(),
                 class: None,
                 parent: None,
-                bases: String::new(),
+                is_class: false,
             }],
             conds: Vec::new(),
             loops: Vec::new(),
@@ -314,48 +314,41 @@ impl<'s> Walker<'s> {
             .unwrap_or_default();
         let parent = self.scope();
         let is_class = node.kind() == "class_definition";
-        let class = if is_class {
-            None
-        } else if self.scopes.get(parent).is_some_and(|s| s.bases != "\u{0}")
-            && self.parent_is_class(parent)
-        {
-            Some(parent)
-        } else {
-            self.scopes.get(parent).and_then(|s| s.class)
+        // A method's `self.x` lives in its class; nested functions inherit their parent's class.
+        let class = match self.scopes.get(parent) {
+            _ if is_class => None,
+            Some(p) if p.is_class => Some(parent),
+            Some(p) => p.class,
+            None => None,
         };
-        let bases = if is_class {
-            node.child_by_field_name("superclasses")
-                .map(|n| self.text(n).to_string())
-                .unwrap_or_default()
-        } else {
-            "\u{0}".to_string()
-        };
-        if is_class && (bases.contains("Trainer") || bases.contains("LightningModule")) {
-            let fw = if bases.contains("LightningModule") {
-                Framework::Lightning
+        if is_class {
+            let bases = node
+                .child_by_field_name("superclasses")
+                .map(|n| self.text(n))
+                .unwrap_or("");
+            let framework = if bases.contains("LightningModule") {
+                Some(Framework::Lightning)
+            } else if bases.contains("Trainer") {
+                Some(Framework::HfTrainer)
             } else {
-                Framework::HfTrainer
+                None
             };
-            self.facts.evidence.frameworks.push(Mention {
-                value: fw,
-                span: node.byte_range(),
-            });
-            self.facts.evidence.trains.push(node.byte_range());
+            if let Some(fw) = framework {
+                self.facts.evidence.frameworks.push(Mention {
+                    value: fw,
+                    span: node.byte_range(),
+                });
+                self.facts.evidence.trains.push(node.byte_range());
+            }
         }
         self.scopes.push(Scope {
             name,
             class,
             parent: Some(parent),
-            bases,
+            is_class,
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
-    }
-
-    fn parent_is_class(&self, scope: usize) -> bool {
-        self.scopes
-            .get(scope)
-            .is_some_and(|s| s.bases != "\u{0}" && scope != 0)
     }
 
     /// The condition of an `if`/`elif`, registered once per node.
@@ -424,19 +417,13 @@ impl<'s> Walker<'s> {
                     return None;
                 }
                 let op = self.text(kids[1]);
-                let (m, other) = if self.modulo(kids[0]).is_some() {
-                    (self.modulo(kids[0])?, kids[2])
-                } else {
-                    (self.modulo(kids[2])?, kids[0])
-                };
-                let zero = parse_number(self.text(other)) == Some(0.0);
+                let m = self.modulo(kids[0]).or_else(|| self.modulo(kids[2]))?;
                 let eq = match op {
                     "==" => true,
                     "!=" => false,
                     _ => return None,
                 };
                 // `i % N == 0` and `i % N == N - 1` both mark one step in N as the boundary.
-                let _ = zero;
                 Some((m.0, m.1, eq == polarity))
             }
             "binary_operator" => {
