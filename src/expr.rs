@@ -307,6 +307,74 @@ impl Lin {
         self
     }
 
+    /// Combine two lowered operands under a binary operator (`+ - * / // **`); anything else, or a
+    /// product of two unknowns, is opaque.
+    pub fn binary(op: &str, a: Lin, b: Lin, text: &str, span: Range<usize>) -> Lin {
+        match op {
+            "+" => a.plus(b),
+            "-" => a.plus(b.negated()),
+            "*" => {
+                if b.is_constant() {
+                    let lit = b.const_literal.clone();
+                    a.scale(b.constant, lit, Some(span))
+                } else if a.is_constant() {
+                    let lit = a.const_literal.clone();
+                    b.scale(a.constant, lit, Some(span))
+                } else {
+                    Lin::opaque(text, span, &[&a, &b])
+                }
+            }
+            "/" | "//" if b.is_constant() && b.constant != 0.0 => {
+                if a.is_constant() {
+                    Lin::constant(a.constant / b.constant, None)
+                } else {
+                    a.scale(1.0 / b.constant, None, Some(span))
+                }
+            }
+            "**" if a.is_constant() && b.is_constant() => {
+                Lin::constant(a.constant.powf(b.constant), None)
+            }
+            _ => Lin::opaque(text, span, &[&a, &b]),
+        }
+    }
+
+    /// A name read where its value may be known. A known number stays a symbol (its role is what
+    /// rules read) carrying the value; a linear value is substituted, its terms counted as the
+    /// component the name stands for; a plain alias is re-pointed here, where a fix would rewrite.
+    pub fn read(name: &str, span: Range<usize>, value: Option<&Lin>) -> Lin {
+        let role = role_of(name);
+        let Some(value) = value.filter(|v| !v.hides_role(role)) else {
+            return Lin::symbol(name, span);
+        };
+        if value.terms.is_empty() {
+            return if role == Role::Unknown {
+                value.clone()
+            } else {
+                Lin::known(name, span, value.constant)
+            };
+        }
+        let mut lin = value.clone().through(role);
+        if let [t] = lin.terms.as_mut_slice() {
+            if t.coef == 1.0 && lin.constant == 0.0 {
+                t.symbol_span = span.clone();
+                t.span = span;
+            }
+        }
+        lin
+    }
+
+    /// Every term's value is known up to its symbols: safe to substitute for a name.
+    pub fn is_linear(&self) -> bool {
+        self.terms.iter().all(|t| !t.opaque)
+    }
+
+    /// Sized by the model: the only expressions memory rules read.
+    pub fn is_sized(&self) -> bool {
+        self.terms
+            .iter()
+            .any(|t| matches!(t.role, Role::Model | Role::ParamCount))
+    }
+
     /// Whether substituting this value for a name of role `name_role` would lose what the name
     /// says: a role-less alias (`gpu_memory_gb=$1`) is better kept as the name.
     pub fn hides_role(&self, name_role: Role) -> bool {

@@ -5,7 +5,29 @@ pub mod python;
 pub mod shell;
 
 use crate::facts::{Evidence, Mention, OptimizerMention, Precision};
+use std::cell::RefCell;
 use std::ops::Range;
+use std::thread::LocalKey;
+use tree_sitter::{Parser, Tree};
+
+/// A thread's parser for one grammar, created on first use (one parser per thread).
+pub type ParserSlot = LocalKey<RefCell<Option<Parser>>>;
+
+pub fn parse_with(
+    slot: &'static ParserSlot,
+    language: tree_sitter::Language,
+    text: &str,
+) -> Option<Tree> {
+    slot.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let mut p = Parser::new();
+            p.set_language(&language).ok()?;
+            *slot = Some(p);
+        }
+        slot.as_mut()?.parse(text, None)
+    })
+}
 
 /// Recursion bound for expression lowering: deeper expressions are left opaque, so nested input of
 /// any depth cannot overflow the stack.

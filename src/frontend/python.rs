@@ -17,15 +17,7 @@ thread_local! {
 
 /// Parse with this thread's parser (one per thread, created on first use).
 pub fn parse(text: &str) -> Option<Tree> {
-    PARSER.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            let mut p = Parser::new();
-            p.set_language(&tree_sitter_python::LANGUAGE.into()).ok()?;
-            *slot = Some(p);
-        }
-        slot.as_mut()?.parse(text, None)
-    })
+    super::parse_with(&PARSER, tree_sitter_python::LANGUAGE.into(), text)
 }
 
 pub fn extract(text: &str) -> Facts {
@@ -96,6 +88,7 @@ struct Walker<'s> {
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
     conds: Vec<Cond>,
+    cond_ids: HashMap<usize, usize>,
     loops: Vec<Range<usize>>,
     /// Lowered values of names, per scope: the latest assignment wins (walk order is source order).
     env: HashMap<(usize, String), Lin>,
@@ -169,6 +162,7 @@ impl<'s> Walker<'s> {
                 is_class: false,
             }],
             conds: Vec::new(),
+            cond_ids: HashMap::new(),
             loops: Vec::new(),
             env: HashMap::new(),
             loss_defs: HashMap::new(),
@@ -351,16 +345,20 @@ impl<'s> Walker<'s> {
         self.push(node, Frame::Scope(id));
     }
 
-    /// The condition of an `if`/`elif`, registered once per node.
+    /// The condition of an `if`/`elif`, registered once per node (both branches share it).
     fn cond_of(&mut self, stmt: Node) -> Option<usize> {
         if !matches!(stmt.kind(), "if_statement" | "elif_clause") {
             return None;
         }
+        if let Some(&id) = self.cond_ids.get(&stmt.id()) {
+            return Some(id);
+        }
         let cond = stmt.child_by_field_name("condition")?;
         let accum = self.accum_test(cond, true);
-        // Registered per branch entry; identical conditions share nothing but that is harmless.
         self.conds.push(Cond { accum });
-        Some(self.conds.len() - 1)
+        let id = self.conds.len() - 1;
+        self.cond_ids.insert(stmt.id(), id);
+        Some(id)
     }
 
     /// Whether `cond` tests `i % N` (directly, negated, or through a name holding such a test).
@@ -524,29 +522,15 @@ impl<'s> Walker<'s> {
         };
         let a = self.lower(l, depth + 1);
         let b = self.lower(r, depth + 1);
-        binary_lin(self.text(op), a, b, self.text(node), span)
+        Lin::binary(self.text(op), a, b, self.text(node), span)
     }
 
     /// A name, replaced by its lowered value when it was assigned a linear value in scope.
     fn name(&self, node: Node) -> Lin {
         let text = self.text(node);
         let span = node.byte_range();
-        if let Some(value) = self.lookup(text).filter(|v| !v.hides_role(role_of(text))) {
-            let role = role_of(text);
-            let mut lin = value.through(role);
-            if lin.terms.is_empty() {
-                // A name holding a number stays a symbol: its role is what rules read.
-                if role == Role::Unknown {
-                    return lin;
-                }
-                return Lin::known(text, span, lin.constant);
-            }
-            // A plain alias (`params_gb = model_size_gb`) is written here: fixes rewrite here.
-            if lin.terms.len() == 1 && lin.terms[0].coef == 1.0 && lin.constant == 0.0 {
-                lin.terms[0].symbol_span = span.clone();
-                lin.terms[0].span = span;
-            }
-            return lin;
+        if let Some(value) = self.lookup(text) {
+            return Lin::read(text, span, Some(&value));
         }
         let scope = self.scope();
         if self
@@ -575,7 +559,6 @@ impl<'s> Walker<'s> {
     }
 
     fn bind(&mut self, name: &str, value: &Lin) {
-        let linear = value.terms.iter().all(|t| !t.opaque);
         let key_scope = if name.starts_with("self.") {
             match self.scopes.get(self.scope()).and_then(|s| s.class) {
                 Some(c) => c,
@@ -585,7 +568,7 @@ impl<'s> Walker<'s> {
             self.scope()
         };
         let key = (key_scope, name.to_string());
-        if linear {
+        if value.is_linear() {
             self.env.insert(key, value.clone());
         } else {
             self.env.remove(&key);
@@ -667,7 +650,7 @@ impl<'s> Walker<'s> {
         if left.kind() == "identifier" || left.kind() == "attribute" {
             let current = self.name(left);
             let rhs = self.lower(right, 0);
-            let lin = binary_lin(&op, current, rhs, self.text(node), node.byte_range());
+            let lin = Lin::binary(&op, current, rhs, self.text(node), node.byte_range());
             // A running sum (`total += part`) is not a statement of what training needs.
             self.record_formula(FormulaKind::Expr, &lin, node.byte_range());
             self.bind(&target, &lin);
@@ -724,11 +707,7 @@ impl<'s> Walker<'s> {
 
     /// Keep only what could be memory arithmetic: something sized by the model.
     fn record_formula(&mut self, kind: FormulaKind, lin: &Lin, span: Range<usize>) {
-        let sized = lin
-            .terms
-            .iter()
-            .any(|t| matches!(t.role, Role::Model | Role::ParamCount));
-        if sized {
+        if lin.is_sized() {
             self.facts.formulas.push(Formula {
                 kind,
                 lin: lin.clone(),
@@ -1204,36 +1183,6 @@ impl<'s> Walker<'s> {
         }
         self.facts.loops = loops;
         self.facts
-    }
-}
-
-/// Combine two lowered operands under a binary operator.
-pub fn binary_lin(op: &str, a: Lin, b: Lin, text: &str, span: Range<usize>) -> Lin {
-    match op {
-        "+" => a.plus(b),
-        "-" => a.plus(b.negated()),
-        "*" => {
-            if b.is_constant() {
-                let lit = b.const_literal.clone();
-                a.scale(b.constant, lit, Some(span))
-            } else if a.is_constant() {
-                let lit = a.const_literal.clone();
-                b.scale(a.constant, lit, Some(span))
-            } else {
-                Lin::opaque(text, span, &[&a, &b])
-            }
-        }
-        "/" | "//" if b.is_constant() && b.constant != 0.0 => {
-            if a.is_constant() {
-                Lin::constant(a.constant / b.constant, None)
-            } else {
-                a.scale(1.0 / b.constant, None, Some(span))
-            }
-        }
-        "**" if a.is_constant() && b.is_constant() => {
-            Lin::constant(a.constant.powf(b.constant), None)
-        }
-        _ => Lin::opaque(text, span, &[&a, &b]),
     }
 }
 

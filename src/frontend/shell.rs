@@ -2,9 +2,8 @@
 //! into the shared expression form, and reads launch commands and their flags.
 
 use super::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
-use crate::expr::{role_of, Lin, Role};
+use crate::expr::{role_of, Lin};
 use crate::facts::*;
-use crate::frontend::python::binary_lin;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -15,15 +14,7 @@ thread_local! {
 }
 
 pub fn parse(text: &str) -> Option<Tree> {
-    PARSER.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            let mut p = Parser::new();
-            p.set_language(&tree_sitter_bash::LANGUAGE.into()).ok()?;
-            *slot = Some(p);
-        }
-        slot.as_mut()?.parse(text, None)
-    })
+    super::parse_with(&PARSER, tree_sitter_bash::LANGUAGE.into(), text)
 }
 
 pub fn extract(text: &str) -> Facts {
@@ -195,7 +186,7 @@ impl<'s> Walker<'s> {
 
     fn bind(&mut self, name: &str, lin: Lin) {
         let key = (self.scope(), name.to_string());
-        if lin.terms.iter().all(|t| !t.opaque) {
+        if lin.is_linear() {
             self.env.insert(key, lin);
         } else {
             self.env.remove(&key);
@@ -207,11 +198,7 @@ impl<'s> Walker<'s> {
     }
 
     fn record(&mut self, kind: FormulaKind, lin: Lin, span: Range<usize>) {
-        if lin
-            .terms
-            .iter()
-            .any(|t| matches!(t.role, Role::Model | Role::ParamCount))
-        {
+        if lin.is_sized() {
             self.facts.formulas.push(Formula { kind, lin, span });
         }
     }
@@ -252,7 +239,7 @@ impl<'s> Walker<'s> {
                 };
                 let a = self.lower(l, depth + 1);
                 let b = self.lower(r, depth + 1);
-                binary_lin(self.text(op), a, b, self.text(node), span)
+                Lin::binary(self.text(op), a, b, self.text(node), span)
             }
             _ => Lin::opaque(self.text(node), span, &[]),
         }
@@ -271,22 +258,8 @@ impl<'s> Walker<'s> {
         let value = self
             .env
             .get(&(self.scope(), name.to_string()))
-            .or_else(|| self.env.get(&(0, name.to_string())))
-            .filter(|v| !v.hides_role(role_of(name)));
-        match value {
-            Some(v) if v.terms.is_empty() && role_of(name) != Role::Unknown => {
-                Lin::known(name, node.byte_range(), v.constant)
-            }
-            Some(v) => {
-                let mut lin = v.clone().through(role_of(name));
-                if lin.terms.len() == 1 && lin.terms[0].coef == 1.0 && lin.constant == 0.0 {
-                    lin.terms[0].span = node.byte_range();
-                    lin.terms[0].symbol_span = node.byte_range();
-                }
-                lin
-            }
-            None => Lin::symbol(name, node.byte_range()),
-        }
+            .or_else(|| self.env.get(&(0, name.to_string())));
+        Lin::read(name, node.byte_range(), value)
     }
 
     /// Resolve `$VAR`/`"${VAR}"` in an argument through literal assignments seen so far.
