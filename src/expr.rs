@@ -46,16 +46,13 @@ pub fn role_of(name: &str) -> Role {
     let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
     // A unit or memory word makes a model/param name a size; "size" alone does not
     // (`param_max_chunk_size` counts elements).
-    let sized = has(&[
-        "gb",
-        "gib",
-        "mb",
-        "mib",
-        "bytes",
-        "mem",
-        "footprint",
-        "vram",
-    ]);
+    // Whole name segments only: `mb` inside `embedding` is not megabytes.
+    let sized = n.split('_').any(|seg| {
+        matches!(
+            seg,
+            "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint" | "vram"
+        ) || seg.starts_with("mem")
+    });
     if has(&[
         "kv_cache",
         "kvcache",
@@ -407,8 +404,10 @@ mod tests {
         assert_eq!(role_of("n_params"), Role::ParamCount);
         assert_eq!(role_of("model_params_gb"), Role::Model);
         assert_eq!(role_of("kv_cache_gb"), Role::KvCache);
-        assert_eq!(role_of("model_size"), Role::Model);
         assert_eq!(role_of("param_max_chunk_size"), Role::Unknown);
+        assert_eq!(role_of("embedding_params"), Role::Unknown);
+        assert_eq!(role_of("model_memory"), Role::Model);
+        assert_eq!(role_of("model_size"), Role::Model);
     }
 
     #[test]

@@ -91,8 +91,9 @@ impl Rule for MissingOptimizerState {
             let counted: Vec<&&Term> = req
                 .terms
                 .iter()
+                // Gradients are a copy of the weights' size: a `grads_gb` term counts as one.
                 .filter(|t| {
-                    t.role == Role::Model
+                    matches!(t.role, Role::Model | Role::Grads)
                         && matches!(
                             t.part,
                             Role::Model | Role::Grads | Role::Total | Role::Unknown
