@@ -17,6 +17,7 @@ pub mod frontend;
 pub mod knowledge;
 pub mod lint;
 pub mod prefilter;
+pub mod project;
 pub mod report;
 pub mod rules;
 pub mod settings;

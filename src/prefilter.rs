@@ -5,7 +5,9 @@
 //!   count, and a term's role is [`role_of`] of an identifier written in the file: the scan asks
 //!   `role_of` about every identifier that contains `model`, `weight` or `param`;
 //! - an accumulating loop needs a `backward` call, an optimizer `step` and a `%` test;
-//! - suppression directives need `memlint` or `noqa` (for ML900).
+//! - suppression directives need `memlint` or `noqa` (for ML900);
+//! - a batch config written in Python (a DeepSpeed dict, a dataclass, argparse defaults) is
+//!   reported only with a DeepSpeed key or a declared global batch, whose names are literals here.
 
 use crate::expr::{role_of, Role};
 use crate::source::Language;
@@ -13,7 +15,23 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use std::sync::OnceLock;
 
 const WORDS: &[&str] = &[
-    "param", "model", "weight", "backward", "step", "memlint", "noqa",
+    "param",
+    "model",
+    "weight",
+    "backward",
+    "step",
+    "memlint",
+    "noqa",
+    "\"train_batch_size\"",
+    "'train_batch_size'",
+    "train_micro_batch_size_per_gpu",
+    "global_batch",
+    "global-batch",
+    "effective_batch",
+    "effective-batch",
+    "total_batch",
+    "total-batch",
+    "total_train_batch",
 ];
 
 fn automaton() -> Option<&'static AhoCorasick> {
@@ -92,5 +110,11 @@ mod tests {
         assert!(!needs_parse(py, "loss.backward()\nopt.step()\n"));
         assert!(needs_parse(py, "x = 1  # noqa: MEM001\n"));
         assert!(needs_parse(Language::Shell, "echo hi\n"));
+        assert!(needs_parse(py, "cfg = {\"train_batch_size\": 32}\n"));
+        assert!(needs_parse(
+            py,
+            "p.add_argument(\"--global-batch-size\", default=8)\n"
+        ));
+        assert!(!needs_parse(py, "per_device_train_batch_size = 8\n"));
     }
 }

@@ -1,8 +1,13 @@
 //! The rules: one file per rule, each reading facts and the training context, never syntax trees.
 
+mod batch;
+mod bs001;
+mod bs002;
+mod bs003;
 pub mod catalog;
 mod ga001;
 mod mem001;
+mod mem005;
 
 use crate::context::TrainingContext;
 use crate::diagnostic::Diagnostic;
@@ -25,6 +30,10 @@ pub trait Rule: Sync {
 pub static RULES: &[&dyn Rule] = &[
     &mem001::MissingOptimizerState,
     &ga001::UnscaledAccumulationLoss,
+    &bs001::DeepSpeedBatchMismatch,
+    &bs002::EffectiveBatchMismatch,
+    &bs003::TrainerDeepSpeedMismatch,
+    &mem005::TrainingDoesNotFit,
 ];
 
 pub const UNUSED_SUPPRESSION: &str = "ML900";
