@@ -139,6 +139,9 @@ pub struct MemoryCase {
     pub world: Option<World>,
     /// A `fsdp_*` key or an FSDP launcher option: parameters are sharded by FSDP.
     pub fsdp: bool,
+    /// Optimizer states or gradients need not stay on the GPU: a paged optimizer (states in
+    /// unified memory, evicted under pressure) or `optimizer_in_bwd` (no gradients kept).
+    pub off_gpu: Option<String>,
 }
 
 /// What rules see of the project around one file.
@@ -596,6 +599,56 @@ fn parse_invocation(inv: &Invocation) -> Parsed {
     if kind == "accelerate" && args.first().is_some_and(|a| a.value == "launch") {
         args = &args[1..];
     }
+    // `tune run [--nproc_per_node N] <recipe> --config <file> key=value...`: torchrun's options,
+    // then a recipe; a `*_single_device` recipe runs one process.
+    if kind == "tune" && args.first().is_some_and(|a| a.value == "run") {
+        let rest = &args[1..];
+        let opts = options(rest);
+        let mut i = 0;
+        while let Some(a) = rest.get(i) {
+            if !a.value.starts_with('-') {
+                break;
+            }
+            let takes_value = !a.value.contains('=')
+                && rest.get(i + 1).is_some_and(|n| !n.value.starts_with('-'))
+                && opts
+                    .iter()
+                    .any(|(k, v, _)| *k == key_of(&a.value) && v.is_some());
+            i += if takes_value { 2 } else { 1 };
+        }
+        let recipe = rest.get(i).map(|a| a.value.clone()).unwrap_or_default();
+        let launcher_opts: Vec<(String, Option<Arg>, Arg)> = options(&rest[..i.min(rest.len())]);
+        let after = rest.get(i + 1..).unwrap_or(&[]);
+        let single = recipe.ends_with("single_device") && launcher_opts.is_empty();
+        return Parsed {
+            options: if single {
+                vec![(
+                    "nproc_per_node".into(),
+                    Some(Arg {
+                        value: "1".into(),
+                        known: true,
+                        span: rest.get(i).map_or(0..0, |a| a.span.clone()),
+                        via: Vec::new(),
+                    }),
+                    rest.get(i).cloned().unwrap_or(Arg {
+                        value: recipe.clone(),
+                        known: true,
+                        span: 0..0,
+                        via: Vec::new(),
+                    }),
+                )]
+            } else {
+                launcher_opts
+            },
+            flags: options(after),
+            positional: Vec::new(),
+            kind: if single || !rest[..i.min(rest.len())].is_empty() {
+                "torchrun".into()
+            } else {
+                "tune".into()
+            },
+        };
+    }
     // The script (or `-m module`) separates launcher options from the script's.
     let split = args
         .iter()
@@ -676,11 +729,12 @@ fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run> {
     let mut names: Vec<(String, Range<usize>)> = Vec::new();
     for (key, value, word) in parsed.options.iter().chain(parsed.flags.iter()) {
         if let Some(v) = value {
+            let at = word.span.start..v.span.end.max(word.span.end);
             if is_config_flag(key) && is_config_path(&v.value) {
-                names.push((
-                    v.value.clone(),
-                    word.span.start..v.span.end.max(word.span.end),
-                ));
+                names.push((v.value.clone(), at));
+            } else if inv.launcher == "tune" && key == "config" {
+                // `tune run ... --config llama3/8B_full` names `llama3/8B_full.yaml`.
+                names.push((format!("{}.yaml", v.value), at));
             }
         }
     }
@@ -1143,17 +1197,13 @@ fn world_of(
             }
         }
     }
+    // DeepSpeed's automatic tensor parallelism builds its own mesh: the data-parallel size is
+    // not known from the launcher alone. (`sequence_parallel_size` in a DeepSpeed config is
+    // applied where that config is checked.)
     for (f, c) in configs {
         let Some(root) = files.config(*f, *c) else {
             continue;
         };
-        if let Some(sp) = root.get("sequence_parallel_size") {
-            let v = sp.as_number().filter(|v| *v >= 1.0 && v.fract() == 0.0)? as u64;
-            if v > 1 {
-                divisor = divisor.checked_mul(v)?;
-                parts.push(format!("sequence_parallel_size {v}"));
-            }
-        }
         if root
             .get("tensor_parallel")
             .and_then(|t| t.get("autotp_size"))
@@ -1396,6 +1446,17 @@ fn memory_case(files: &Files, run: &Run, defaults: &[Defaults]) -> Option<(usize
             return None;
         }
     }
+    // A config on its own says nothing of how many processes run it or how they shard
+    // (torchtune's distributed recipes shard with FSDP without a key saying so).
+    if run.invocation.is_none()
+        && run.recipe.is_none()
+        && matches!(
+            files.file(run.origin).language,
+            Language::Yaml | Language::Json | Language::Toml
+        )
+    {
+        return None;
+    }
     let members = run.members();
     let mut params: Vec<Found> = Vec::new();
     let mut gpus: Vec<Found> = Vec::new();
@@ -1491,6 +1552,32 @@ fn memory_case(files: &Files, run: &Run, defaults: &[Defaults]) -> Option<(usize
     if let Value::Map(entries) = &run.flags.value {
         fsdp |= entries.iter().any(|(k, _)| k.name.starts_with("fsdp"));
     }
+    // torchtune's distributed recipes shard with FSDP.
+    if let Some(inv) = run
+        .invocation
+        .and_then(|k| files.facts(run.origin).invocations.get(k))
+    {
+        fsdp |= inv.launcher == "tune"
+            && inv
+                .args
+                .iter()
+                .any(|a| !a.value.starts_with('-') && a.value.contains("distributed"));
+    }
+    let mut off_gpu = located
+        .evidence
+        .optimizers
+        .iter()
+        .find(|m| m.value.name.starts_with("paged"))
+        .map(|m| format!("paged optimizer `{}`", m.value.name));
+    for (f, c) in &run.configs {
+        let in_bwd = files
+            .config(*f, *c)
+            .and_then(|r| r.get("optimizer_in_bwd"))
+            .is_some_and(|v| v.value == Value::Bool(true));
+        if in_bwd {
+            off_gpu = Some("`optimizer_in_bwd`".into());
+        }
+    }
     Some((
         unit,
         MemoryCase {
@@ -1506,6 +1593,7 @@ fn memory_case(files: &Files, run: &Run, defaults: &[Defaults]) -> Option<(usize
             deepspeed,
             world: run.info.world.clone(),
             fsdp,
+            off_gpu,
         },
     ))
 }

@@ -178,9 +178,14 @@ fn triple(
         _ => None,
     };
     let (m, g) = (num(m), num(g));
+    // DeepSpeed divides the world by the config's `sequence_parallel_size` (without an mpu);
     // GPT-NeoX style configs state their model-parallel sizes next to the batch sizes.
     let mut divisor = 1u64;
-    for k in ["model_parallel_size", "pipe_parallel_size"] {
+    for k in [
+        "sequence_parallel_size",
+        "model_parallel_size",
+        "pipe_parallel_size",
+    ] {
         match val(root.get(k)) {
             Val::Num(n) => divisor = divisor.checked_mul(n)?,
             Val::Unknown => return None,
@@ -212,7 +217,7 @@ fn triple(
         .as_ref()
         .map_or(anchor.span.clone(), |(_, s)| s.clone());
     for w in worlds {
-        if w.data_parallel % divisor != 0 {
+        if !w.data_parallel.is_multiple_of(divisor) {
             continue;
         }
         let dp = w.data_parallel / divisor;

@@ -44,7 +44,13 @@ struct Regime {
 
 fn judge(case: &MemoryCase) -> Option<Diagnostic> {
     let t = &case.training;
-    if t.lora || t.frozen || t.inference || t.unknown_optimizer || case.fsdp {
+    if t.lora
+        || t.frozen
+        || t.inference
+        || t.unknown_optimizer
+        || case.fsdp
+        || case.off_gpu.is_some()
+    {
         return None;
     }
     let (row, optimizer_why) = optimizer(case)?;

@@ -220,7 +220,13 @@ impl Env {
             if c == '`' {
                 let end = (i + 1..n).find(|&j| input[j].c == '`').unwrap_or(n - 1);
                 out.started = true;
-                out.cur.extend(unknown_from(&input[i..=end]));
+                let inner = text_of(&input[(i + 1).min(end)..end]);
+                if names_script_dir(&inner) {
+                    let s = input[i].src.start;
+                    out.cur.extend(here_dir(s..input[end].src.end.max(s)));
+                } else {
+                    out.cur.extend(unknown_from(&input[i..=end]));
+                }
                 i = end + 1;
                 continue;
             }
@@ -277,6 +283,10 @@ impl Env {
             }
             '(' => {
                 let end = matching(input, i + 1, '(', ')')?;
+                let inner = text_of(&input[i + 2..end]);
+                if names_script_dir(&inner) {
+                    return Some((end + 1 - i, here_dir(span_of(i, end + 1))));
+                }
                 Some((end + 1 - i, unknown_from(&input[i..=end])))
             }
             '{' => {
@@ -412,6 +422,49 @@ fn words_of(text: &str) -> impl Iterator<Item = &str> {
                 .next()
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         })
+}
+
+/// `$(dirname "$0")`, `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)`, `` `pwd` ``: the folder
+/// the script runs in, which memlint resolves paths against anyway.
+fn names_script_dir(inner: &str) -> bool {
+    let t: String = inner
+        .chars()
+        .filter(|c| !matches!(c, '"' | '\'' | ' ' | '\t'))
+        .collect();
+    let t = t
+        .replace(">/dev/null2>&1", "")
+        .replace(">/dev/null", "")
+        .replace("2>/dev/null", "");
+    if t == "pwd" {
+        return true;
+    }
+    let dirname_of_script = |s: &str| {
+        matches!(
+            s,
+            "dirname$0"
+                | "dirname${0}"
+                | "dirname${BASH_SOURCE[0]}"
+                | "dirname$BASH_SOURCE"
+                | "dirname${BASH_SOURCE}"
+        )
+    };
+    if dirname_of_script(&t) {
+        return true;
+    }
+    // `cd "$(dirname ...)" && pwd` (and `pwd -P`).
+    t.strip_prefix("cd$(")
+        .and_then(|r| r.split_once(")&&pwd"))
+        .is_some_and(|(d, rest)| dirname_of_script(d) && matches!(rest, "" | "-P"))
+}
+
+/// The script's folder, written as `.`: relative paths are resolved from the launcher's folder.
+fn here_dir(span: Range<usize>) -> Vec<RChar> {
+    vec![RChar {
+        c: '.',
+        src: span,
+        via: NO_BINDING,
+        flags: 0,
+    }]
 }
 
 /// Index of the bracket closing the one at `open`.
@@ -691,6 +744,19 @@ mod tests {
         assert_eq!(words(&mut env, "${M:-4}"), ["4"]);
         assert_eq!(words(&mut env, "${N:-4}"), ["8"]);
         assert_eq!(words(&mut env, "$((N*2))"), ["16"]);
+        assert_eq!(
+            words(&mut env, "\"$(dirname \"$0\")/ds.json\""),
+            ["./ds.json"]
+        );
+        assert_eq!(
+            words(
+                &mut env,
+                "$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" >/dev/null 2>&1 && pwd)/x"
+            ),
+            ["./x"]
+        );
+        assert_eq!(words(&mut env, "`pwd`/c.json"), ["./c.json"]);
+        assert!(!is_known(&env.expand_source("$(date)", 0, Mode::Word)[0]));
         let f = env.expand_source("$1", 0, Mode::Word);
         assert!(!is_known(&f[0]));
         let f = env.expand_source("$N", 300, Mode::Word);
