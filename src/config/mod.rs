@@ -85,6 +85,8 @@ pub struct ConfigError {
 
 pub fn parse(language: Language, text: &str) -> Result<ConfigDoc, ConfigError> {
     match language {
+        // An empty file holds no config (and is not worth a warning).
+        Language::Json if text.trim().is_empty() => Ok(ConfigDoc::default()),
         Language::Json => json::parse(text).map(|root| ConfigDoc { roots: vec![root] }),
         Language::Yaml => yaml::parse(text),
         Language::Toml => toml::parse(text).map(|root| ConfigDoc { roots: vec![root] }),

@@ -129,6 +129,7 @@ fn relax_flow_indent(text: &str) -> Option<(String, Vec<usize>)> {
     let mut opener_indent = 0usize;
     // Indentation of a line that started a block scalar (`key: |`): deeper lines are text.
     let mut block_scalar: Option<usize> = None;
+    let mut quote: Option<char> = None;
     let mut changed = false;
     for line in text.split_inclusive('\n') {
         let indent = line.len() - line.trim_start_matches(' ').len();
@@ -150,7 +151,7 @@ fn relax_flow_indent(text: &str) -> Option<(String, Vec<usize>)> {
         out.extend(std::iter::repeat_n(' ', pad));
         out.push_str(line);
         let before = depth;
-        depth = flow_depth_after(body, depth);
+        (depth, quote) = flow_depth_after(body, depth, quote);
         if before == 0 && depth > 0 {
             opener_indent = indent;
         }
@@ -168,9 +169,13 @@ fn relax_flow_indent(text: &str) -> Option<(String, Vec<usize>)> {
     changed.then_some((out, shift))
 }
 
-/// Bracket depth after one line, skipping quoted text and comments.
-fn flow_depth_after(line: &str, mut depth: usize) -> usize {
-    let mut quote: Option<char> = None;
+/// Bracket depth after one line, skipping quoted text (which may continue on the next line)
+/// and comments.
+fn flow_depth_after(
+    line: &str,
+    mut depth: usize,
+    mut quote: Option<char>,
+) -> (usize, Option<char>) {
     let mut prev = ' ';
     for c in line.chars() {
         match quote {
@@ -191,7 +196,8 @@ fn flow_depth_after(line: &str, mut depth: usize) -> usize {
         }
         prev = c;
     }
-    depth
+    // A quote only continues onto the next line inside a flow collection.
+    (depth, if depth > 0 { quote } else { None })
 }
 
 #[cfg(test)]
@@ -221,6 +227,10 @@ mod tests {
         assert_eq!(&text[next.span.clone()], "1");
         let top = "cuda: [\n  \"0\",\n  \"0,1\"\n]\n";
         assert!(parse(top).is_ok());
+        let multiline = "task:\n  command: [\n    'sh', '-c'\n  ]\n  arguments: ['deepspeed\n    train.py\n    --x [1]']\n  next: 2\n";
+        let doc = parse(multiline).unwrap();
+        let task = doc.roots[0].get("task").unwrap();
+        assert_eq!(task.get("next").and_then(Node::as_number), Some(2.0));
     }
 
     #[test]

@@ -737,6 +737,17 @@ impl<'s> Walker<'s> {
             fields = self.vars.expand(&joined, Mode::Word, 1);
             rounds += 1;
         }
+        // `srun ... bash -c "$LAUNCHER $CMD"`: the string is a command line of its own.
+        if let Some(at) = (0..fields.len().saturating_sub(2)).find(|&i| {
+            matches!(text_of(&fields[i]).rsplit('/').next(), Some("bash" | "sh"))
+                && text_of(&fields[i + 1]) == "-c"
+        }) {
+            let inner = self.vars.expand(&fields[at + 2], Mode::Word, 1);
+            let mut spliced: Vec<Vec<RChar>> = fields[..at].to_vec();
+            spliced.extend(inner);
+            spliced.extend(fields[at + 3..].iter().cloned());
+            fields = spliced;
+        }
         let words: Vec<Arg> = fields.iter().map(|f| self.vars.arg(f)).collect();
         // Flags anywhere in any command: `--optim adamw_torch`, `--optimizer=adamw`, `--bf16`.
         for (i, a) in words.iter().enumerate() {
@@ -1176,6 +1187,12 @@ srun --ntasks-per-node=1 torchrun --nnodes $SLURM_NNODES --nproc_per_node $SLURM
             ]
         );
         assert!(inv.args[6].via[0].default);
+        let src = "export LAUNCHER=\"python -u -m torch.distributed.run --nproc_per_node 4 --nnodes 2\"\nexport CMD=\" pretrain_gpt.py --micro-batch-size 2\"\nsrun --jobid $SLURM_JOBID bash -c \"$LAUNCHER --node_rank \\$SLURM_PROCID $CMD\"\n";
+        let inner = extract(src);
+        let inv = &inner.invocations[0];
+        assert_eq!(inv.launcher, "python");
+        assert_eq!(inv.wrappers[0].0, "srun");
+        assert_eq!(inv.script.as_deref(), Some("pretrain_gpt.py"));
         assert_eq!(facts.sbatch.len(), 2);
     }
 }

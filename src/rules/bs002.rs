@@ -112,7 +112,14 @@ fn find<'n>(map: &'n Node, keys: &[&str]) -> Option<(&'n Key, &'n Node)> {
     };
     entries
         .iter()
-        .find(|(k, _)| keys.contains(&k.name.to_ascii_lowercase().replace('-', "_").as_str()))
+        .find(|(k, _)| {
+            let name = k
+                .name
+                .trim_start_matches('-')
+                .to_ascii_lowercase()
+                .replace('-', "_");
+            keys.contains(&name.as_str())
+        })
         .map(|(k, v)| (k, v))
 }
 
