@@ -38,7 +38,7 @@ pub fn extract(text: &str) -> Facts {
         next_scope: 1,
         env: HashMap::new(),
         vars: Env::default(),
-        branches: HashMap::new(),
+        frames: Vec::new(),
         facts: Facts::default(),
     };
     w.walk(&tree);
@@ -73,9 +73,26 @@ struct Walker<'s> {
     env: HashMap<(usize, String), Lin>,
     /// What each variable holds as text, for expanding command words.
     vars: Env,
-    /// Whether each branch of an `if` or `case` runs, by the statement's node id.
-    branches: HashMap<usize, Vec<Status>>,
+    /// One frame per node on the path from the root to the node being visited: whether it
+    /// runs, and what its children need to know (kept during the walk, so no lookup climbs the
+    /// tree).
+    frames: Vec<StatusFrame>,
     facts: Facts,
+}
+
+#[derive(Debug)]
+struct StatusFrame {
+    id: usize,
+    kind: &'static str,
+    status: Status,
+    /// `if`: the status of each branch (then, elif..., else); `case`: of each item.
+    branches: Vec<Status>,
+    /// Branches (elif/else clauses, case items) entered so far.
+    seen: usize,
+    /// A loop: the status of its body.
+    body: Status,
+    /// A `list` (`a && b`): its first command, which always runs.
+    first: Option<usize>,
 }
 
 /// Whether a statement runs when the script runs as written.
@@ -108,6 +125,8 @@ impl<'s> Walker<'s> {
         let mut cursor = tree.walk();
         loop {
             let node = cursor.node();
+            let field = cursor.field_name();
+            self.push_frame(node, field);
             self.enter(node);
             if cursor.goto_first_child() {
                 continue;
@@ -116,6 +135,9 @@ impl<'s> Walker<'s> {
                 let n = cursor.node();
                 while self.stack.last().is_some_and(|(id, _)| *id == n.id()) {
                     self.stack.pop();
+                }
+                while self.frames.last().is_some_and(|f| f.id == n.id()) {
+                    self.frames.pop();
                 }
                 if cursor.goto_next_sibling() {
                     break;
@@ -150,9 +172,7 @@ impl<'s> Walker<'s> {
             "variable_assignment" => self.assignment(node),
             "arithmetic_expansion" => {
                 // Assignments record their own formula; here only bare expansions.
-                let assigned = node
-                    .parent()
-                    .is_some_and(|p| p.kind() == "variable_assignment");
+                let assigned = self.parent_kind() == Some("variable_assignment");
                 if !assigned {
                     if let Some(expr) = node.named_child(0) {
                         let lin = self.lower(expr, 0);
@@ -312,7 +332,7 @@ impl<'s> Walker<'s> {
     /// Record what a variable holds as text (for command words), unless the assignment never runs.
     fn text_binding(&mut self, node: Node, target: &str, value: Node) -> Status {
         // `VAR=x cmd` sets the variable for that command only.
-        if node.parent().is_some_and(|p| p.kind() == "command") {
+        if self.parent_kind() == Some("command") {
             return Status::Maybe;
         }
         let status = self.status(node);
@@ -405,7 +425,8 @@ impl<'s> Walker<'s> {
                     }
                 }
             } else if let Some(short) = w.strip_prefix('-') {
-                let (k, inline) = short.split_at(short.len().min(1));
+                let cut = short.chars().next().map_or(0, char::len_utf8);
+                let (k, inline) = short.split_at(cut);
                 let v = if inline.is_empty() {
                     i += 1;
                     words.get(i).copied().unwrap_or("").to_string()
@@ -470,67 +491,80 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// Whether `node` runs when the script runs as written, from the statements around it.
-    fn status(&mut self, node: Node) -> Status {
-        let mut st = Status::Live;
-        let mut child = node;
-        while let Some(parent) = child.parent() {
-            let s = match parent.kind() {
-                "if_statement" => self.if_status(parent, child),
-                "case_item" => self.case_status(parent),
-                "do_group" => self.loop_status(parent),
-                "list" => {
-                    if parent.named_child(0).is_some_and(|f| f.id() == child.id()) {
+    /// The kind of the parent of the node being visited.
+    fn parent_kind(&self) -> Option<&'static str> {
+        let n = self.frames.len();
+        n.checked_sub(2).map(|i| self.frames[i].kind)
+    }
+
+    /// Whether the node being visited runs when the script runs as written.
+    fn status(&self, _node: Node) -> Status {
+        self.frames.last().map_or(Status::Live, |f| f.status)
+    }
+
+    /// The frame of a node entered under the current top frame: its status follows from the
+    /// parent's (a branch of a known condition, a loop body, the right side of `&&`).
+    fn push_frame(&mut self, node: Node, field: Option<&str>) {
+        let kind = node.kind();
+        let status = match self.frames.last_mut() {
+            None => Status::Live,
+            Some(parent) => {
+                let inherited = parent.status;
+                let own = if !parent.branches.is_empty() || parent.seen > 0 {
+                    // The parent is an `if` or a `case`.
+                    match kind {
+                        "elif_clause" | "else_clause" | "case_item" => {
+                            let index = if kind == "case_item" {
+                                parent.seen
+                            } else {
+                                parent.seen + 1
+                            };
+                            parent.seen += 1;
+                            parent.branches.get(index).copied().unwrap_or(Status::Maybe)
+                        }
+                        _ if field == Some("condition") || !node.is_named() => Status::Live,
+                        "comment" => Status::Live,
+                        _ => parent.branches.first().copied().unwrap_or(Status::Maybe),
+                    }
+                } else if kind == "do_group" {
+                    parent.body
+                } else if let Some(first) = parent.first {
+                    if node.id() == first || !node.is_named() {
                         Status::Live
                     } else {
                         Status::Maybe
                     }
-                }
-                _ => Status::Live,
-            };
-            st = st.and(s);
-            if st == Status::Dead {
-                return st;
+                } else {
+                    Status::Live
+                };
+                inherited.and(own)
             }
-            child = parent;
-        }
-        st
-    }
-
-    fn if_status(&mut self, stmt: Node, child: Node) -> Status {
-        let mut branch = 0;
-        let mut c = stmt.walk();
-        for (i, ch) in stmt.children(&mut c).enumerate() {
-            if ch.id() == child.id() {
-                if stmt.field_name_for_child(i as u32) == Some("condition") {
-                    return Status::Live;
-                }
-                break;
-            }
-        }
-        match child.kind() {
-            "elif_clause" | "else_clause" => {
-                let mut c = stmt.walk();
-                for ch in stmt.children(&mut c) {
-                    if matches!(ch.kind(), "elif_clause" | "else_clause") {
-                        branch += 1;
-                    }
-                    if ch.id() == child.id() {
-                        break;
-                    }
+        };
+        let mut frame = StatusFrame {
+            id: node.id(),
+            kind,
+            status,
+            branches: Vec::new(),
+            seen: 0,
+            body: Status::Live,
+            first: None,
+        };
+        match kind {
+            "if_statement" => frame.branches = self.if_branches(node),
+            "case_statement" => {
+                frame.branches = self.case_branches(node);
+                // A case with no items still marks the frame as a branching one.
+                if frame.branches.is_empty() {
+                    frame.branches.push(Status::Maybe);
                 }
             }
-            "if" | "then" | "fi" => return Status::Live,
+            "while_statement" | "until_statement" | "for_statement" | "c_style_for_statement" => {
+                frame.body = self.loop_status(node)
+            }
+            "list" => frame.first = node.named_child(0).map(|n| n.id()),
             _ => {}
         }
-        if !self.branches.contains_key(&stmt.id()) {
-            let states = self.if_branches(stmt);
-            self.branches.insert(stmt.id(), states);
-        }
-        self.branches
-            .get(&stmt.id())
-            .and_then(|s| s.get(branch).copied())
-            .unwrap_or(Status::Maybe)
+        self.frames.push(frame);
     }
 
     /// The status of each branch of an `if`: the first whose known condition holds runs, the
@@ -632,69 +666,50 @@ impl<'s> Walker<'s> {
         is_known(&chars).then(|| text_of(&chars))
     }
 
-    fn case_status(&mut self, item: Node) -> Status {
-        let Some(stmt) = item.parent() else {
-            return Status::Maybe;
-        };
-        if !self.branches.contains_key(&stmt.id()) {
-            let value = stmt
-                .child_by_field_name("value")
-                .and_then(|v| self.known_text(v));
-            let mut states = Vec::new();
-            let mut decided = false;
-            let mut c = stmt.walk();
-            let items: Vec<Node> = stmt
-                .named_children(&mut c)
-                .filter(|n| n.kind() == "case_item")
-                .collect();
-            for it in items {
-                let state = match &value {
-                    None => Status::Maybe,
-                    Some(_) if decided => Status::Dead,
-                    Some(v) => {
-                        let mut cc = it.walk();
-                        let pats: Vec<String> = it
-                            .children_by_field_name("value", &mut cc)
-                            .map(|p| self.text(p).trim_matches(['"', '\'']).to_string())
-                            .collect();
-                        if pats.iter().any(|p| p == "*" || p == v) {
-                            decided = true;
-                            Status::Live
-                        } else if pats.iter().any(|p| p.contains(['*', '?', '[', '$'])) {
-                            Status::Maybe
-                        } else {
-                            Status::Dead
-                        }
-                    }
-                };
-                states.push(state);
-            }
-            self.branches.insert(stmt.id(), states);
-        }
+    /// The status of each item of a `case` whose value is known: the first that matches runs.
+    fn case_branches(&mut self, stmt: Node) -> Vec<Status> {
+        let value = stmt
+            .child_by_field_name("value")
+            .and_then(|v| self.known_text(v));
+        let mut states = Vec::new();
+        let mut decided = false;
         let mut c = stmt.walk();
-        let index = stmt
+        let items: Vec<Node> = stmt
             .named_children(&mut c)
             .filter(|n| n.kind() == "case_item")
-            .position(|n| n.id() == item.id());
-        index
-            .and_then(|i| {
-                self.branches
-                    .get(&stmt.id())
-                    .and_then(|s| s.get(i).copied())
-            })
-            .unwrap_or(Status::Maybe)
+            .collect();
+        for it in items {
+            let state = match &value {
+                None => Status::Maybe,
+                Some(_) if decided => Status::Dead,
+                Some(v) => {
+                    let mut cc = it.walk();
+                    let pats: Vec<String> = it
+                        .children_by_field_name("value", &mut cc)
+                        .map(|p| self.text(p).trim_matches(['"', '\'']).to_string())
+                        .collect();
+                    if pats.iter().any(|p| p == "*" || p == v) {
+                        decided = true;
+                        Status::Live
+                    } else if pats.iter().any(|p| p.contains(['*', '?', '[', '$'])) {
+                        Status::Maybe
+                    } else {
+                        Status::Dead
+                    }
+                }
+            };
+            states.push(state);
+        }
+        states
     }
 
     /// A loop body runs zero or more times; the option-parsing loop (`while [[ $# -gt 0 ]]`,
     /// `for arg in "$@"`) only when the script is given arguments.
-    fn loop_status(&self, body: Node) -> Status {
-        let Some(lp) = body.parent() else {
-            return Status::Maybe;
-        };
-        let header = self
-            .src
-            .get(lp.start_byte()..body.start_byte())
-            .unwrap_or("");
+    fn loop_status(&self, lp: Node) -> Status {
+        let body_start = lp
+            .child_by_field_name("body")
+            .map_or(lp.end_byte(), |b| b.start_byte());
+        let header = self.src.get(lp.start_byte()..body_start).unwrap_or("");
         if ["$#", "$@", "$*", "$1", "${1", "getopts"]
             .iter()
             .any(|w| header.contains(w))
