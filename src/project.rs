@@ -381,7 +381,7 @@ pub fn join(units: &[Unit], cwd: &Path, defaults: &[Defaults]) -> (Vec<Located>,
         }
     }
     // Recipes that name a DeepSpeed config and that no command reaches.
-    let reached: Vec<Fid> = runs.iter().flat_map(Run::members).collect();
+    let reached: std::collections::HashSet<Fid> = runs.iter().flat_map(Run::members).collect();
     for u in 0..units.len() {
         let f = Fid::Unit(u);
         if reached.contains(&f) {
@@ -393,7 +393,7 @@ pub fn join(units: &[Unit], cwd: &Path, defaults: &[Defaults]) -> (Vec<Located>,
             }
         }
     }
-    let reached: Vec<Fid> = runs.iter().flat_map(Run::members).collect();
+    let reached: std::collections::HashSet<Fid> = runs.iter().flat_map(Run::members).collect();
     for u in 0..units.len() {
         let f = Fid::Unit(u);
         if !reached.contains(&f) {
@@ -1578,6 +1578,18 @@ fn memory_case(files: &Files, run: &Run, defaults: &[Defaults]) -> Option<(usize
             off_gpu = Some("`optimizer_in_bwd`".into());
         }
     }
+    // Flags and keys that train a fraction of the weights, quantize the base, or do not train.
+    let mut maps: Vec<&Node> = run
+        .configs
+        .iter()
+        .filter_map(|(f, c)| files.config(*f, *c))
+        .collect();
+    maps.push(&run.flags);
+    for m in maps {
+        if let Some(why) = not_full_training(m) {
+            off_gpu = Some(why);
+        }
+    }
     Some((
         unit,
         MemoryCase {
@@ -1596,6 +1608,43 @@ fn memory_case(files: &Files, run: &Run, defaults: &[Defaults]) -> Option<(usize
             off_gpu,
         },
     ))
+}
+
+/// Keys (flags or config keys) that mean not every weight is trained with full optimizer state:
+/// P-tuning and prompt tuning, a quantized base, evaluation-only runs.
+fn not_full_training(map: &Node) -> Option<String> {
+    let Value::Map(entries) = &map.value else {
+        return None;
+    };
+    let on = |v: &Node| {
+        !matches!(v.value, Value::Null | Value::Bool(false)) && v.as_number() != Some(0.0)
+    };
+    for (k, v) in entries {
+        let key = k.name.to_ascii_lowercase();
+        let partial = matches!(
+            key.as_str(),
+            "pre_seq_len"
+                | "prefix_tuning"
+                | "prompt_tuning"
+                | "p_tuning"
+                | "ptuning"
+                | "num_virtual_tokens"
+                | "quantization_bit"
+                | "load_in_4bit"
+                | "load_in_8bit"
+                | "bits"
+                | "double_quant"
+        );
+        if partial && on(v) {
+            return Some(format!("`{}`", k.name));
+        }
+    }
+    // HF example scripts: `--do_eval` / `--do_predict` without `--do_train` do not train.
+    let has = |k: &str| entries.iter().any(|(e, v)| e.name == k && on(v));
+    if (has("do_predict") || has("do_eval")) && !has("do_train") {
+        return Some("evaluation only".into());
+    }
+    None
 }
 
 /// All evidence of a file: its own, and that of its inline configs.
