@@ -16,7 +16,13 @@ pub fn parse(text: &str) -> Result<Node, ConfigError> {
     let node = p.value(0)?;
     p.ws();
     if p.i < p.s.len() {
-        return Err(p.err("unexpected text after the JSON value"));
+        let line_start = p.i == 0 || p.s.get(p.i - 1) == Some(&b'\n');
+        let next_value = matches!(p.s.get(p.i), Some(b'{' | b'['));
+        return Err(p.err(if line_start && next_value {
+            "a second JSON value: this looks like JSON Lines (one value per line), not a JSON document"
+        } else {
+            "unexpected text after the JSON value"
+        }));
     }
     Ok(node)
 }
@@ -262,6 +268,8 @@ mod tests {
         assert_eq!(e.message, "duplicate key `a` (first at line 1)");
         assert_eq!(&text[e.offset..e.offset + 3], "\"a\"");
         assert!(parse("{\"micro\": BATCH_SIZE_PER_GPU}").is_err());
+        let lines = parse("{\"a\": 1}\n{\"a\": 2}\n").unwrap_err();
+        assert!(lines.message.contains("JSON Lines"), "{}", lines.message);
     }
 
     #[test]
