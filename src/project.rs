@@ -761,7 +761,14 @@ fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run> {
     follow_nested(files, &mut configs, origin);
     let (flags, via) = flags_node(&parsed.flags, inv.span.clone());
     let world = world_of(files, origin, &inv, &parsed, &configs, &flags);
-    let trainer = trainer_args(files, origin, &flags, script, false);
+    // accelerate with a DeepSpeed plugin config hands the Trainer a DeepSpeed config of its own.
+    let accelerate_ds = parsed.kind == "accelerate"
+        && configs.iter().any(|(f, c)| {
+            files
+                .config(*f, *c)
+                .is_some_and(|r| accelerate_deepspeed(r).is_some())
+        });
+    let trainer = trainer_args(files, origin, &flags, script, false, accelerate_ds);
     let command = command_text(&inv);
     let info = RunInfo {
         at: files.site(origin, inv.span.start),
@@ -904,7 +911,7 @@ fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option<Run> {
         }
     }
     let world = accelerate_world(files, origin, &root);
-    let trainer = trainer_args(files, origin, &flags, None, true);
+    let trainer = trainer_args(files, origin, &flags, None, true, false);
     let info = RunInfo {
         at: files.site(origin, root.span.start),
         command: "the recipe".into(),
@@ -1278,9 +1285,13 @@ fn trainer_args(
     flags: &Node,
     script: Option<Fid>,
     recipe: bool,
+    accelerate_ds: bool,
 ) -> Option<Vec<TrainerArg>> {
-    let ds = flags.get("deepspeed")?;
-    if !ds.as_str().is_some_and(is_config_path) {
+    let ds_path = flags
+        .get("deepspeed")
+        .and_then(Node::as_str)
+        .is_some_and(is_config_path);
+    if !ds_path && !accelerate_ds {
         return None;
     }
     // A script we can read must use the Trainer (`--deepspeed` is a switch in DeepSpeed's own
@@ -1333,6 +1344,17 @@ fn trainer_args(
         });
     }
     Some(out)
+}
+
+/// The `deepspeed_config:` section of an accelerate config with `distributed_type: DEEPSPEED`
+/// that does not point at a DeepSpeed file: accelerate builds the DeepSpeed config from it.
+pub fn accelerate_deepspeed(root: &Node) -> Option<&Node> {
+    let deepspeed = root
+        .get("distributed_type")
+        .and_then(Node::as_str)
+        .is_some_and(|t| t.eq_ignore_ascii_case("deepspeed"));
+    let section = root.get("deepspeed_config")?;
+    (deepspeed && section.get("deepspeed_config_file").is_none()).then_some(section)
 }
 
 /// A number as a person writes it in a config: `4`, `0.5`, `2e-5`.

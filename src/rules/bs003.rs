@@ -50,9 +50,13 @@ impl Rule for TrainerDeepSpeedMismatch {
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         let view = &cx.training.project;
         for doc in docs(cx) {
-            if !looks_deepspeed(doc.root) && !has_any_pair(doc.root) {
-                continue;
-            }
+            // An accelerate config's DeepSpeed section becomes the Trainer's DeepSpeed config.
+            let section = crate::project::accelerate_deepspeed(doc.root);
+            let root = match section {
+                Some(s) => s,
+                None if looks_deepspeed(doc.root) || has_any_pair(doc.root) => doc.root,
+                None => continue,
+            };
             let runs: Vec<&std::sync::Arc<RunInfo>> = view.uses_of(doc.config).collect();
             // "auto" is only safe when every run that uses the config fills it from the Trainer.
             let all_trainer = !runs.is_empty() && runs.iter().all(|r| r.trainer.is_some());
@@ -60,12 +64,13 @@ impl Rule for TrainerDeepSpeedMismatch {
                 || matches!(doc.kind, Some(InlineKind::Heredoc { path: Some(p) }) if p.ends_with(".yaml") || p.ends_with(".yml"));
             for run in &runs {
                 let Some(args) = &run.trainer else { continue };
-                for m in mismatches(doc.root, args, run) {
+                for m in mismatches(root, args, run) {
                     let message = format!(
                         "DeepSpeed `{}` {}: the HF Trainer refuses to start when an explicit DeepSpeed value differs from its own ({} at {})",
                         m.key, m.detail, run.command, run.at
                     );
-                    let fix = all_trainer.then(|| Fix {
+                    // accelerate's own keys take no "auto": no edit is offered there.
+                    let fix = (all_trainer && section.is_none()).then(|| Fix {
                         applicability: Applicability::Unsafe,
                         message: format!(
                             "set `{}` to \"auto\" so the Trainer's value is used",
@@ -76,12 +81,20 @@ impl Rule for TrainerDeepSpeedMismatch {
                             if yaml { "auto" } else { "\"auto\"" },
                         )],
                     });
+                    let help = if section.is_some() {
+                        format!(
+                            "make the two values agree, or remove `{}` from the accelerate config so the Trainer's value is used",
+                            m.key
+                        )
+                    } else {
+                        format!(
+                            "set `{}` to \"auto\" so the Trainer fills it, or make the two values agree",
+                            m.key
+                        )
+                    };
                     out.push(
                         Diagnostic::new("BS003", m.node.span.clone(), message)
-                            .with_help(format!(
-                                "set `{}` to \"auto\" so the Trainer fills it, or make the two values agree",
-                                m.key
-                            ))
+                            .with_help(help)
                             .with_fix(fix),
                     );
                 }
@@ -137,6 +150,8 @@ fn differ(ds: &Value, hf: &Value) -> Option<bool> {
             Some((a - b).abs() > 1e-12 * a.abs().max(b.abs()).max(1e-300))
         }
         (Value::Bool(a), Value::Bool(b)) => Some(a != b),
+        // A quoted number (`"8"`) is a string: Python finds it unequal to the Trainer's 8.
+        (Value::String(s), Value::Number(_)) => Some(crate::frontend::parse_number(s).is_some()),
         _ => None,
     }
 }
@@ -152,13 +167,16 @@ fn mismatches<'a>(root: &'a Node, args: &'a [TrainerArg], run: &RunInfo) -> Vec<
             continue;
         };
         if differ(&node.value, &a.value) == Some(true) {
+            let shown = match &node.value {
+                Value::String(s) => format!("the string \"{s}\""),
+                v => show(v),
+            };
             out.push(Mismatch {
                 node,
                 key: path.join("."),
                 arg: Some(a),
                 detail: format!(
-                    "is {} but `{}` at {} gives the Trainer {}",
-                    show(&node.value),
+                    "is {shown} but `{}` at {} gives the Trainer {}",
                     a.written,
                     a.at,
                     show(&a.value)
