@@ -9,11 +9,20 @@ use std::ops::Range;
 pub struct Facts {
     pub formulas: Vec<Formula>,
     pub loops: Vec<AccumLoop>,
+    /// Losses divided by the accumulation factor by hand and handed to a framework that divides too.
+    pub manual_divisions: Vec<ManualDivision>,
+    /// `zero_grad()` before a backward inside `with accelerator.accumulate(...)`.
+    pub zero_grad_in_accumulate: Vec<Range<usize>>,
     pub evidence: Evidence,
     /// Commands in a shell script that run a training script (`python train.py --optim adamw`).
     pub invocations: Vec<Invocation>,
     pub comments: Vec<Comment>,
     pub config: Option<ConfigDoc>,
+    /// A learning-rate scheduler is sized in optimizer steps (its length involves the
+    /// accumulation factor).
+    pub schedule_in_optimizer_steps: bool,
+    /// A LightningModule sets `self.automatic_optimization = False`: Lightning does not scale.
+    pub manual_optimization: bool,
     /// The parser had to recover from syntax errors: facts cover what parsed; never rewrite.
     pub syntax_error: bool,
 }
@@ -113,12 +122,54 @@ pub struct AccumLoop {
     pub factor: String,
     /// N is a plain name, attribute or literal: a fix may use it as written.
     pub factor_is_simple: bool,
-    /// The conditional `optimizer.step()` calls.
-    pub steps: Vec<Range<usize>>,
+    /// The conditional `optimizer.step()` calls (statements, in source order).
+    pub steps: Vec<Call>,
     /// `backward` calls that run on every micro-step.
     pub backwards: Vec<Backward>,
     /// Gradients are rescaled in the loop before the step (`p.grad.div_(N)`, `scale_grads`).
     pub grads_rescaled: bool,
+    /// Calls that run unconditionally on every micro-step.
+    pub zero_grads: Vec<Call>,
+    pub scheduler_steps: Vec<Call>,
+    pub clips: Vec<Call>,
+    /// Clipping at the boundary while a `GradScaler` scales the gradients and nothing unscaled
+    /// them before the clip.
+    pub clips_before_unscale: Vec<Call>,
+    /// `scaler.unscale_(...)` at the boundary.
+    pub unscales: Vec<Call>,
+    /// A `zero_grad()` already runs at the boundary.
+    pub zero_grad_at_boundary: bool,
+    /// The loop's gradients go through a `GradScaler`.
+    pub uses_scaler: bool,
+}
+
+/// A call as a statement: where the call is, and the whole statement line when the call stands
+/// alone on it (what a fix may move).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub span: Range<usize>,
+    pub statement: Option<Range<usize>>,
+}
+
+/// A loss divided by hand by the accumulation factor, then given to a framework that divides by it
+/// again.
+#[derive(Debug, Clone)]
+pub struct ManualDivision {
+    pub framework: Framework,
+    /// Where the loss reaches the framework (`accelerator.backward(loss)`, `return loss / n`).
+    pub at: Range<usize>,
+    /// The divisor as written.
+    pub divisor: String,
+    pub division: Division,
+}
+
+/// `x / N` as written: what to delete to undo it.
+#[derive(Debug, Clone)]
+pub struct Division {
+    /// ` / N`, from the end of the dividend to the end of the divisor.
+    pub operator_and_divisor: Range<usize>,
+    /// The whole statement when the division is its own statement (`loss = loss / N`, `loss /= N`).
+    pub statement: Option<Range<usize>>,
 }
 
 #[derive(Debug, Clone)]

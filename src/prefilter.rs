@@ -4,7 +4,9 @@
 //! - memory formulas are recorded only with a term whose role is a model size or a parameter
 //!   count, and a term's role is [`role_of`] of an identifier written in the file: the scan asks
 //!   `role_of` about every identifier that contains `model`, `weight` or `param`;
-//! - an accumulating loop needs a `backward` call, an optimizer `step` and a `%` test;
+//! - every training-loop rule needs a `backward` call and a `step` (an optimizer step, or a
+//!   Lightning `training_step`), except a Lightning `training_step` that divides by
+//!   `accumulate_grad_batches`, which names it;
 //! - suppression directives need `memlint` or `noqa` (for ML900).
 
 use crate::expr::{role_of, Role};
@@ -13,7 +15,14 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use std::sync::OnceLock;
 
 const WORDS: &[&str] = &[
-    "param", "model", "weight", "backward", "step", "memlint", "noqa",
+    "param",
+    "model",
+    "weight",
+    "backward",
+    "step",
+    "memlint",
+    "noqa",
+    "accumulate_grad_batches",
 ];
 
 fn automaton() -> Option<&'static AhoCorasick> {
@@ -69,7 +78,7 @@ pub fn needs_parse(language: Language, text: &str) -> bool {
             _ => return true,
         }
     }
-    backward && step && text.contains('%')
+    backward && step
 }
 
 #[cfg(test)]
@@ -89,7 +98,15 @@ mod tests {
             py,
             "loss.backward()\nif i % n == 0:\n    opt.step()\n"
         ));
-        assert!(!needs_parse(py, "loss.backward()\nopt.step()\n"));
+        assert!(needs_parse(
+            py,
+            "accelerator.backward(loss / accum)\nopt.step()\n"
+        ));
+        assert!(!needs_parse(py, "loss.backward()\n"));
+        assert!(needs_parse(
+            py,
+            "return loss / self.trainer.accumulate_grad_batches\n"
+        ));
         assert!(needs_parse(py, "x = 1  # noqa: MEM001\n"));
         assert!(needs_parse(Language::Shell, "echo hi\n"));
     }

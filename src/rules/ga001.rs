@@ -23,7 +23,8 @@ impl Rule for UnscaledAccumulationLoss {
             return;
         }
         for lp in &cx.facts.loops {
-            if lp.grads_rescaled {
+            // Zeroed every micro-step, nothing accumulates: GA003 says so.
+            if lp.grads_rescaled || !lp.zero_grads.is_empty() {
                 continue;
             }
             for bw in &lp.backwards {

@@ -1,7 +1,12 @@
 //! The rules: one file per rule, each reading facts and the training context, never syntax trees.
 
 pub mod catalog;
+mod edits;
 mod ga001;
+mod ga002;
+mod ga003;
+mod ga004;
+mod ga005;
 mod mem001;
 
 use crate::context::TrainingContext;
@@ -25,6 +30,10 @@ pub trait Rule: Sync {
 pub static RULES: &[&dyn Rule] = &[
     &mem001::MissingOptimizerState,
     &ga001::UnscaledAccumulationLoss,
+    &ga002::DoubleScaledLoss,
+    &ga003::ZeroGradInsideAccumulation,
+    &ga004::SchedulerPerMicroStep,
+    &ga005::ClipPerMicroStep,
 ];
 
 pub const UNUSED_SUPPRESSION: &str = "ML900";
