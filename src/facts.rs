@@ -9,6 +9,15 @@ use std::ops::Range;
 pub struct Facts {
     pub formulas: Vec<Formula>,
     pub loops: Vec<AccumLoop>,
+    /// Lookup tables of numbers: dict literals (`{"bf16": 2, "fp32": 4}`) and the values one name
+    /// takes in the arms of an `if`/`elif` chain on a string (`if dtype == "bf16": nbytes = 2`).
+    pub tables: Vec<Table>,
+    /// Values converted to GB/GiB (or MB/MiB) by a division, and comparisons between such values.
+    pub unit_conversions: Vec<UnitConversion>,
+    /// Every unit some assignment in the file converts to: a file that uses both conventions
+    /// mixes them.
+    pub units_used: Vec<Unit>,
+    pub unit_comparisons: Vec<UnitComparison>,
     /// Losses divided by the accumulation factor by hand and handed to a framework that divides too.
     pub manual_divisions: Vec<ManualDivision>,
     /// `zero_grad()` before a backward inside `with accelerator.accumulate(...)`.
@@ -209,4 +218,61 @@ pub struct Invocation {
 pub struct Comment {
     pub text: String,
     pub range: Range<usize>,
+}
+
+/// A table of numbers keyed by name.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    /// The name the table is bound to or the name its arms assign, when there is one.
+    pub name: Option<String>,
+    pub entries: Vec<TableEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableEntry {
+    /// The key as written, without quotes (`bf16`, `torch.float16`, `adamw`).
+    pub key: String,
+    pub value: f64,
+    /// The number as written: what a fix replaces.
+    pub value_span: Range<usize>,
+}
+
+/// A memory unit: decimal (GB = 10^9) or binary (GiB = 2^30), at a power of 1000/1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    pub binary: bool,
+    /// 2 for MB/MiB, 3 for GB/GiB.
+    pub power: u8,
+}
+
+impl Unit {
+    pub fn name(self) -> &'static str {
+        match (self.binary, self.power) {
+            (true, 2) => "MiB",
+            (false, 2) => "MB",
+            (true, _) => "GiB",
+            (false, _) => "GB",
+        }
+    }
+}
+
+/// `name = bytes / divisor`, where the name states a unit.
+#[derive(Debug, Clone)]
+pub struct UnitConversion {
+    pub target: String,
+    /// The unit the name states (`_gb`, `_gib`).
+    pub named: Unit,
+    /// The unit the divisor gives.
+    pub divided: Unit,
+    /// The divisor as written (`1024**3`) and where it is, when it is one operand.
+    pub divisor: Option<(String, Range<usize>)>,
+    pub span: Range<usize>,
+}
+
+/// A comparison whose sides were converted with different divisors.
+#[derive(Debug, Clone)]
+pub struct UnitComparison {
+    pub span: Range<usize>,
+    pub left: Unit,
+    pub right: Unit,
 }

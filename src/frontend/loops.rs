@@ -21,6 +21,18 @@ pub struct Ctx {
     pub accumulate: Option<(usize, usize)>,
 }
 
+impl Ctx {
+    /// The two places are in different arms of one `if`: they never run in the same iteration.
+    fn exclusive(&self, other: &Ctx) -> bool {
+        self.branches.iter().any(|a| {
+            other
+                .branches
+                .iter()
+                .any(|b| a.cond == b.cond && a.taken != b.taken)
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Branch {
     pub cond: usize,
@@ -174,8 +186,12 @@ fn build(
     let around = &first.ctx.loops;
     let micro_loop = loop_id;
     let header = loops.get(micro_loop)?.header.clone();
+    // Calls in an arm of an `if` that excludes every step (a plain path beside an accumulating
+    // one) belong to another loop shape.
+    let with_steps = |ev: &CallEvent| steps.iter().any(|s| !s.ctx.exclusive(&ev.ctx));
     let in_micro = |ev: &CallEvent| {
-        ev.ctx.scope == scope
+        with_steps(ev)
+            && ev.ctx.scope == scope
             && ev.ctx.loops.contains(&micro_loop)
             && match boundary {
                 Boundary::Branch(b) => !ev.ctx.branches.contains(&b),
@@ -190,7 +206,8 @@ fn build(
         }
     };
     let on_boundary = |ev: &CallEvent| {
-        ev.ctx.scope == scope
+        with_steps(ev)
+            && ev.ctx.scope == scope
             && match boundary {
                 Boundary::Branch(b) => ev.ctx.branches.contains(&b),
                 Boundary::AfterInner(inner) => {
@@ -226,7 +243,14 @@ fn build(
             .any(|s| matches!(s.kind, CallKind::Step { scaler: true })),
     };
     let mut any_backward = false;
-    let mut boundary_clips = Vec::new();
+    let mut boundary_clips: Vec<&CallEvent> = Vec::new();
+    // Where a GradScaler acts: scaled backwards and scaler steps.
+    let mut scaler_sites: Vec<&Ctx> = steps
+        .iter()
+        .filter(|s| matches!(s.kind, CallKind::Step { scaler: true }))
+        .map(|s| &s.ctx)
+        .collect();
+    let mut unscales: Vec<&CallEvent> = Vec::new();
     for ev in calls {
         let micro = in_micro(ev);
         let every = every_micro_step(ev);
@@ -239,6 +263,9 @@ fn build(
             } if micro => {
                 any_backward = true;
                 lp.uses_scaler |= *scaler;
+                if *scaler {
+                    scaler_sites.push(&ev.ctx);
+                }
                 lp.backwards.push(Backward {
                     call: ev.call.span.clone(),
                     loss: loss.clone(),
@@ -252,23 +279,29 @@ fn build(
             CallKind::ZeroGrad if on_boundary(ev) => lp.zero_grad_at_boundary = true,
             CallKind::SchedulerStep if every => lp.scheduler_steps.push(ev.call.clone()),
             CallKind::Clip { .. } if every => lp.clips.push(ev.call.clone()),
-            CallKind::Clip { framework: false } if on_boundary(ev) => {
-                boundary_clips.push(ev.call.clone())
+            CallKind::Clip { framework: false } if on_boundary(ev) => boundary_clips.push(ev),
+            CallKind::Unscale if on_boundary(ev) => {
+                lp.unscales.push(ev.call.clone());
+                unscales.push(ev);
             }
-            CallKind::Unscale if on_boundary(ev) => lp.unscales.push(ev.call.clone()),
             _ => {}
         }
     }
     if !any_backward {
         return None;
     }
-    if lp.uses_scaler {
-        let first_unscale = lp.unscales.first().map(|u| u.span.start);
-        lp.clips_before_unscale = boundary_clips
-            .into_iter()
-            .filter(|c| first_unscale.is_none_or(|u| c.span.start < u))
-            .collect();
-    }
+    // A clip on a path where the scaler scales and no unscale ran before it (an fp32 arm beside
+    // an fp16 arm has no scaler to unscale).
+    lp.clips_before_unscale = boundary_clips
+        .into_iter()
+        .filter(|c| {
+            scaler_sites.iter().any(|s| !s.exclusive(&c.ctx))
+                && !unscales
+                    .iter()
+                    .any(|u| !u.ctx.exclusive(&c.ctx) && u.call.span.start < c.call.span.start)
+        })
+        .map(|c| c.call.clone())
+        .collect();
     Some(lp)
 }
 

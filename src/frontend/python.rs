@@ -38,6 +38,9 @@ pub fn extract(text: &str) -> Facts {
 /// A division by the accumulation factor: the divisor as written, and how to undo it.
 type DivisionBy = (String, Division);
 
+/// The unit a division converts to, and the divisor as written when it is one operand.
+type UnitDivision = (Unit, Option<(String, Range<usize>)>);
+
 /// Per name and scope, in source order: where it was assigned, under which branches, and whether
 /// that divided it.
 type Divisions = HashMap<(usize, String), Vec<(usize, Vec<Branch>, Option<DivisionBy>)>>;
@@ -78,6 +81,12 @@ struct Walker<'s> {
     conds: Vec<Option<AccumTest>>,
     /// Whether each condition reads the accumulation factor (`if args.gas > 1:`).
     cond_reads_factor: Vec<bool>,
+    /// The strings each condition compares a name with (`dtype == "bf16"`, `opt in ("adam", "adamw")`).
+    cond_keys: Vec<Vec<String>>,
+    /// Tables built from the arms of `if` chains, by scope and assigned name.
+    branch_tables: HashMap<(usize, String), usize>,
+    /// Units of names assigned a converted value (`free_gib = free / 2**30`).
+    name_units: HashMap<(usize, String), Unit>,
     cond_ids: HashMap<usize, usize>,
     loops: Vec<LoopInfo>,
     guards: Vec<Guard>,
@@ -166,6 +175,9 @@ impl<'s> Walker<'s> {
             }],
             conds: Vec::new(),
             cond_reads_factor: Vec::new(),
+            cond_keys: Vec::new(),
+            branch_tables: HashMap::new(),
+            name_units: HashMap::new(),
             cond_ids: HashMap::new(),
             loops: Vec::new(),
             guards: Vec::new(),
@@ -329,6 +341,7 @@ impl<'s> Walker<'s> {
                 self.push(node, Frame::With(block));
             }
             "assignment" => self.assignment(node),
+            "dictionary" => self.dictionary(node),
             "augmented_assignment" => self.augmented(node),
             "return_statement" => self.ret(node),
             "comparison_operator" => self.comparison(node),
@@ -408,6 +421,7 @@ impl<'s> Walker<'s> {
         self.conds.push(accum);
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
+        self.cond_keys.push(self.compared_strings(cond));
         let id = self.conds.len() - 1;
         self.cond_ids.insert(stmt.id(), id);
         Some(id)
@@ -580,6 +594,246 @@ impl<'s> Walker<'s> {
                 after: node.end_byte(),
             });
         }
+    }
+
+    /// The strings a condition compares with: `x == "bf16"`, `x in ("fp16", "half")`, joined by
+    /// `or`.
+    fn compared_strings(&self, cond: Node) -> Vec<String> {
+        let cond = unparen(cond);
+        match cond.kind() {
+            "boolean_operator"
+                if cond.child_by_field_name("operator").map(|o| self.text(o)) == Some("or") =>
+            {
+                let mut keys = Vec::new();
+                for side in ["left", "right"] {
+                    if let Some(n) = cond.child_by_field_name(side) {
+                        keys.extend(self.compared_strings(n));
+                    }
+                }
+                keys
+            }
+            "comparison_operator" => {
+                let mut c = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut c).collect();
+                if kids.len() != 3 || !matches!(self.text(kids[1]), "==" | "in") {
+                    return Vec::new();
+                }
+                let strings = |n: Node| -> Vec<String> {
+                    let n = unparen(n);
+                    match n.kind() {
+                        "string" => vec![string_key(self.text(n))],
+                        "tuple" | "list" | "set" => {
+                            let mut c = n.walk();
+                            n.named_children(&mut c)
+                                .filter(|k| k.kind() == "string")
+                                .map(|k| string_key(self.text(k)))
+                                .collect()
+                        }
+                        _ => Vec::new(),
+                    }
+                };
+                let mut keys = strings(kids[2]);
+                if keys.is_empty() {
+                    keys = strings(kids[0]);
+                }
+                keys
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// `{"bf16": 2, "fp32": 4}`: a table when at least two values are numbers.
+    fn dictionary(&mut self, node: Node) {
+        let mut c = node.walk();
+        let mut entries = Vec::new();
+        for pair in node.named_children(&mut c) {
+            if pair.kind() != "pair" {
+                continue;
+            }
+            let (Some(k), Some(v)) = (
+                pair.child_by_field_name("key"),
+                pair.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            let key = match k.kind() {
+                "string" => string_key(self.text(k)),
+                "attribute" => self.text(k).to_string(),
+                _ => continue,
+            };
+            if let Some(value) = self.number(v) {
+                entries.push(TableEntry {
+                    key,
+                    value,
+                    value_span: v.byte_range(),
+                });
+            }
+        }
+        if entries.len() < 2 {
+            return;
+        }
+        let name = node
+            .parent()
+            .filter(|p| p.kind() == "assignment")
+            .and_then(|p| p.child_by_field_name("left"))
+            .map(|l| self.text(l).to_string());
+        self.facts.tables.push(Table { name, entries });
+    }
+
+    /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`).
+    fn number(&self, node: Node) -> Option<f64> {
+        let lin = self.lower(node, 0);
+        (lin.terms.is_empty() && lin.constant.is_finite()).then_some(lin.constant)
+    }
+
+    /// `if dtype == "bf16": nbytes = 2` and `nbytes = 2 if dtype == "bf16" else 4`: one entry of
+    /// the table the chain builds for `nbytes`.
+    fn branch_entry(&mut self, target: &str, right: Node) {
+        let t = target.to_ascii_lowercase();
+        // The prefilter keeps files with a quoted key only when such a name may be assigned.
+        if !["byte", "mult"].iter().any(|w| t.contains(w)) {
+            return;
+        }
+        let mut found: Vec<(String, f64, Range<usize>)> = Vec::new();
+        if let Some(value) = self.number(right) {
+            let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
+                Frame::Branch(c, true) => Some(Some(*c)),
+                Frame::Branch(_, false) | Frame::Scope(_) | Frame::Loop(_) => Some(None),
+                Frame::With(_) => None,
+            });
+            if let Some(Some(cond)) = innermost {
+                for key in self.cond_keys.get(cond).cloned().unwrap_or_default() {
+                    found.push((key, value, right.byte_range()));
+                }
+            }
+        } else if right.kind() == "conditional_expression" {
+            let mut c = right.walk();
+            let kids: Vec<Node> = right.named_children(&mut c).collect();
+            if let [then, cond, _] = kids.as_slice() {
+                if let Some(value) = self.number(*then) {
+                    for key in self.compared_strings(*cond) {
+                        found.push((key, value, then.byte_range()));
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        let key = (self.scope(), target.to_string());
+        let index = match self.branch_tables.get(&key) {
+            Some(i) => *i,
+            None => {
+                self.facts.tables.push(Table {
+                    name: Some(target.to_string()),
+                    entries: Vec::new(),
+                });
+                let i = self.facts.tables.len() - 1;
+                self.branch_tables.insert(key, i);
+                i
+            }
+        };
+        if let Some(table) = self.facts.tables.get_mut(index) {
+            for (k, value, value_span) in found {
+                table.entries.push(TableEntry {
+                    key: k,
+                    value,
+                    value_span,
+                });
+            }
+        }
+    }
+
+    /// The unit a division converts to: `x / 1e9` (GB), `x / 1024**3`, `x / 2**30`,
+    /// `x / 1024 / 1024 / 1024`, `x >> 30` (GiB), `x * 1e-9`; searched through the expression.
+    /// Also the divisor as written when it is a single operand.
+    fn unit_division(&self, node: Node, depth: usize) -> Option<UnitDivision> {
+        let node = unparen(node);
+        if depth > 8 {
+            return None;
+        }
+        match node.kind() {
+            "binary_operator" => {
+                let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
+                let left = node.child_by_field_name("left")?;
+                let right = node.child_by_field_name("right")?;
+                let found = match op {
+                    "/" => {
+                        // Along the chain of divisions: `x / 1024 / 1024 / 1024`.
+                        let mut divisor = 1.0;
+                        let mut at = node;
+                        let mut single = None;
+                        let mut count = 0;
+                        while at.kind() == "binary_operator"
+                            && at.child_by_field_name("operator").map(|o| self.text(o)) == Some("/")
+                        {
+                            let Some(r) = at.child_by_field_name("right") else {
+                                break;
+                            };
+                            let Some(d) = self.number(r) else { break };
+                            divisor *= d;
+                            count += 1;
+                            single = Some((self.text(r).to_string(), r.byte_range()));
+                            match at.child_by_field_name("left") {
+                                Some(l) => at = unparen(l),
+                                None => break,
+                            }
+                        }
+                        unit_of_divisor(divisor)
+                            .map(|u| (u, if count == 1 { single } else { None }))
+                    }
+                    "*" => self
+                        .number(right)
+                        .or_else(|| self.number(left))
+                        .filter(|f| *f > 0.0 && *f < 1.0)
+                        .and_then(|f| unit_of_divisor(1.0 / f))
+                        .map(|u| (u, None)),
+                    ">>" => match self.number(right) {
+                        Some(30.0) => Some((
+                            Unit {
+                                binary: true,
+                                power: 3,
+                            },
+                            None,
+                        )),
+                        Some(20.0) => Some((
+                            Unit {
+                                binary: true,
+                                power: 2,
+                            },
+                            None,
+                        )),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                found
+                    .or_else(|| self.unit_division(left, depth + 1))
+                    .or_else(|| self.unit_division(right, depth + 1))
+            }
+            "call" => {
+                let arg = node
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))?;
+                self.unit_division(arg, depth + 1)
+            }
+            _ => None,
+        }
+    }
+
+    /// The unit of one side of a comparison: converted there, or a name converted earlier.
+    fn unit_of(&self, node: Node) -> Option<Unit> {
+        if let Some((u, _)) = self.unit_division(node, 0) {
+            return Some(u);
+        }
+        let node = unparen(node);
+        if !matches!(node.kind(), "identifier" | "attribute") {
+            return None;
+        }
+        let name = self.text(node);
+        self.name_units
+            .get(&(scope_of_name(self, name), name.to_string()))
+            .copied()
     }
 
     /// `x % N` → N.
@@ -786,6 +1040,28 @@ impl<'s> Walker<'s> {
             (divisor, d)
         });
         self.record_division(node, &target, division);
+        self.branch_entry(&target, right);
+        if let Some(divided) = self.unit_division(right, 0) {
+            // Only memory counts as a use of a unit: `/ 1e9` also makes billions of parameters.
+            let t = target.to_ascii_lowercase();
+            let memory = unit_of_name(&target).is_some() || t.contains("mem") || t.contains("byte");
+            if memory && !self.facts.units_used.contains(&divided.0) {
+                self.facts.units_used.push(divided.0);
+            }
+            self.name_units
+                .insert((scope_of_name(self, &target), target.clone()), divided.0);
+            if let Some(named) = unit_of_name(&target) {
+                if named.power == divided.0.power && named.binary != divided.0.binary {
+                    self.facts.unit_conversions.push(UnitConversion {
+                        target: target.clone(),
+                        named,
+                        divided: divided.0,
+                        divisor: divided.1,
+                        span: right.byte_range(),
+                    });
+                }
+            }
+        }
         // Accumulation tests stored in a name.
         if let Some(test) = self.accum_test(right, true) {
             let scope = self.scope();
@@ -909,6 +1185,15 @@ impl<'s> Walker<'s> {
         let kids: Vec<Node> = node.children(&mut cur).collect();
         if kids.len() != 3 || !matches!(self.text(kids[1]), "<" | "<=" | ">" | ">=") {
             return;
+        }
+        if let (Some(l), Some(r)) = (self.unit_of(kids[0]), self.unit_of(kids[2])) {
+            if l.power == r.power && l.binary != r.binary {
+                self.facts.unit_comparisons.push(UnitComparison {
+                    span: node.byte_range(),
+                    left: l,
+                    right: r,
+                });
+            }
         }
         let a = self.lower(kids[0], 0);
         let b = self.lower(kids[2], 0);
@@ -1531,6 +1816,74 @@ fn starts_upper(s: &str) -> bool {
 
 fn line_end(src: &str, from: usize) -> usize {
     src[from..].find('\n').map_or(src.len(), |i| from + i)
+}
+
+/// The scope a name lives in: its class for `self.x`, else the current scope.
+fn scope_of_name(w: &Walker, name: &str) -> usize {
+    if name.starts_with("self.") {
+        if let Some(class) = w.scopes.get(w.scope()).and_then(|s| s.class) {
+            return class;
+        }
+    }
+    w.scope()
+}
+
+/// `"bf16"` → `bf16` (quotes and string prefixes dropped).
+fn string_key(text: &str) -> String {
+    text.trim_start_matches(['r', 'b', 'u', 'R', 'B', 'U'])
+        .trim_matches(['"', '\''])
+        .to_string()
+}
+
+/// The unit a name states: a `gb`, `gib`, `mb` or `mib` word in its last segment.
+fn unit_of_name(name: &str) -> Option<Unit> {
+    let last = last_segment(name).to_ascii_lowercase();
+    last.split('_').find_map(|w| match w {
+        "gb" => Some(Unit {
+            binary: false,
+            power: 3,
+        }),
+        "gib" => Some(Unit {
+            binary: true,
+            power: 3,
+        }),
+        "mb" => Some(Unit {
+            binary: false,
+            power: 2,
+        }),
+        "mib" => Some(Unit {
+            binary: true,
+            power: 2,
+        }),
+        _ => None,
+    })
+}
+
+fn unit_of_divisor(d: f64) -> Option<Unit> {
+    let near = |x: f64| (d - x).abs() <= x * 1e-9;
+    if near(1e9) {
+        Some(Unit {
+            binary: false,
+            power: 3,
+        })
+    } else if near(1_073_741_824.0) {
+        Some(Unit {
+            binary: true,
+            power: 3,
+        })
+    } else if near(1e6) {
+        Some(Unit {
+            binary: false,
+            power: 2,
+        })
+    } else if near(1_048_576.0) {
+        Some(Unit {
+            binary: true,
+            power: 2,
+        })
+    } else {
+        None
+    }
 }
 
 /// A divisor that is the accumulation factor (`args.gradient_accumulation_steps`, `self.accum`,

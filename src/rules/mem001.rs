@@ -10,7 +10,7 @@ use crate::facts::{Formula, FormulaKind};
 pub struct MissingOptimizerState;
 
 /// Relative slack before a formula counts as short of the minimum.
-const TOLERANCE: f64 = 0.05;
+pub const TOLERANCE: f64 = 0.05;
 
 /// The side of a formula that states what training needs, as (terms, sign they carry there).
 pub struct Requirement<'a> {

@@ -8,6 +8,10 @@ mod ga003;
 mod ga004;
 mod ga005;
 mod mem001;
+mod mem002;
+mod mem003;
+mod mem004;
+mod mem006;
 
 use crate::context::TrainingContext;
 use crate::diagnostic::Diagnostic;
@@ -29,6 +33,10 @@ pub trait Rule: Sync {
 /// Every rule that runs over facts. ML900 (unused suppression) runs in the suppression pass.
 pub static RULES: &[&dyn Rule] = &[
     &mem001::MissingOptimizerState,
+    &mem002::WrongOptimizerMultiplier,
+    &mem003::WrongDtypeBytes,
+    &mem004::GbGibMismatch,
+    &mem006::MissingGradientTerm,
     &ga001::UnscaledAccumulationLoss,
     &ga002::DoubleScaledLoss,
     &ga003::ZeroGradInsideAccumulation,
