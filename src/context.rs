@@ -46,7 +46,7 @@ impl Located {
             .evidence
             .optimizers
             .iter()
-            .map(|m| format!("{}:{}", file.display, file.position(m.span.start).row))
+            .map(|m| file.site(m.span.start))
             .collect();
         Located {
             evidence: facts.evidence.clone(),
