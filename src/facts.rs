@@ -131,6 +131,8 @@ pub struct AccumLoop {
     pub factor: String,
     /// N is a plain name, attribute or literal: a fix may use it as written.
     pub factor_is_simple: bool,
+    /// N's value when it is a literal or a module constant (`ACCUM = 4`).
+    pub factor_value: Option<f64>,
     /// The conditional `optimizer.step()` calls (statements, in source order).
     pub steps: Vec<Call>,
     /// `backward` calls that run on every micro-step.

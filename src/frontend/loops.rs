@@ -228,6 +228,7 @@ fn build(
     let mut lp = AccumLoop {
         header: header.clone(),
         factor_is_simple: is_simple_factor(&factor),
+        factor_value: None,
         factor,
         steps: steps.iter().map(|s| s.call.clone()).collect(),
         backwards: Vec::new(),

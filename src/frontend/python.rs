@@ -1765,7 +1765,13 @@ impl<'s> Walker<'s> {
     // ---- assembling loops ----------------------------------------------------------------------
 
     fn finish(mut self) -> Facts {
-        let assembled = loops::assemble(&self.loops, &self.conds, &self.calls);
+        let mut assembled = loops::assemble(&self.loops, &self.conds, &self.calls);
+        for lp in &mut assembled.loops {
+            lp.factor_value = parse_number(&lp.factor).or_else(|| {
+                let v = self.env.get(&(0, lp.factor.clone()))?;
+                v.terms.is_empty().then_some(v.constant)
+            });
+        }
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         // accelerate divides only when it was told to accumulate (its default is 1).
