@@ -43,6 +43,9 @@ pub struct Formula {
     pub lin: Lin,
     /// The expression as written.
     pub span: Range<usize>,
+    /// Written under `torch.no_grad()`/`inference_mode()` or in a function for inference
+    /// (decorated with one, or named for generation or serving): no training rule applies.
+    pub inference: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

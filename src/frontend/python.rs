@@ -50,8 +50,9 @@ enum Frame {
     Scope(usize),
     Loop(usize),
     Branch(usize, bool),
-    /// A `with` block; `Some(id)` for `with accelerator.accumulate(...)`.
-    With(Option<usize>),
+    /// A `with` block; `Some(id)` for `with accelerator.accumulate(...)`; whether it turns off
+    /// gradients.
+    With(Option<usize>, bool),
 }
 
 #[derive(Debug)]
@@ -63,6 +64,9 @@ struct Scope {
     is_class: bool,
     /// A `LightningModule` subclass.
     lightning: bool,
+    /// A function for inference: decorated with `no_grad`/`inference_mode`, or named for
+    /// generation or serving.
+    inference: bool,
 }
 
 /// `if (i + 1) % N != 0: continue` inside a loop: what follows in the loop is the boundary.
@@ -172,6 +176,7 @@ impl<'s> Walker<'s> {
                 parent: None,
                 is_class: false,
                 lightning: false,
+                inference: false,
             }],
             conds: Vec::new(),
             cond_reads_factor: Vec::new(),
@@ -279,8 +284,8 @@ impl<'s> Walker<'s> {
                     taken: *b,
                     depth: ctx.loops.len(),
                 }),
-                Frame::With(Some(block)) => ctx.accumulate = Some((*block, ctx.branches.len())),
-                Frame::With(None) => {}
+                Frame::With(Some(block), _) => ctx.accumulate = Some((*block, ctx.branches.len())),
+                Frame::With(None, _) => {}
             }
         }
         ctx
@@ -325,7 +330,8 @@ impl<'s> Walker<'s> {
                     })
                     .map(|c| self.text(c).to_string())
                     .unwrap_or_default();
-                if items.contains("no_grad") || items.contains("inference_mode") {
+                let no_grad = items.contains("no_grad") || items.contains("inference_mode");
+                if no_grad {
                     self.facts.evidence.inference.push(node.byte_range());
                 }
                 if items.contains("autocast") {
@@ -338,7 +344,7 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks += 1;
                     self.accumulate_blocks
                 });
-                self.push(node, Frame::With(block));
+                self.push(node, Frame::With(block, no_grad));
             }
             "assignment" => self.assignment(node),
             "dictionary" => self.dictionary(node),
@@ -391,12 +397,31 @@ impl<'s> Walker<'s> {
                 && self.facts.evidence.frameworks.last().is_some_and(|f| {
                     f.value == Framework::Lightning && f.span == node.byte_range()
                 });
+        let decorators: String = node
+            .parent()
+            .filter(|p| p.kind() == "decorated_definition")
+            .map(|p| {
+                let mut c = p.walk();
+                p.named_children(&mut c)
+                    .filter(|d| d.kind() == "decorator")
+                    .map(|d| self.text(d))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let lower = name.to_ascii_lowercase();
+        let inference = !is_class
+            && (decorators.contains("no_grad")
+                || decorators.contains("inference_mode")
+                || ["infer", "generat", "serv", "kv_cache"]
+                    .iter()
+                    .any(|w| lower.contains(w)));
         self.scopes.push(Scope {
             name,
             class,
             parent: Some(parent),
             is_class,
             lightning,
+            inference,
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
@@ -699,7 +724,7 @@ impl<'s> Walker<'s> {
             let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
                 Frame::Branch(c, true) => Some(Some(*c)),
                 Frame::Branch(_, false) | Frame::Scope(_) | Frame::Loop(_) => Some(None),
-                Frame::With(_) => None,
+                Frame::With(..) => None,
             });
             if let Some(Some(cond)) = innermost {
                 for key in self.cond_keys.get(cond).cloned().unwrap_or_default() {
@@ -1208,10 +1233,16 @@ impl<'s> Walker<'s> {
     /// Keep only what could be memory arithmetic: something sized by the model.
     fn record_formula(&mut self, kind: FormulaKind, lin: &Lin, span: Range<usize>) {
         if lin.is_sized() {
+            let inference = self.stack.iter().any(|(_, f)| match f {
+                Frame::With(_, no_grad) => *no_grad,
+                Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
+                _ => false,
+            });
             self.facts.formulas.push(Formula {
                 kind,
                 lin: lin.clone(),
                 span,
+                inference,
             });
         }
     }

@@ -199,7 +199,12 @@ impl<'s> Walker<'s> {
 
     fn record(&mut self, kind: FormulaKind, lin: Lin, span: Range<usize>) {
         if lin.is_sized() {
-            self.facts.formulas.push(Formula { kind, lin, span });
+            self.facts.formulas.push(Formula {
+                kind,
+                lin,
+                span,
+                inference: false,
+            });
         }
     }
 

@@ -73,7 +73,7 @@ impl Rule for MissingOptimizerState {
         // same bug, reported once.
         let mut reported: Vec<Vec<std::ops::Range<usize>>> = Vec::new();
         for f in &cx.facts.formulas {
-            if f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
+            if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
                 continue;
             }
             let Some(req) = requirement(f) else { continue };

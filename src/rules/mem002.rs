@@ -186,6 +186,9 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         else {
             continue;
         };
+        if f.inference {
+            continue;
+        }
         let lin = &f.lin;
         let role = match lin.terms.first() {
             Some(t) if lin.terms.iter().all(|u| u.role == t.role && !u.opaque) => t.role,

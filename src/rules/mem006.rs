@@ -21,7 +21,7 @@ impl Rule for MissingGradientTerm {
         // A total built on a reported formula is the same omission: report the first.
         let mut reported: Vec<std::ops::Range<usize>> = Vec::new();
         for f in &cx.facts.formulas {
-            if f.lin.saw(Role::KvCache) || f.lin.saw(Role::Grads) {
+            if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Grads) {
                 continue;
             }
             let Some(req) = requirement(f) else { continue };
