@@ -76,6 +76,8 @@ pub struct TrainingContext {
     pub frameworks: Vec<Framework>,
     /// An optimizer name that is not in the knowledge table: nothing may be asserted about it.
     pub unknown_optimizer: bool,
+    /// The launchers, scripts and configs around the file (see [`crate::project`]).
+    pub project: std::sync::Arc<crate::project::ProjectView>,
 }
 
 /// Project-level defaults from the memlint configuration.

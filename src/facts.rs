@@ -32,6 +32,13 @@ pub struct Facts {
     pub schedule_in_optimizer_steps: bool,
     /// A LightningModule sets `self.automatic_optimization = False`: Lightning does not scale.
     pub manual_optimization: bool,
+    /// Configs written inside the file: shell heredocs, Python dict literals, dataclass and
+    /// argparse defaults.
+    pub inline_configs: Vec<InlineConfig>,
+    /// Numbers bound to names that state a parameter count or a GPU's memory (`N_PARAMS = 7e9`).
+    pub constants: Vec<NamedConstant>,
+    /// `#SBATCH` directives of a batch script: `(option, value, span)`, option without dashes.
+    pub sbatch: Vec<(String, String, Range<usize>)>,
     /// The parser had to recover from syntax errors: facts cover what parsed; never rewrite.
     pub syntax_error: bool,
 }
@@ -210,12 +217,91 @@ pub enum Scaling {
 /// A command that runs a script, with its arguments, from a shell launcher.
 #[derive(Debug, Clone)]
 pub struct Invocation {
-    /// The launcher (`python`, `torchrun`, `deepspeed`, `accelerate`).
+    /// The launcher (`python`, `torchrun`, `deepspeed`, `accelerate`), inside any wrappers.
     pub launcher: String,
     /// The script path as written.
     pub script: Option<String>,
-    pub args: Vec<Mention<String>>,
+    /// The words after the launcher, expanded.
+    pub args: Vec<Arg>,
     pub span: Range<usize>,
+    /// Programs around the launcher (`srun -N 2`, `nohup`, `mpirun -np 8`), with their words.
+    pub wrappers: Vec<(String, Vec<Arg>)>,
+    /// The command runs on some paths through the script only (an `if` whose condition is not
+    /// known, a `case` branch, a loop body).
+    pub conditional: bool,
+}
+
+/// A word of a shell command after expansion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arg {
+    /// The word as the shell passes it; parts that could not be resolved keep their `$NAME` text.
+    pub value: String,
+    /// Every part is a literal, or a variable with one value on every path to the command.
+    pub known: bool,
+    pub span: Range<usize>,
+    /// Variables whose values make up the word.
+    pub via: Vec<Binding>,
+}
+
+/// Where a shell variable got the value a word uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    pub name: String,
+    pub value: String,
+    /// The assignment, the `${NAME:-default}` expansion or the `#SBATCH` line.
+    pub span: Range<usize>,
+    /// The value is the default of `${NAME:-default}`: what the script uses when run as written.
+    pub default: bool,
+}
+
+/// A config written inside another file.
+#[derive(Debug, Clone)]
+pub struct InlineConfig {
+    pub kind: InlineKind,
+    pub root: crate::config::Node,
+    /// Values that came from shell variables, by the span of the value.
+    pub via: Vec<(Range<usize>, Binding)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InlineKind {
+    /// A shell heredoc written to a file (`cat <<EOF > ds.json`): the path as the script spells
+    /// it, with unresolved parts kept as written.
+    Heredoc { path: Option<String> },
+    /// A Python dict literal, with the name it is assigned to.
+    Dict { name: Option<String> },
+    /// The field defaults of a Python dataclass or settings class.
+    Dataclass { name: String },
+    /// The `argparse` defaults of a file, keyed by option name without dashes.
+    Argparse,
+}
+
+/// A number bound to a name that says what it is (`N_PARAMS = 7_000_000_000`, `GPU_MEMORY_GB=40`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedConstant {
+    pub name: String,
+    pub role: Role,
+    pub value: f64,
+    /// The value as written.
+    pub span: Range<usize>,
+}
+
+impl Facts {
+    /// Keep `name = value` when the name states a parameter count or a GPU's memory.
+    pub fn note_constant(&mut self, name: &str, lin: &Lin, span: Range<usize>) {
+        if !lin.is_constant() {
+            return;
+        }
+        let role = crate::expr::role_of(name);
+        if matches!(role, Role::ParamCount | Role::Gpu) {
+            self.constants.push(NamedConstant {
+                name: name.to_string(),
+                role,
+                value: lin.constant,
+                span,
+            });
+        }
+    }
 }
 
 /// A comment, for suppressions.

@@ -18,6 +18,7 @@ pub mod knowledge;
 pub mod lint;
 pub mod notebook;
 pub mod prefilter;
+pub mod project;
 pub mod report;
 pub mod rules;
 pub mod settings;

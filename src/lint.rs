@@ -2,7 +2,7 @@
 //! context (joined across files) → rules → suppression → sorted results.
 
 use crate::config;
-use crate::context::{Defaults, Located, TrainingContext};
+use crate::context::{Defaults, TrainingContext};
 use crate::diagnostic::Diagnostic;
 use crate::discover::{discover, io_message, Candidate, PathError};
 use crate::facts::Facts;
@@ -12,7 +12,6 @@ use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
 use crate::suppress;
 use rayon::prelude::*;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -195,42 +194,24 @@ pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
     })
 }
 
-/// Join each file's evidence with its launchers' (a shell script that runs it with flags).
+/// Join each file's evidence with its launchers' and configs', and give each file the view of
+/// the project around it (see [`crate::project`]).
 fn project_contexts(units: &[Unit], cwd: &Path) -> Vec<TrainingContext> {
-    let index: HashMap<&Path, usize> = units
+    let defaults: Vec<Defaults> = units
         .iter()
-        .enumerate()
-        .map(|(i, u)| (u.abs.as_path(), i))
+        .map(|u| Defaults {
+            optimizer: u.settings.options.optimizer.clone(),
+        })
         .collect();
-    let own: Vec<Located> = units
-        .iter()
-        .map(|u| Located::from_file(&u.file, &u.facts))
-        .collect();
-    let mut joined = own.clone();
-    for (i, u) in units.iter().enumerate() {
-        let dir = u.abs.parent().unwrap_or(Path::new("/"));
-        for inv in &u.facts.invocations {
-            let Some(script) = &inv.script else { continue };
-            for base in [dir, cwd] {
-                let target = absolute(Path::new(script), base);
-                if let Some(&j) = index.get(target.as_path()) {
-                    if j != i {
-                        let launcher = own[i].clone();
-                        joined[j].join(&launcher);
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    units
-        .iter()
-        .zip(joined)
-        .map(|(u, located)| {
-            let defaults = Defaults {
-                optimizer: u.settings.options.optimizer.clone(),
-            };
-            TrainingContext::build(&located, &defaults)
+    let (joined, views) = crate::project::join(units, cwd, &defaults);
+    joined
+        .into_iter()
+        .zip(views)
+        .zip(&defaults)
+        .map(|((located, view), defaults)| {
+            let mut cx = TrainingContext::build(&located, defaults);
+            cx.project = Arc::new(view);
+            cx
         })
         .collect()
 }

@@ -13,7 +13,9 @@
 //! - a dtype or optimizer table (MEM002, MEM003) needs a key that is a quoted dtype or optimizer
 //!   name from the knowledge tables: followed by `:` in a dict, or compared in an `if` chain or a
 //!   conditional that assigns a name holding `byte` or `mult`; or a `torch.<dtype>:` dict key;
-//! - suppression directives need `memlint` or `noqa` (for ML900).
+//! - suppression directives need `memlint` or `noqa` (for ML900);
+//! - a batch config written in Python (a DeepSpeed dict, a dataclass, argparse defaults) is
+//!   reported only with a DeepSpeed key or a declared global batch, whose names are literals here.
 
 use crate::expr::{role_of, Role};
 use crate::knowledge::knowledge;
@@ -34,7 +36,21 @@ enum Hit {
 }
 
 const SIZED: &[&str] = &["param", "model", "weight"];
-const ALWAYS: &[&str] = &["memlint", "noqa", "accumulate_grad_batches"];
+const ALWAYS: &[&str] = &[
+    "memlint",
+    "noqa",
+    "accumulate_grad_batches",
+    "\"train_batch_size\"",
+    "'train_batch_size'",
+    "train_micro_batch_size_per_gpu",
+    "global_batch",
+    "global-batch",
+    "effective_batch",
+    "effective-batch",
+    "total_batch",
+    "total-batch",
+    "total_train_batch",
+];
 const DIVISORS: &[&str] = &[
     "1e9",
     "1e-9",
@@ -216,6 +232,12 @@ mod tests {
         assert!(needs_parse(py, "SIZES = {\"bf16\": 4}\n"));
         assert!(needs_parse(py, "STATES = {'adamw': 1}\n"));
         assert!(!needs_parse(py, "name = 'resnet'\n"));
+        assert!(needs_parse(py, "cfg = {\"train_batch_size\": 32}\n"));
+        assert!(needs_parse(
+            py,
+            "p.add_argument(\"--global-batch-size\", default=8)\n"
+        ));
+        assert!(!needs_parse(py, "per_device_train_batch_size = 8\n"));
         assert!(needs_parse(Language::Shell, "echo hi\n"));
     }
 }

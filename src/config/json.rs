@@ -1,6 +1,10 @@
-//! A small JSON reader that keeps byte spans and bounds nesting.
+//! A small JSON reader that keeps byte spans and bounds nesting. It reads what the tools that
+//! consume these files read: DeepSpeed loads its config with hjson (comments and trailing commas
+//! pass), and Python's `json` writes `Infinity` and `NaN` (read here as unknown numbers).
+//! Duplicate keys are an error, as they are for DeepSpeed ("Duplicate keys in DeepSpeed config").
 
 use super::{ConfigError, Key, Node, Value, MAX_DEPTH};
+use std::collections::HashMap;
 
 pub fn parse(text: &str) -> Result<Node, ConfigError> {
     let mut p = Reader {
@@ -35,14 +39,26 @@ impl Reader<'_> {
         while self.i < self.s.len() {
             match self.s[self.i] {
                 b' ' | b'\t' | b'\n' | b'\r' => self.i += 1,
-                // Comments are not JSON, but tsconfig-style files use them; skip rather than fail.
-                b'/' if self.s.get(self.i + 1) == Some(&b'/') => {
-                    while self.i < self.s.len() && self.s[self.i] != b'\n' {
+                // Comments are not JSON, but hjson (DeepSpeed) and tsconfig-style files use them.
+                b'/' if self.s.get(self.i + 1) == Some(&b'/') => self.skip_line(),
+                b'#' => self.skip_line(),
+                b'/' if self.s.get(self.i + 1) == Some(&b'*') => {
+                    self.i += 2;
+                    while self.i < self.s.len()
+                        && !(self.s[self.i] == b'*' && self.s.get(self.i + 1) == Some(&b'/'))
+                    {
                         self.i += 1;
                     }
+                    self.i = (self.i + 2).min(self.s.len());
                 }
                 _ => break,
             }
+        }
+    }
+
+    fn skip_line(&mut self) {
+        while self.i < self.s.len() && self.s[self.i] != b'\n' {
+            self.i += 1;
         }
     }
 
@@ -55,14 +71,28 @@ impl Reader<'_> {
             Some(b'{') => {
                 self.i += 1;
                 let mut entries = Vec::new();
+                let mut seen: HashMap<String, usize> = HashMap::new();
                 self.ws();
                 if self.s.get(self.i) == Some(&b'}') {
                     self.i += 1;
                 } else {
                     loop {
                         self.ws();
+                        // A trailing comma before the brace (hjson accepts it).
+                        if self.s.get(self.i) == Some(&b'}') && !entries.is_empty() {
+                            self.i += 1;
+                            break;
+                        }
                         let kstart = self.i;
                         let name = self.string()?;
+                        if let Some(&first) = seen.get(&name) {
+                            self.i = kstart;
+                            let line = self.text[..first].matches('\n').count() + 1;
+                            return Err(
+                                self.err(&format!("duplicate key `{name}` (first at line {line})"))
+                            );
+                        }
+                        seen.insert(name.clone(), kstart);
                         let key = Key {
                             name,
                             span: kstart..self.i,
@@ -100,6 +130,10 @@ impl Reader<'_> {
                 } else {
                     loop {
                         self.ws();
+                        if self.s.get(self.i) == Some(&b']') && !items.is_empty() {
+                            self.i += 1;
+                            break;
+                        }
                         items.push(self.value(depth + 1)?);
                         self.ws();
                         match self.s.get(self.i) {
@@ -138,6 +172,8 @@ impl Reader<'_> {
                     "true" => Value::Bool(true),
                     "false" => Value::Bool(false),
                     "null" => Value::Null,
+                    // Python's json writes these; a number, but not one to compute with.
+                    "Infinity" | "-Infinity" | "NaN" => Value::Unknown(word.to_string()),
                     _ => match word.parse::<f64>() {
                         Ok(n) if n.is_finite() => Value::Number(n),
                         _ => {
@@ -209,6 +245,23 @@ mod tests {
             node.get("gradient_accumulation_steps").unwrap().value,
             Value::Unknown(_)
         ));
+    }
+
+    #[test]
+    fn what_python_and_hjson_write_is_readable() {
+        let text = "{\n  \"snr\": Infinity, \"low\": -Infinity, \"x\": NaN,\n  # a comment\n  /* block */ \"l\": [1, 2,],\n}\n";
+        let node = parse(text).unwrap();
+        assert!(matches!(node.get("snr").unwrap().value, Value::Unknown(_)));
+        assert!(matches!(&node.get("l").unwrap().value, Value::List(items) if items.len() == 2));
+    }
+
+    #[test]
+    fn duplicate_keys_and_placeholders_are_errors() {
+        let text = "{\"a\": 1,\n \"a\": 2}";
+        let e = parse(text).unwrap_err();
+        assert_eq!(e.message, "duplicate key `a` (first at line 1)");
+        assert_eq!(&text[e.offset..e.offset + 3], "\"a\"");
+        assert!(parse("{\"micro\": BATCH_SIZE_PER_GPU}").is_err());
     }
 
     #[test]

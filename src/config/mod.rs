@@ -2,6 +2,7 @@
 //! `"auto"`, interpolations (`${...}`) and YAML aliases are unknowns, never numbers.
 
 mod json;
+pub mod python;
 mod toml;
 mod yaml;
 
@@ -84,6 +85,8 @@ pub struct ConfigError {
 
 pub fn parse(language: Language, text: &str) -> Result<ConfigDoc, ConfigError> {
     match language {
+        // An empty file holds no config (and is not worth a warning).
+        Language::Json if text.trim().is_empty() => Ok(ConfigDoc::default()),
         Language::Json => json::parse(text).map(|root| ConfigDoc { roots: vec![root] }),
         Language::Yaml => yaml::parse(text),
         Language::Toml => toml::parse(text).map(|root| ConfigDoc { roots: vec![root] }),
@@ -174,6 +177,23 @@ pub fn evidence(doc: &ConfigDoc) -> Evidence {
             _ => {
                 if let Some(text) = node.scalar_text() {
                     flag_evidence(key, &text, node.span.clone(), &mut ev);
+                    // `dtype: bf16` (torchtune) trains in that dtype; `fp32` keeps fp32 weights.
+                    if matches!(key, "dtype" | "torch_dtype") {
+                        let t = text.to_ascii_lowercase();
+                        let value = match t.trim_start_matches("torch.") {
+                            "bf16" | "bfloat16" | "fp16" | "float16" | "half" => {
+                                Some(Precision::Pure16)
+                            }
+                            "fp32" | "float32" | "float" => Some(Precision::Fp32),
+                            _ => None,
+                        };
+                        if let Some(value) = value {
+                            ev.precision.push(Mention {
+                                value,
+                                span: node.span.clone(),
+                            });
+                        }
+                    }
                 }
             }
         }

@@ -4,20 +4,41 @@
 use super::{ConfigDoc, ConfigError, Key, Node, Value, MAX_DEPTH};
 use crate::source::LineIndex;
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+use std::collections::HashMap;
 
 enum Open {
     List(usize, Vec<Node>),
-    Map(usize, Vec<(Key, Node)>, Option<Key>),
+    /// Start, entries, the key waiting for its value, and where each key was first seen.
+    Map(usize, Vec<(Key, Node)>, Option<Key>, HashMap<String, usize>),
 }
 
 pub fn parse(text: &str) -> Result<ConfigDoc, ConfigError> {
-    let lines = LineIndex::new(text);
+    match parse_shifted(text, text, &[]) {
+        Ok(doc) => Ok(doc),
+        Err(first) => {
+            // PyYAML (and so every Python tool) accepts a flow collection whose closing bracket
+            // sits at the indentation of its key; saphyr does not. Indent such lines and retry,
+            // mapping positions back to the original text.
+            match relax_flow_indent(text) {
+                Some((patched, shift)) => parse_shifted(&patched, text, &shift).map_err(|_| first),
+                None => Err(first),
+            }
+        }
+    }
+}
+
+/// Parse `text`, whose line `i` was indented by `shift[i]` extra spaces relative to `original`;
+/// spans refer to `original`.
+fn parse_shifted(text: &str, original: &str, shift: &[usize]) -> Result<ConfigDoc, ConfigError> {
+    let lines = LineIndex::new(original);
     let offset = |line: usize, col: usize| -> usize {
-        let start = lines.line_start(line.saturating_sub(1)).min(text.len());
-        text[start..]
+        let line0 = line.saturating_sub(1);
+        let col = col.saturating_sub(shift.get(line0).copied().unwrap_or(0));
+        let start = lines.line_start(line0).min(original.len());
+        original[start..]
             .char_indices()
             .nth(col)
-            .map_or(text.len(), |(i, _)| start + i)
+            .map_or(original.len(), |(i, _)| start + i)
     };
     let span_of =
         |s: &Span| offset(s.start.line(), s.start.col())..offset(s.end.line(), s.end.col());
@@ -40,7 +61,7 @@ pub fn parse(text: &str) -> Result<ConfigDoc, ConfigError> {
                 stack.push(if matches!(event, Event::SequenceStart(..)) {
                     Open::List(start, Vec::new())
                 } else {
-                    Open::Map(start, Vec::new(), None)
+                    Open::Map(start, Vec::new(), None, HashMap::new())
                 });
                 None
             }
@@ -51,7 +72,7 @@ pub fn parse(text: &str) -> Result<ConfigDoc, ConfigError> {
                         value: Value::List(items),
                         span: start..end.max(start),
                     }),
-                    Some(Open::Map(start, entries, _)) => Some(Node {
+                    Some(Open::Map(start, entries, _, _)) => Some(Node {
                         value: Value::Map(entries),
                         span: start..end.max(start),
                     }),
@@ -71,10 +92,22 @@ pub fn parse(text: &str) -> Result<ConfigDoc, ConfigError> {
         let Some(node) = finished else { continue };
         match stack.last_mut() {
             Some(Open::List(_, items)) => items.push(node),
-            Some(Open::Map(_, entries, pending)) => match pending.take() {
+            Some(Open::Map(_, entries, pending, seen)) => match pending.take() {
                 Some(key) => entries.push((key, node)),
                 None => {
                     let name = node.scalar_text().unwrap_or_default();
+                    if name != "<<" {
+                        if let Some(&first) = seen.get(&name) {
+                            return Err(ConfigError {
+                                message: format!(
+                                    "duplicate key `{name}` (first at line {})",
+                                    lines.line_of(first) + 1
+                                ),
+                                offset: node.span.start,
+                            });
+                        }
+                        seen.insert(name.clone(), node.span.start);
+                    }
                     *pending = Some(Key {
                         name,
                         span: node.span,
@@ -85,6 +118,86 @@ pub fn parse(text: &str) -> Result<ConfigDoc, ConfigError> {
         }
     }
     Ok(doc)
+}
+
+/// Indent the lines inside flow collections (`[ ... ]`, `{ ... }`) that are not indented more
+/// than the line that opened the collection. `None` when nothing needed it.
+fn relax_flow_indent(text: &str) -> Option<(String, Vec<usize>)> {
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut shift = Vec::new();
+    let mut depth = 0usize;
+    let mut opener_indent = 0usize;
+    // Indentation of a line that started a block scalar (`key: |`): deeper lines are text.
+    let mut block_scalar: Option<usize> = None;
+    let mut quote: Option<char> = None;
+    let mut changed = false;
+    for line in text.split_inclusive('\n') {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let body = line.trim();
+        if let Some(b) = block_scalar {
+            if body.is_empty() || indent > b {
+                out.push_str(line);
+                shift.push(0);
+                continue;
+            }
+            block_scalar = None;
+        }
+        let mut pad = 0;
+        if depth > 0 && !body.is_empty() && indent <= opener_indent {
+            pad = opener_indent + 1 - indent;
+            changed = true;
+        }
+        shift.push(pad);
+        out.extend(std::iter::repeat_n(' ', pad));
+        out.push_str(line);
+        let before = depth;
+        (depth, quote) = flow_depth_after(body, depth, quote);
+        if before == 0 && depth > 0 {
+            opener_indent = indent;
+        }
+        if depth == 0 {
+            let t = body.split(" #").next().unwrap_or("").trim_end();
+            let last = t.rsplit([' ', ':']).next().unwrap_or("");
+            if (t.ends_with('|') || t.ends_with('>') || t.ends_with("|-") || t.ends_with(">-"))
+                && (t.contains(": ") || t.starts_with("- ") || last.len() <= 3)
+                && !t.starts_with('#')
+            {
+                block_scalar = Some(indent);
+            }
+        }
+    }
+    changed.then_some((out, shift))
+}
+
+/// Bracket depth after one line, skipping quoted text (which may continue on the next line)
+/// and comments.
+fn flow_depth_after(
+    line: &str,
+    mut depth: usize,
+    mut quote: Option<char>,
+) -> (usize, Option<char>) {
+    let mut prev = ' ';
+    for c in line.chars() {
+        match quote {
+            Some(q) => {
+                if c == q && !(q == '"' && prev == '\\') {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '#' if prev == ' ' || prev == '\t' => break,
+                '\'' | '"' if depth > 0 || matches!(prev, ' ' | ':' | '[' | '{' | ',') => {
+                    quote = Some(c)
+                }
+                '[' | '{' => depth += 1,
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    // A quote only continues onto the next line inside a flow collection.
+    (depth, if depth > 0 { quote } else { None })
 }
 
 #[cfg(test)]
@@ -102,6 +215,34 @@ mod tests {
             .unwrap();
         assert_eq!(bs.as_number(), Some(8.0));
         assert_eq!(&text[bs.span.clone()], "8");
+    }
+
+    #[test]
+    fn dedented_closing_bracket_is_read_as_python_reads_it() {
+        let text = "hooks:\n  args: [\n      '--ini',\n      '.bandit',\n  ]\nnext: 1\n";
+        let doc = parse(text).unwrap();
+        let args = doc.roots[0].get("hooks").unwrap().get("args").unwrap();
+        assert!(matches!(&args.value, Value::List(items) if items.len() == 2));
+        let next = doc.roots[0].get("next").unwrap();
+        assert_eq!(&text[next.span.clone()], "1");
+        let top = "cuda: [\n  \"0\",\n  \"0,1\"\n]\n";
+        assert!(parse(top).is_ok());
+        let multiline = "task:\n  command: [\n    'sh', '-c'\n  ]\n  arguments: ['deepspeed\n    train.py\n    --x [1]']\n  next: 2\n";
+        let doc = parse(multiline).unwrap();
+        let task = doc.roots[0].get("task").unwrap();
+        assert_eq!(task.get("next").and_then(Node::as_number), Some(2.0));
+    }
+
+    #[test]
+    fn duplicate_keys_are_an_error_with_both_lines() {
+        let text = "train:\n  lr: 1\n  lr: 2\n";
+        let e = parse(text).unwrap_err();
+        assert!(
+            e.message.contains("duplicate key `lr` (first at line 2)"),
+            "{}",
+            e.message
+        );
+        assert_eq!(&text[e.offset..e.offset + 2], "lr");
     }
 
     #[test]

@@ -297,7 +297,16 @@ impl<'s> Walker<'s> {
                 text: self.text(node).to_string(),
                 range: node.byte_range(),
             }),
-            "function_definition" | "class_definition" => self.enter_scope(node),
+            "function_definition" | "class_definition" => {
+                if node.kind() == "class_definition" {
+                    crate::config::python::class_defaults(node, self.src, &mut self.facts);
+                }
+                self.enter_scope(node)
+            }
+            "dictionary" => {
+                crate::config::python::dict(node, self.src, &mut self.facts);
+                self.dictionary(node);
+            }
             "for_statement" | "while_statement" => {
                 let id = self.loops.len();
                 self.loops.push(LoopInfo {
@@ -347,7 +356,6 @@ impl<'s> Walker<'s> {
                 self.push(node, Frame::With(block, no_grad));
             }
             "assignment" => self.assignment(node),
-            "dictionary" => self.dictionary(node),
             "augmented_assignment" => self.augmented(node),
             "return_statement" => self.ret(node),
             "comparison_operator" => self.comparison(node),
@@ -1101,6 +1109,7 @@ impl<'s> Walker<'s> {
             .push((node.start_byte(), scaling));
 
         let lin = self.lower(right, 0);
+        self.facts.note_constant(&target, &lin, right.byte_range());
         if lin.terms.iter().all(|t| t.opaque) && reads_device_memory(rtext) {
             self.gpu_names.push((scope, target.clone()));
         }
@@ -1266,11 +1275,24 @@ impl<'s> Walker<'s> {
                 &mut self.facts.evidence,
             );
         }
+        // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
+        let in_autocast = node
+            .parent()
+            .and_then(|args| args.parent())
+            .and_then(|call| call.child_by_field_name("function"))
+            .is_some_and(|f| self.text(f).ends_with("autocast"));
         if matches!(key, "torch_dtype" | "dtype")
+            && !in_autocast
             && (v.contains("bfloat16") || v.contains("float16"))
         {
             self.facts.evidence.precision.push(Mention {
                 value: Precision::Pure16,
+                span: node.byte_range(),
+            });
+        }
+        if matches!(key, "torch_dtype" | "dtype") && v.ends_with("float32") {
+            self.facts.evidence.precision.push(Mention {
+                value: Precision::Fp32,
                 span: node.byte_range(),
             });
         }
@@ -1290,6 +1312,7 @@ impl<'s> Walker<'s> {
         let args = node.child_by_field_name("arguments");
         if last == "add_argument" {
             self.argparse_default(node);
+            crate::config::python::argparse_default(node, self.src, &mut self.facts);
         }
         let src = self.src;
         let t = |n: Node| src.get(n.byte_range()).unwrap_or("");

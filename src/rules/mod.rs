@@ -1,5 +1,9 @@
 //! The rules: one file per rule, each reading facts and the training context, never syntax trees.
 
+mod batch;
+mod bs001;
+mod bs002;
+mod bs003;
 pub mod catalog;
 mod edits;
 mod ga001;
@@ -11,6 +15,7 @@ mod mem001;
 mod mem002;
 mod mem003;
 mod mem004;
+mod mem005;
 mod mem006;
 
 use crate::context::TrainingContext;
@@ -42,6 +47,10 @@ pub static RULES: &[&dyn Rule] = &[
     &ga003::ZeroGradInsideAccumulation,
     &ga004::SchedulerPerMicroStep,
     &ga005::ClipPerMicroStep,
+    &bs001::DeepSpeedBatchMismatch,
+    &bs002::EffectiveBatchMismatch,
+    &bs003::TrainerDeepSpeedMismatch,
+    &mem005::TrainingDoesNotFit,
 ];
 
 pub const UNUSED_SUPPRESSION: &str = "ML900";

@@ -1,0 +1,251 @@
+//! BS002 effective-batch-mismatch: a config (YAML, JSON, TOML, a Python dict, dataclass or
+//! argparse defaults, or a launcher's flags) that declares a global batch that cannot equal micro
+//! batch x accumulation x data-parallel size. Documentation: `rules/BS002.toml`.
+
+use super::batch::{docs, looks_deepspeed, ranks, val, via_note, worlds, Val};
+use super::{Checker, Rule};
+use crate::config::{Key, Node, Value};
+use crate::diagnostic::Diagnostic;
+use crate::facts::{Binding, InlineKind};
+use crate::project::World;
+use std::ops::Range;
+
+pub struct EffectiveBatchMismatch;
+
+/// Keys that declare the batch of one optimizer step across all GPUs.
+const GLOBAL: &[&str] = &[
+    "global_batch_size",
+    "effective_batch_size",
+    "total_batch_size",
+    "total_train_batch_size",
+    "train_global_batch_size",
+    "global_train_batch_size",
+];
+/// Keys for the batch one GPU sees per micro-step.
+const MICRO: &[&str] = &[
+    "micro_batch_size",
+    "per_device_train_batch_size",
+    "micro_batch_size_per_gpu",
+    "per_gpu_train_batch_size",
+    "per_device_batch_size",
+    "batch_size_per_gpu",
+    "batch_size_per_device",
+    "train_micro_batch_size",
+];
+/// Keys for the number of micro-steps per optimizer step.
+const ACCUM: &[&str] = &[
+    "gradient_accumulation_steps",
+    "grad_accum_steps",
+    "gradient_accumulation",
+    "accumulate_grad_batches",
+    "grad_accum",
+    "accumulation_steps",
+    "gradient_accumulation_iters",
+    "grad_acc_steps",
+];
+
+impl Rule for EffectiveBatchMismatch {
+    fn code(&self) -> &'static str {
+        "BS002"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        for doc in docs(cx) {
+            // Defaults of a script: the launcher may pass other values, so only what no world
+            // size can fix is reported there.
+            let defaults = matches!(
+                doc.kind,
+                Some(InlineKind::Argparse | InlineKind::Dataclass { .. })
+            );
+            let worlds = if defaults {
+                Vec::new()
+            } else {
+                worlds(cx, doc.config)
+            };
+            visit(cx, doc.root, doc.via, &worlds, 0, out);
+        }
+        for launch in &cx.training.project.launches {
+            if launch.recipe {
+                continue;
+            }
+            // Megatron's --global-batch-size / --micro-batch-size pair is BS001's.
+            let megatron = launch.flags.get("global_batch_size").is_some()
+                && launch.flags.get("micro_batch_size").is_some();
+            if megatron {
+                continue;
+            }
+            let worlds: Vec<World> = launch.run.world.iter().cloned().collect();
+            if let Some(d) = check_map(cx, &launch.flags, &launch.via, &worlds, true) {
+                out.push(d);
+            }
+        }
+    }
+}
+
+fn visit(
+    cx: &Checker<'_>,
+    node: &Node,
+    via: &[(Range<usize>, Binding)],
+    worlds: &[World],
+    depth: usize,
+    out: &mut Vec<Diagnostic>,
+) {
+    if depth > 8 {
+        return;
+    }
+    let Value::Map(entries) = &node.value else {
+        return;
+    };
+    if !looks_deepspeed(node) {
+        if let Some(d) = check_map(cx, node, via, worlds, false) {
+            out.push(d);
+        }
+    }
+    for (_, v) in entries {
+        visit(cx, v, via, worlds, depth + 1, out);
+    }
+}
+
+fn find<'n>(map: &'n Node, keys: &[&str]) -> Option<(&'n Key, &'n Node)> {
+    let Value::Map(entries) = &map.value else {
+        return None;
+    };
+    entries
+        .iter()
+        .find(|(k, _)| {
+            let name = k
+                .name
+                .trim_start_matches('-')
+                .to_ascii_lowercase()
+                .replace('-', "_");
+            keys.contains(&name.as_str())
+        })
+        .map(|(k, v)| (k, v))
+}
+
+fn check_map(
+    cx: &Checker<'_>,
+    map: &Node,
+    via: &[(Range<usize>, Binding)],
+    worlds: &[World],
+    flags: bool,
+) -> Option<Diagnostic> {
+    // accelerate's `split_batches`: the loader batch is already the global one.
+    if map
+        .get("split_batches")
+        .is_some_and(|v| v.value == Value::Bool(true))
+    {
+        return None;
+    }
+    // axolotl: `batch_size` is micro batch x accumulation per device (older versions: global).
+    let axolotl = map.get("base_model").is_some() && map.get("micro_batch_size").is_some();
+    let (gkey, gnode) = if axolotl {
+        find(map, &["batch_size"]).or_else(|| find(map, GLOBAL))?
+    } else {
+        find(map, GLOBAL)?
+    };
+    let (mkey, mnode) = find(map, MICRO)?;
+    let accum = find(map, ACCUM);
+    let (Val::Num(g), Val::Num(m)) = (val(Some(gnode)), val(Some(mnode))) else {
+        return None;
+    };
+    let a = match accum.map(|(_, n)| val(Some(n))) {
+        None | Some(Val::Absent) => None,
+        Some(Val::Num(a)) => Some(a),
+        Some(Val::Unknown) => return None,
+    };
+    let file = cx.file;
+    let dash = |k: &Key| {
+        if flags {
+            format!("--{}", k.name)
+        } else {
+            k.name.clone()
+        }
+    };
+    let mut values = format!(
+        "{} {g}{}, {} {m}{}",
+        dash(gkey),
+        via_note(file, via, &gnode.span),
+        dash(mkey),
+        via_note(file, via, &mnode.span)
+    );
+    if let (Some(a), Some((akey, anode))) = (a, accum) {
+        values.push_str(&format!(
+            ", {} {a}{}",
+            dash(akey),
+            via_note(file, via, &anode.span)
+        ));
+    }
+    // A flag's value may come from a variable set elsewhere: point at the flag itself.
+    let span = if flags {
+        gkey.span.clone()
+    } else {
+        gnode.span.clone()
+    };
+    if !axolotl {
+        for w in worlds {
+            let dp = w.data_parallel;
+            let problem = match a {
+                Some(a) => {
+                    let want = m.checked_mul(a)?.checked_mul(dp)?;
+                    (g != want).then(|| {
+                        (
+                            format!("{} x {} = {want}", format_args!("micro batch {m} x accumulation {a}"), ranks(dp)),
+                            format!("set it to {want}, or change the micro batch or accumulation so that they multiply to {g}"),
+                        )
+                    })
+                }
+                None => {
+                    let step = m.checked_mul(dp)?;
+                    (g % step != 0).then(|| {
+                        (
+                            format!(
+                                "micro batch {m} x {} x any whole number of accumulation steps",
+                                ranks(dp)
+                            ),
+                            format!("use a multiple of {step}"),
+                        )
+                    })
+                }
+            };
+            if let Some((what, help)) = problem {
+                return Some(
+                    Diagnostic::new(
+                        "BS002",
+                        span,
+                        format!(
+                            "declared global batch {g} cannot equal {what} ({values}; {})",
+                            w.why
+                        ),
+                    )
+                    .with_help(help),
+                );
+            }
+        }
+    }
+    let (step, what) = match a {
+        Some(a) => (
+            m.checked_mul(a)?,
+            format!("micro batch {m} x accumulation {a}"),
+        ),
+        None => (m, format!("micro batch {m}")),
+    };
+    if g % step == 0 && g >= step {
+        return None;
+    }
+    let lower = g / step * step;
+    let near = if lower == 0 {
+        format!("{step}")
+    } else {
+        format!("{lower} or {}", lower + step)
+    };
+    let message = if axolotl {
+        format!("axolotl batch_size {g} is not a multiple of {what} = {step}: it cannot be micro batch x accumulation on any number of GPUs ({values})")
+    } else {
+        format!("declared global batch {g} is not a multiple of {what} = {step}: no number of GPUs makes micro x accumulation x world size equal it ({values})")
+    };
+    Some(
+        Diagnostic::new("BS002", span, message)
+            .with_help(format!("use a multiple of {step}, e.g. {near}")),
+    )
+}

@@ -1,0 +1,143 @@
+//! End-to-end tests of what joins files: a launcher linted without its config, the project's
+//! configured GPU memory and world size, and configs that are broken or unusual.
+
+use assert_cmd::Command;
+use std::fs;
+use std::path::Path;
+
+fn memlint(dir: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("memlint").expect("binary");
+    cmd.current_dir(dir)
+        .env_remove("NO_COLOR")
+        .env_remove("FORCE_COLOR")
+        .env_remove("MEMLINT_OUTPUT_FORMAT");
+    cmd
+}
+
+fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).expect("mkdir");
+        }
+        fs::write(path, text).expect("write");
+    }
+    dir
+}
+
+fn run(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = memlint(dir)
+        .args(["--output-format", "concise"])
+        .args(args)
+        .output()
+        .expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const HF_SCRIPT: &str = "from transformers import Trainer, TrainingArguments\n\nTrainer(model=None, args=TrainingArguments('out')).train()\n";
+const LAUNCH: &str = "#!/bin/bash\ndeepspeed --num_gpus 4 train.py \\\n  --per_device_train_batch_size 8 \\\n  --gradient_accumulation_steps 2 \\\n  --deepspeed configs/ds.json\n";
+const DS: &str = "{\n  \"train_batch_size\": 32,\n  \"train_micro_batch_size_per_gpu\": 8,\n  \"gradient_accumulation_steps\": 4\n}\n";
+
+#[test]
+fn a_launcher_linted_alone_reads_its_config_and_reports_at_the_flag() {
+    let dir = project(&[
+        ("launch.sh", LAUNCH),
+        ("train.py", HF_SCRIPT),
+        ("configs/ds.json", DS),
+    ]);
+    let (code, out, _) = run(dir.path(), &["launch.sh"]);
+    assert_eq!(code, 1, "{out}");
+    // BS003 at the Trainer flag, BS001 at the word that names the config.
+    assert!(
+        out.contains("launch.sh:4:3: BS003 `gradient_accumulation_steps` in configs/ds.json is 4 but `--gradient_accumulation_steps 2`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("launch.sh:5:3: BS001 configs/ds.json: DeepSpeed refuses this batch: train_batch_size 32 != micro batch 8 x accumulation 4 x 4 data-parallel ranks = 128"),
+        "{out}"
+    );
+    assert!(
+        !out.lines().any(|l| l.starts_with("configs/ds.json")),
+        "the config is not reported on: {out}"
+    );
+
+    // Linted together, the same findings are reported in the config, with the fix offered.
+    let (_, out, _) = run(dir.path(), &["."]);
+    assert!(out.contains("configs/ds.json:4:34: BS003"), "{out}");
+    assert!(out.contains("configs/ds.json:2:23: BS001"), "{out}");
+    // With "auto" for both keys the Trainer fills them and DeepSpeed's triple holds.
+    let (code, out, _) = run(dir.path(), &["--fix", "--unsafe-fixes", "."]);
+    assert_eq!(code, 0, "{out}");
+    let fixed = fs::read_to_string(dir.path().join("configs/ds.json")).expect("read");
+    assert!(
+        fixed.contains("\"train_batch_size\": \"auto\"")
+            && fixed.contains("\"gradient_accumulation_steps\": \"auto\""),
+        "{fixed}"
+    );
+}
+
+#[test]
+fn configured_gpu_memory_and_world_size_complete_the_project() {
+    let train = "import torch\n\nN_PARAMS = 7_000_000_000\nmodel = torch.nn.Linear(4096, 4096)\noptimizer = torch.optim.AdamW(model.parameters())\n";
+    let ds = "{\n  \"train_batch_size\": 64,\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": 4\n}\n";
+    let dir = project(&[("train.py", train), ("ds_config.json", ds)]);
+    let (code, out, _) = run(dir.path(), &["--isolated", "."]);
+    assert_eq!(
+        code, 0,
+        "nothing is known about the GPU or the world size: {out}"
+    );
+
+    fs::write(
+        dir.path().join(".memlint.toml"),
+        "gpu-memory-gb = 40\nworld-size = 8\n",
+    )
+    .expect("write");
+    let (code, out, _) = run(dir.path(), &["."]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("train.py:3:12: MEM005 7B parameters need at least 8 B/param")
+            && out.contains("56 GB > 40 GB of GPU memory")
+            && out.contains("GPU memory from `gpu-memory-gb` in the memlint configuration"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ds_config.json:2:23: BS001")
+            && out.contains("x 8 data-parallel ranks = 128")
+            && out.contains("`world-size` in the memlint configuration"),
+        "{out}"
+    );
+}
+
+#[test]
+fn broken_configs_are_named_and_the_rest_is_linted() {
+    let dir = project(&[
+        ("dup.json", "{\"train_batch_size\": 8,\n \"train_batch_size\": 16}\n"),
+        ("dup.yaml", "lr: 1\nlr: 2\n"),
+        ("python_dump.json", "{\"snr\": Infinity, \"train_batch_size\": 100, \"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 4}\n"),
+        ("empty.json", ""),
+        ("flow.yaml", "args: [\n  '--ini',\n  '.bandit',\n]\n"),
+    ]);
+    let (code, out, err) = run(dir.path(), &["."]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("dup.json: skipped: invalid JSON at 2:2: duplicate key `train_batch_size` (first at line 1)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "dup.yaml: skipped: invalid YAML at 2:1: duplicate key `lr` (first at line 1)"
+        ),
+        "{err}"
+    );
+    assert!(
+        !err.contains("empty.json") && !err.contains("flow.yaml"),
+        "{err}"
+    );
+    assert!(!err.contains("python_dump.json"), "{err}");
+    assert!(out.contains("python_dump.json:1:39: BS001"), "{out}");
+}
