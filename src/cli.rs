@@ -296,7 +296,7 @@ fn check(args: CheckArgs) -> i32 {
             if args.diff {
                 diffs.push_str(&fix::unified_diff(
                     &r.file.display,
-                    &r.file.text,
+                    r.file.disk_text(),
                     &result.new_text,
                 ));
                 fixed += result.applied;
@@ -307,12 +307,7 @@ fn check(args: CheckArgs) -> i32 {
                     fixed += r.diagnostics.len().saturating_sub(result.remaining.len());
                     r.diagnostics = result.remaining;
                     // Positions of what remains refer to the new text.
-                    r.file = std::sync::Arc::new(crate::source::SourceFile::new(
-                        r.file.path.clone(),
-                        r.file.display.clone(),
-                        r.file.language,
-                        result.new_text,
-                    ));
+                    r.file = std::sync::Arc::new(result.file);
                 }
                 Err(e) => {
                     eprintln!(

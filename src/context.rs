@@ -46,7 +46,7 @@ impl Located {
             .evidence
             .optimizers
             .iter()
-            .map(|m| format!("{}:{}", file.display, file.position(m.span.start).row))
+            .map(|m| file.site(m.span.start))
             .collect();
         Located {
             evidence: facts.evidence.clone(),
@@ -67,6 +67,7 @@ pub struct TrainingContext {
     /// Every distinct optimizer seen for this file (a script may choose between several).
     pub optimizers: Vec<OptimizerChoice>,
     pub trains: bool,
+    /// Inference evidence and no training evidence: no training rule applies to the file.
     pub inference: bool,
     pub lora: bool,
     pub frozen: bool,
@@ -91,7 +92,9 @@ impl TrainingContext {
         let k = knowledge();
         let mut cx = TrainingContext {
             trains: !ev.trains.is_empty() || !ev.optimizers.is_empty(),
-            inference: !ev.inference.is_empty(),
+            // Inference-only: a training script that evaluates under `no_grad` still trains;
+            // formulas inside inference code are marked one by one.
+            inference: !ev.inference.is_empty() && ev.trains.is_empty() && ev.optimizers.is_empty(),
             lora: !ev.lora.is_empty(),
             frozen: !ev.frozen.is_empty(),
             sharded: !ev.sharding.is_empty(),

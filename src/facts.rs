@@ -9,11 +9,29 @@ use std::ops::Range;
 pub struct Facts {
     pub formulas: Vec<Formula>,
     pub loops: Vec<AccumLoop>,
+    /// Lookup tables of numbers: dict literals (`{"bf16": 2, "fp32": 4}`) and the values one name
+    /// takes in the arms of an `if`/`elif` chain on a string (`if dtype == "bf16": nbytes = 2`).
+    pub tables: Vec<Table>,
+    /// Values converted to GB/GiB (or MB/MiB) by a division, and comparisons between such values.
+    pub unit_conversions: Vec<UnitConversion>,
+    /// Every unit some assignment in the file converts to: a file that uses both conventions
+    /// mixes them.
+    pub units_used: Vec<Unit>,
+    pub unit_comparisons: Vec<UnitComparison>,
+    /// Losses divided by the accumulation factor by hand and handed to a framework that divides too.
+    pub manual_divisions: Vec<ManualDivision>,
+    /// `zero_grad()` before a backward inside `with accelerator.accumulate(...)`.
+    pub zero_grad_in_accumulate: Vec<Range<usize>>,
     pub evidence: Evidence,
     /// Commands in a shell script that run a training script (`python train.py --optim adamw`).
     pub invocations: Vec<Invocation>,
     pub comments: Vec<Comment>,
     pub config: Option<ConfigDoc>,
+    /// A learning-rate scheduler is sized in optimizer steps (its length involves the
+    /// accumulation factor).
+    pub schedule_in_optimizer_steps: bool,
+    /// A LightningModule sets `self.automatic_optimization = False`: Lightning does not scale.
+    pub manual_optimization: bool,
     /// Configs written inside the file: shell heredocs, Python dict literals, dataclass and
     /// argparse defaults.
     pub inline_configs: Vec<InlineConfig>,
@@ -32,6 +50,9 @@ pub struct Formula {
     pub lin: Lin,
     /// The expression as written.
     pub span: Range<usize>,
+    /// Written under `torch.no_grad()`/`inference_mode()` or in a function for inference
+    /// (decorated with one, or named for generation or serving): no training rule applies.
+    pub inference: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,12 +141,56 @@ pub struct AccumLoop {
     pub factor: String,
     /// N is a plain name, attribute or literal: a fix may use it as written.
     pub factor_is_simple: bool,
-    /// The conditional `optimizer.step()` calls.
-    pub steps: Vec<Range<usize>>,
+    /// N's value when it is a literal or a module constant (`ACCUM = 4`).
+    pub factor_value: Option<f64>,
+    /// The conditional `optimizer.step()` calls (statements, in source order).
+    pub steps: Vec<Call>,
     /// `backward` calls that run on every micro-step.
     pub backwards: Vec<Backward>,
     /// Gradients are rescaled in the loop before the step (`p.grad.div_(N)`, `scale_grads`).
     pub grads_rescaled: bool,
+    /// Calls that run unconditionally on every micro-step.
+    pub zero_grads: Vec<Call>,
+    pub scheduler_steps: Vec<Call>,
+    pub clips: Vec<Call>,
+    /// Clipping at the boundary while a `GradScaler` scales the gradients and nothing unscaled
+    /// them before the clip.
+    pub clips_before_unscale: Vec<Call>,
+    /// `scaler.unscale_(...)` at the boundary.
+    pub unscales: Vec<Call>,
+    /// A `zero_grad()` already runs at the boundary.
+    pub zero_grad_at_boundary: bool,
+    /// The loop's gradients go through a `GradScaler`.
+    pub uses_scaler: bool,
+}
+
+/// A call as a statement: where the call is, and the whole statement line when the call stands
+/// alone on it (what a fix may move).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub span: Range<usize>,
+    pub statement: Option<Range<usize>>,
+}
+
+/// A loss divided by hand by the accumulation factor, then given to a framework that divides by it
+/// again.
+#[derive(Debug, Clone)]
+pub struct ManualDivision {
+    pub framework: Framework,
+    /// Where the loss reaches the framework (`accelerator.backward(loss)`, `return loss / n`).
+    pub at: Range<usize>,
+    /// The divisor as written.
+    pub divisor: String,
+    pub division: Division,
+}
+
+/// `x / N` as written: what to delete to undo it.
+#[derive(Debug, Clone)]
+pub struct Division {
+    /// ` / N`, from the end of the dividend to the end of the divisor.
+    pub operator_and_divisor: Range<usize>,
+    /// The whole statement when the division is its own statement (`loss = loss / N`, `loss /= N`).
+    pub statement: Option<Range<usize>>,
 }
 
 #[derive(Debug, Clone)]
@@ -244,4 +309,61 @@ impl Facts {
 pub struct Comment {
     pub text: String,
     pub range: Range<usize>,
+}
+
+/// A table of numbers keyed by name.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    /// The name the table is bound to or the name its arms assign, when there is one.
+    pub name: Option<String>,
+    pub entries: Vec<TableEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableEntry {
+    /// The key as written, without quotes (`bf16`, `torch.float16`, `adamw`).
+    pub key: String,
+    pub value: f64,
+    /// The number as written: what a fix replaces.
+    pub value_span: Range<usize>,
+}
+
+/// A memory unit: decimal (GB = 10^9) or binary (GiB = 2^30), at a power of 1000/1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    pub binary: bool,
+    /// 2 for MB/MiB, 3 for GB/GiB.
+    pub power: u8,
+}
+
+impl Unit {
+    pub fn name(self) -> &'static str {
+        match (self.binary, self.power) {
+            (true, 2) => "MiB",
+            (false, 2) => "MB",
+            (true, _) => "GiB",
+            (false, _) => "GB",
+        }
+    }
+}
+
+/// `name = bytes / divisor`, where the name states a unit.
+#[derive(Debug, Clone)]
+pub struct UnitConversion {
+    pub target: String,
+    /// The unit the name states (`_gb`, `_gib`).
+    pub named: Unit,
+    /// The unit the divisor gives.
+    pub divided: Unit,
+    /// The divisor as written (`1024**3`) and where it is, when it is one operand.
+    pub divisor: Option<(String, Range<usize>)>,
+    pub span: Range<usize>,
+}
+
+/// A comparison whose sides were converted with different divisors.
+#[derive(Debug, Clone)]
+pub struct UnitComparison {
+    pub span: Range<usize>,
+    pub left: Unit,
+    pub right: Unit,
 }

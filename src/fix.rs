@@ -12,17 +12,15 @@ use std::path::Path;
 /// Rounds of fixing before giving up on convergence.
 const MAX_ROUNDS: usize = 10;
 
-/// The outcome of fixing one file.
-pub struct Fixed {
-    pub new_text: String,
-    pub applied: usize,
-    /// Diagnostics left after the fixes.
-    pub remaining: Vec<Diagnostic>,
-}
-
 /// Apply non-overlapping edits to `text` (sorted by position; an edit overlapping an earlier one
 /// is skipped). Returns the new text and how many fixes were applied in full.
 pub fn apply_edits(text: &str, fixes: &[&[Edit]]) -> (String, usize) {
+    let (chosen, applied) = select_edits(text, fixes);
+    (splice(text, &chosen), applied)
+}
+
+/// The edits of the fixes that apply together (whole fixes, first come first served), sorted.
+fn select_edits<'a>(text: &str, fixes: &[&'a [Edit]]) -> (Vec<&'a Edit>, usize) {
     let mut chosen: Vec<&Edit> = Vec::new();
     let mut applied = 0;
     let mut sorted: Vec<&[Edit]> = fixes.to_vec();
@@ -42,19 +40,35 @@ pub fn apply_edits(text: &str, fixes: &[&[Edit]]) -> (String, usize) {
         applied += 1;
     }
     chosen.sort_by_key(|e| (e.range.start, e.range.end));
+    (chosen, applied)
+}
+
+/// `text` with sorted, non-overlapping edits applied.
+fn splice(text: &str, edits: &[&Edit]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
-    for e in chosen {
+    for e in edits {
         out.push_str(&text[at..e.range.start]);
         out.push_str(&e.content);
         at = e.range.end;
     }
     out.push_str(&text[at..]);
-    (out, applied)
+    out
 }
 
 fn overlaps(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
     a.start < b.end && b.start < a.end || (a.start == b.start && (a.is_empty() || b.is_empty()))
+}
+
+/// The outcome of fixing one file.
+pub struct Fixed {
+    /// The new text of the file on disk (the `.ipynb` JSON for a notebook).
+    pub new_text: String,
+    /// The fixed file, as analysed for the diagnostics that remain.
+    pub file: SourceFile,
+    pub applied: usize,
+    /// Diagnostics left after the fixes.
+    pub remaining: Vec<Diagnostic>,
 }
 
 /// Fix one linted file in memory. `None` when nothing applies or the file may not be rewritten.
@@ -62,15 +76,11 @@ pub fn fix_file(result: &FileResult, threshold: Applicability) -> Option<Fixed> 
     if result.syntax_error {
         return None;
     }
-    let mut file = SourceFile::new(
-        result.file.path.clone(),
-        result.file.display.clone(),
-        result.file.language,
-        result.file.text.clone(),
-    );
+    let mut file: Option<SourceFile> = None;
     let mut diagnostics = result.diagnostics.clone();
     let mut applied = 0;
     for _ in 0..MAX_ROUNDS {
+        let current = file.as_ref().unwrap_or(&result.file);
         let fixes: Vec<&[Edit]> = diagnostics
             .iter()
             .filter_map(|d| d.fix.as_ref())
@@ -82,12 +92,12 @@ pub fn fix_file(result: &FileResult, threshold: Applicability) -> Option<Fixed> 
         if fixes.is_empty() {
             break;
         }
-        let (text, n) = apply_edits(&file.text, &fixes);
-        if n == 0 || text == file.text {
+        let (chosen, n) = select_edits(&current.text, &fixes);
+        let text = splice(&current.text, &chosen);
+        if n == 0 || text == current.text {
             break;
         }
-        let candidate =
-            SourceFile::new(file.path.clone(), file.display.clone(), file.language, text);
+        let candidate = rewrite(current, &chosen, text)?;
         // The fixed file must parse as well as the original did.
         let facts = analyse(&candidate).ok()?;
         if facts.syntax_error {
@@ -95,14 +105,34 @@ pub fn fix_file(result: &FileResult, threshold: Applicability) -> Option<Fixed> 
         }
         let next = check(&candidate, &facts, &result.training, &result.settings);
         applied += n;
-        file = candidate;
+        file = Some(candidate);
         diagnostics = next;
     }
-    (applied > 0).then_some(Fixed {
-        new_text: file.text,
+    let file = file.filter(|_| applied > 0)?;
+    Some(Fixed {
+        new_text: file.disk_text().to_string(),
+        file,
         applied,
         remaining: diagnostics,
     })
+}
+
+/// The file after `edits`, whose result on the analysed text is `text`. A notebook gets the edits
+/// in the JSON strings of its cells and is read again; it must give exactly `text` back, or the
+/// fix is not written.
+fn rewrite(file: &SourceFile, edits: &[&Edit], text: String) -> Option<SourceFile> {
+    let (path, display) = (file.path.clone(), file.display.clone());
+    if file.notebook.is_none() {
+        return Some(SourceFile::new(path, display, file.language, text));
+    }
+    let owned: Vec<Edit> = edits.iter().map(|e| (*e).clone()).collect();
+    let raw_edits = file.disk_edits(&owned)?;
+    let (raw, n) = apply_edits(file.disk_text(), &[&raw_edits]);
+    if n != 1 && !raw_edits.is_empty() {
+        return None;
+    }
+    let reread = SourceFile::from_notebook(path, display, raw).ok()??;
+    (reread.text == text).then_some(reread)
 }
 
 /// Replace a file's contents atomically, keeping its permissions.

@@ -31,6 +31,15 @@ impl OptimizerRow {
     pub fn state_multiplier_min(&self) -> f64 {
         (self.bytes_per_param_fp32 / 4.0).min(self.bytes_per_param_bf16 / 2.0)
     }
+
+    /// How the states are stored, for messages.
+    pub fn state_dtype_words(&self) -> &'static str {
+        match self.state_dtype.as_str() {
+            "param" => "in the weights' dtype",
+            "8bit" => "8-bit with block scales",
+            _ => "always fp32",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +97,15 @@ impl Knowledge {
         self.optimizers
             .iter()
             .find(|o| o.names.iter().any(|m| normalize(m) == n))
+    }
+
+    /// The row for a dtype as written (`bf16`, `torch.float16`, `half`).
+    pub fn dtype(&self, name: &str) -> Option<&DtypeRow> {
+        let n = name.to_ascii_lowercase();
+        let last = n.rsplit('.').next().unwrap_or(&n).to_string();
+        self.dtypes
+            .iter()
+            .find(|d| d.names.iter().any(|m| *m == n || *m == last))
     }
 
     pub fn optimizer_by_id(&self, id: &str) -> Option<&OptimizerRow> {

@@ -16,6 +16,7 @@ pub mod fix;
 pub mod frontend;
 pub mod knowledge;
 pub mod lint;
+pub mod notebook;
 pub mod prefilter;
 pub mod project;
 pub mod report;

@@ -138,11 +138,22 @@ fn load(
             message: e.to_string(),
         })
     })?;
-    // A file the prefilter rules out can get no diagnostic: its text is not kept.
-    if opts.prefilter && !crate::prefilter::needs_parse(c.language, &text) {
+    // A file the prefilter rules out can get no diagnostic: its text is not kept. A notebook is
+    // judged by its code cells as Python, never by the JSON around them.
+    let needs_parse =
+        |language, text: &str| !opts.prefilter || crate::prefilter::needs_parse(language, text);
+    let file = if c.language == Language::Notebook {
+        // A notebook in another language is skipped like any file memlint does not read.
+        match SourceFile::from_notebook(c.path.clone(), display.clone(), text) {
+            Ok(Some(file)) if needs_parse(Language::Python, &file.text) => file,
+            Ok(_) => return Ok(None),
+            Err(reason) => return Err(skip(&format!("malformed notebook: {reason}"))),
+        }
+    } else if needs_parse(c.language, &text) {
+        SourceFile::new(c.path.clone(), display.clone(), c.language, text)
+    } else {
         return Ok(None);
-    }
-    let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text);
+    };
     let facts = analyse(&file).map_err(|reason| skip(&reason))?;
     Ok(Some(Unit {
         abs: absolute(&c.path, cwd),
@@ -155,9 +166,9 @@ fn load(
 /// Parse one file and lower it into facts.
 pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
     Ok(match file.language {
-        Language::Python => python::extract(&file.text),
+        // A notebook's text is the Python of its code cells.
+        Language::Python | Language::Notebook => python::extract(&file.text),
         Language::Shell => shell::extract(&file.text),
-        Language::Notebook => Facts::default(),
         Language::Yaml | Language::Json | Language::Toml => {
             match config::parse(file.language, &file.text) {
                 Ok(doc) => {

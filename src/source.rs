@@ -1,6 +1,8 @@
 //! A file as memlint sees it: its text, its language and a precomputed line index, so that every
 //! position lookup (for reports, for miette, for fixes) is a binary search rather than a rescan.
 
+use crate::diagnostic::Edit;
+use crate::notebook::{self, Notebook};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -107,7 +109,9 @@ pub struct Position {
     pub column: usize,
 }
 
-/// A file read into memory.
+/// A file read into memory. For a notebook, `text` is the virtual Python text of its code cells
+/// (see [`crate::notebook`]): everything that analyses the file reads it, and the positions users
+/// see go through [`SourceFile::locate`] and [`SourceFile::disk_position`].
 #[derive(Debug)]
 pub struct SourceFile {
     /// The path as given or discovered (used to read and write the file).
@@ -117,6 +121,8 @@ pub struct SourceFile {
     pub language: Language,
     pub text: String,
     pub lines: LineIndex,
+    /// The notebook behind `text`, for `.ipynb` files.
+    pub notebook: Option<Box<Notebook>>,
 }
 
 impl SourceFile {
@@ -128,6 +134,75 @@ impl SourceFile {
             language,
             text,
             lines,
+            notebook: None,
+        }
+    }
+
+    /// A notebook from the text of its `.ipynb` file. `Ok(None)` for a notebook in another
+    /// language than Python; `Err` says what is malformed.
+    pub fn from_notebook(
+        path: PathBuf,
+        display: String,
+        raw: String,
+    ) -> Result<Option<Self>, String> {
+        match notebook::load(raw)? {
+            notebook::Loaded::Python(nb, text) => {
+                let mut file = SourceFile::new(path, display, Language::Notebook, text);
+                file.notebook = Some(Box::new(nb));
+                Ok(Some(file))
+            }
+            notebook::Loaded::OtherLanguage(_) => Ok(None),
+        }
+    }
+
+    /// The text of the file on disk (the `.ipynb` JSON for a notebook).
+    pub fn disk_text(&self) -> &str {
+        match &self.notebook {
+            Some(nb) => nb.raw(),
+            None => &self.text,
+        }
+    }
+
+    /// Where users see an offset: for a notebook the 1-based cell and the row and column within
+    /// it, otherwise the row and column in the file.
+    pub fn locate(&self, offset: usize) -> (Option<usize>, Position) {
+        match self.notebook.as_ref().and_then(|nb| nb.locate(offset)) {
+            Some((cell, p)) => (Some(cell), p),
+            None => (None, self.position(offset)),
+        }
+    }
+
+    /// `train.py:13`, or `train.ipynb:cell 2:4` in a notebook: where a piece of evidence was seen.
+    pub fn site(&self, offset: usize) -> String {
+        match self.locate(offset) {
+            (Some(cell), p) => format!("{}:cell {cell}:{}", self.display, p.row),
+            (None, p) => format!("{}:{}", self.display, p.row),
+        }
+    }
+
+    /// Row and column in the file on disk (the `.ipynb` line for a notebook), for annotations.
+    /// `end` says the offset ends a span: at the seam of two JSON strings it stays on the first.
+    pub fn disk_position(&self, offset: usize, end: bool) -> Position {
+        match &self.notebook {
+            Some(nb) => nb.raw_position(nb.raw_offset(offset, end)),
+            None => self.position(offset),
+        }
+    }
+
+    /// Row and column of an offset of [`SourceFile::disk_text`].
+    pub fn disk_position_at(&self, disk_offset: usize) -> Position {
+        match &self.notebook {
+            Some(nb) => nb.raw_position(disk_offset),
+            None => self.position(disk_offset),
+        }
+    }
+
+    /// Edits of `text` as edits of [`SourceFile::disk_text`]; `None` when a notebook edit cannot be
+    /// written back into its cell.
+    pub fn disk_edits(&self, edits: &[Edit]) -> Option<Vec<Edit>> {
+        match &self.notebook {
+            Some(nb) => nb.raw_edits(edits),
+            None => Some(edits.to_vec()),
         }
     }
 
@@ -173,11 +248,6 @@ impl SourceFile {
 
     pub fn slice(&self, range: &Range<usize>) -> &str {
         self.text.get(range.clone()).unwrap_or("")
-    }
-
-    /// First and last line of a span in the file on disk, for annotations (GitHub, SARIF).
-    pub fn annotation_lines(&self, range: Range<usize>) -> (usize, usize) {
-        (self.position(range.start).row, self.position(range.end).row)
     }
 
     /// Leading whitespace of the line holding `offset`.

@@ -32,9 +32,17 @@ pub fn directives(file: &SourceFile, comments: &[Comment]) -> Vec<Suppression> {
         let before = &file.text[file.lines.line_start(line)..c.range.start];
         let alone = before.trim().is_empty();
         for (kind, codes) in parse_comment(&c.text, c.range.start) {
+            // In a notebook, a directive alone on a cell's last line covers no line of the next cell.
+            let next_in_cell = || {
+                file.lines.line_start(line + 1) < file.text.len()
+                    && file.locate(file.lines.line_start(line + 1)).0
+                        == file.locate(c.range.start).0
+            };
             let target = match kind {
                 Kind::File => None,
-                Kind::Line if alone => Some(line + 1),
+                Kind::Line if alone && (file.notebook.is_none() || next_in_cell()) => {
+                    Some(line + 1)
+                }
                 Kind::Line => Some(line),
             };
             out.push(Suppression {

@@ -35,9 +35,10 @@ fn render(run: &Run) -> String {
     let mut out = String::new();
     for r in &run.results {
         for d in &r.diagnostics {
-            let p = r.file.position(d.range.start);
+            let (cell, p) = r.file.locate(d.range.start);
+            let cell = cell.map(|c| format!("cell {c}:")).unwrap_or_default();
             out.push_str(&format!(
-                "{}:{}:{}: {} {}\n",
+                "{}:{cell}{}:{}: {} {}\n",
                 r.file.display, p.row, p.column, d.code, d.message
             ));
             if let Some(h) = &d.help {
@@ -56,7 +57,7 @@ fn render(run: &Run) -> String {
         if let Some(fixed) = fix::fix_file(r, Applicability::Unsafe) {
             out.push_str(&fix::unified_diff(
                 &r.file.display,
-                &r.file.text,
+                r.file.disk_text(),
                 &fixed.new_text,
             ));
         }

@@ -1,6 +1,7 @@
 //! Frontends own everything about one language: parsing, and lowering what rules need into
 //! [`Facts`](crate::facts::Facts).
 
+mod loops;
 pub mod python;
 pub mod shell;
 

@@ -3,6 +3,7 @@
 //! lower what they see into facts. Accumulating loops are assembled from the recorded events after
 //! the walk.
 
+use super::loops::{self, AccumTest, Branch, CallEvent, CallKind, Ctx, LoopInfo};
 use super::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
@@ -34,12 +35,24 @@ pub fn extract(text: &str) -> Facts {
     facts
 }
 
+/// A division by the accumulation factor: the divisor as written, and how to undo it.
+type DivisionBy = (String, Division);
+
+/// The unit a division converts to, and the divisor as written when it is one operand.
+type UnitDivision = (Unit, Option<(String, Range<usize>)>);
+
+/// Per name and scope, in source order: where it was assigned, under which branches, and whether
+/// that divided it.
+type Divisions = HashMap<(usize, String), Vec<(usize, Vec<Branch>, Option<DivisionBy>)>>;
+
 #[derive(Clone, Debug)]
 enum Frame {
     Scope(usize),
     Loop(usize),
     Branch(usize, bool),
-    With,
+    /// A `with` block; `Some(id)` for `with accelerator.accumulate(...)`; whether it turns off
+    /// gradients.
+    With(Option<usize>, bool),
 }
 
 #[derive(Debug)]
@@ -49,47 +62,39 @@ struct Scope {
     class: Option<usize>,
     parent: Option<usize>,
     is_class: bool,
+    /// A `LightningModule` subclass.
+    lightning: bool,
+    /// A function for inference: decorated with `no_grad`/`inference_mode`, or named for
+    /// generation or serving.
+    inference: bool,
 }
 
-/// A condition of an `if`, with the accumulation test it makes, if any.
-#[derive(Debug, Clone)]
-struct Cond {
-    /// `(factor, factor_span, boundary_when_true)`.
-    accum: Option<(String, Range<usize>, bool)>,
-}
-
-#[derive(Debug, Clone)]
-struct Ctx {
-    scope: usize,
-    loops: Vec<usize>,
-    branches: Vec<(usize, bool)>,
-}
-
+/// `if (i + 1) % N != 0: continue` inside a loop: what follows in the loop is the boundary.
 #[derive(Debug)]
-struct CallEvent {
-    ctx: Ctx,
-    kind: CallKind,
-    span: Range<usize>,
-}
-
-#[derive(Debug)]
-enum CallKind {
-    Step,
-    Backward {
-        loss: Range<usize>,
-        loss_text: String,
-        scaling: Scaling,
-    },
-    GradRescale,
+struct Guard {
+    loop_id: usize,
+    cond: usize,
+    after: usize,
 }
 
 struct Walker<'s> {
     src: &'s str,
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
-    conds: Vec<Cond>,
+    /// The accumulation test each `if` makes, by condition id.
+    conds: Vec<Option<AccumTest>>,
+    /// Whether each condition reads the accumulation factor (`if args.gas > 1:`).
+    cond_reads_factor: Vec<bool>,
+    /// The strings each condition compares a name with (`dtype == "bf16"`, `opt in ("adam", "adamw")`).
+    cond_keys: Vec<Vec<String>>,
+    /// Tables built from the arms of `if` chains, by scope and assigned name.
+    branch_tables: HashMap<(usize, String), usize>,
+    /// Units of names assigned a converted value (`free_gib = free / 2**30`).
+    name_units: HashMap<(usize, String), Unit>,
     cond_ids: HashMap<usize, usize>,
-    loops: Vec<Range<usize>>,
+    loops: Vec<LoopInfo>,
+    guards: Vec<Guard>,
+    accumulate_blocks: usize,
     /// Lowered values of names, per scope: the latest assignment wins (walk order is source order).
     env: HashMap<(usize, String), Lin>,
     /// How each loss-like name was produced, per scope, in source order.
@@ -102,6 +107,16 @@ struct Walker<'s> {
     gpu_names: Vec<(usize, String)>,
     /// Names bound to optimizers (`opt = torch.optim.AdamW(...)`).
     optimizer_names: Vec<String>,
+    /// Names bound to learning-rate schedulers and to DeepSpeed engines.
+    scheduler_names: Vec<String>,
+    engine_names: Vec<String>,
+    /// Per name, in source order: whether each assignment divided it (`loss = loss / n`).
+    divisions: Divisions,
+    /// `Accelerator(...)` constructions and their `gradient_accumulation_steps` as written.
+    accelerators: Vec<Option<String>>,
+    /// The latest right-hand side assigned to each name, as written (to follow a schedule length
+    /// back to what it counts).
+    assigned_text: HashMap<String, &'s str>,
     calls: Vec<CallEvent>,
     facts: Facts,
 }
@@ -160,16 +175,29 @@ impl<'s> Walker<'s> {
                 class: None,
                 parent: None,
                 is_class: false,
+                lightning: false,
+                inference: false,
             }],
             conds: Vec::new(),
+            cond_reads_factor: Vec::new(),
+            cond_keys: Vec::new(),
+            branch_tables: HashMap::new(),
+            name_units: HashMap::new(),
             cond_ids: HashMap::new(),
             loops: Vec::new(),
+            guards: Vec::new(),
+            accumulate_blocks: 0,
             env: HashMap::new(),
             loss_defs: HashMap::new(),
             test_names: HashMap::new(),
             returns_scaled: HashMap::new(),
             gpu_names: Vec::new(),
             optimizer_names: Vec::new(),
+            scheduler_names: Vec::new(),
+            engine_names: Vec::new(),
+            divisions: HashMap::new(),
+            accelerators: Vec::new(),
+            assigned_text: HashMap::new(),
             calls: Vec::new(),
             facts: Facts::default(),
         }
@@ -221,26 +249,46 @@ impl<'s> Walker<'s> {
             .unwrap_or(0)
     }
 
-    fn ctx(&self) -> Ctx {
-        let mut loops = Vec::new();
-        let mut branches = Vec::new();
+    /// Where a call at byte `at` sits: loops, branches (and `continue` guards already passed) and
+    /// the accumulate block around it.
+    fn ctx(&self, at: usize) -> Ctx {
+        let mut ctx = Ctx {
+            scope: self.scope(),
+            ..Ctx::default()
+        };
         for (_, f) in &self.stack {
             match f {
                 // A nested function starts a fresh loop context.
                 Frame::Scope(_) => {
-                    loops.clear();
-                    branches.clear();
+                    ctx = Ctx {
+                        scope: ctx.scope,
+                        ..Ctx::default()
+                    }
                 }
-                Frame::Loop(l) => loops.push(*l),
-                Frame::Branch(c, b) => branches.push((*c, *b)),
-                Frame::With => {}
+                Frame::Loop(l) => {
+                    ctx.loops.push(*l);
+                    for g in self
+                        .guards
+                        .iter()
+                        .filter(|g| g.loop_id == *l && g.after <= at)
+                    {
+                        ctx.branches.push(Branch {
+                            cond: g.cond,
+                            taken: false,
+                            depth: ctx.loops.len(),
+                        });
+                    }
+                }
+                Frame::Branch(c, b) => ctx.branches.push(Branch {
+                    cond: *c,
+                    taken: *b,
+                    depth: ctx.loops.len(),
+                }),
+                Frame::With(Some(block), _) => ctx.accumulate = Some((*block, ctx.branches.len())),
+                Frame::With(None, _) => {}
             }
         }
-        Ctx {
-            scope: self.scope(),
-            loops,
-            branches,
-        }
+        ctx
     }
 
     fn enter(&mut self, node: Node<'_>, field: Option<&str>) {
@@ -255,13 +303,19 @@ impl<'s> Walker<'s> {
                 }
                 self.enter_scope(node)
             }
-            "dictionary" => crate::config::python::dict(node, self.src, &mut self.facts),
+            "dictionary" => {
+                crate::config::python::dict(node, self.src, &mut self.facts);
+                self.dictionary(node);
+            }
             "for_statement" | "while_statement" => {
                 let id = self.loops.len();
-                self.loops
-                    .push(node.start_byte()..line_end(self.src, node.start_byte()));
+                self.loops.push(LoopInfo {
+                    header: node.start_byte()..line_end(self.src, node.start_byte()),
+                    micro_factor: self.micro_factor(node),
+                });
                 self.push(node, Frame::Loop(id));
             }
+            "if_statement" => self.continue_guard(node),
             "block" if field == Some("consequence") => {
                 if let Some(parent) = node.parent() {
                     if let Some(cond) = self.cond_of(parent) {
@@ -285,7 +339,8 @@ impl<'s> Walker<'s> {
                     })
                     .map(|c| self.text(c).to_string())
                     .unwrap_or_default();
-                if items.contains("no_grad") || items.contains("inference_mode") {
+                let no_grad = items.contains("no_grad") || items.contains("inference_mode");
+                if no_grad {
                     self.facts.evidence.inference.push(node.byte_range());
                 }
                 if items.contains("autocast") {
@@ -294,7 +349,11 @@ impl<'s> Walker<'s> {
                         span: node.byte_range(),
                     });
                 }
-                self.push(node, Frame::With);
+                let block = items.contains(".accumulate(").then(|| {
+                    self.accumulate_blocks += 1;
+                    self.accumulate_blocks
+                });
+                self.push(node, Frame::With(block, no_grad));
             }
             "assignment" => self.assignment(node),
             "augmented_assignment" => self.augmented(node),
@@ -341,11 +400,36 @@ impl<'s> Walker<'s> {
                 self.facts.evidence.trains.push(node.byte_range());
             }
         }
+        let lightning =
+            is_class
+                && self.facts.evidence.frameworks.last().is_some_and(|f| {
+                    f.value == Framework::Lightning && f.span == node.byte_range()
+                });
+        let decorators: String = node
+            .parent()
+            .filter(|p| p.kind() == "decorated_definition")
+            .map(|p| {
+                let mut c = p.walk();
+                p.named_children(&mut c)
+                    .filter(|d| d.kind() == "decorator")
+                    .map(|d| self.text(d))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let lower = name.to_ascii_lowercase();
+        let inference = !is_class
+            && (decorators.contains("no_grad")
+                || decorators.contains("inference_mode")
+                || ["infer", "generat", "serv", "kv_cache"]
+                    .iter()
+                    .any(|w| lower.contains(w)));
         self.scopes.push(Scope {
             name,
             class,
             parent: Some(parent),
             is_class,
+            lightning,
+            inference,
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
@@ -360,8 +444,17 @@ impl<'s> Walker<'s> {
             return Some(id);
         }
         let cond = stmt.child_by_field_name("condition")?;
-        let accum = self.accum_test(cond, true);
-        self.conds.push(Cond { accum });
+        let accum = self
+            .accum_test(cond, true)
+            .or_else(|| self.counter_test(cond, stmt.child_by_field_name("consequence")?))
+            .map(|(factor, _, boundary_when_true)| AccumTest {
+                factor,
+                boundary_when_true,
+            });
+        self.conds.push(accum);
+        self.cond_reads_factor
+            .push(names_accumulation(self.text(cond)));
+        self.cond_keys.push(self.compared_strings(cond));
         let id = self.conds.len() - 1;
         self.cond_ids.insert(stmt.id(), id);
         Some(id)
@@ -437,6 +530,343 @@ impl<'s> Walker<'s> {
             }
             _ => None,
         }
+    }
+
+    /// `if seen >= N: ...; seen = 0`: a counter compared with N and reset in the branch.
+    fn counter_test(&self, cond: Node, body: Node) -> Option<(String, Range<usize>, bool)> {
+        let cond = unparen(cond);
+        if cond.kind() != "comparison_operator" {
+            return None;
+        }
+        let mut cur = cond.walk();
+        let kids: Vec<Node> = cond.children(&mut cur).collect();
+        if kids.len() != 3 {
+            return None;
+        }
+        let (counter, n) = match self.text(kids[1]) {
+            ">=" | "==" | ">" => (kids[0], kids[2]),
+            "<=" => (kids[2], kids[0]),
+            _ => return None,
+        };
+        if !matches!(counter.kind(), "identifier" | "attribute")
+            || matches!(parse_number(self.text(n)), Some(v) if v <= 1.0)
+        {
+            return None;
+        }
+        let counter = self.text(counter);
+        let mut c = body.walk();
+        let resets = body.named_children(&mut c).any(|st| {
+            st.named_child(0).is_some_and(|a| {
+                a.kind() == "assignment"
+                    && a.child_by_field_name("left").map(|l| self.text(l)) == Some(counter)
+                    && a.child_by_field_name("right").map(|r| self.text(r)) == Some("0")
+            })
+        });
+        resets.then(|| (self.text(n).to_string(), n.byte_range(), true))
+    }
+
+    /// `N` of `for micro in range(N)` when the loop names micro-batches: the variable or `N` says
+    /// so (`micro_step`, `accum_steps`, `chunk`). A loop over tasks or layers that happens to run
+    /// backwards is not accumulation.
+    fn micro_factor(&self, node: Node) -> Option<String> {
+        if node.kind() != "for_statement" {
+            return None;
+        }
+        let var = self.text(node.child_by_field_name("left")?);
+        let iter = unparen(node.child_by_field_name("right")?);
+        if iter.kind() != "call"
+            || iter.child_by_field_name("function").map(|f| self.text(f)) != Some("range")
+        {
+            return None;
+        }
+        let args = iter.child_by_field_name("arguments")?;
+        let mut c = args.walk();
+        let args: Vec<Node> = args.named_children(&mut c).collect();
+        let n = match args.as_slice() {
+            [n] => *n,
+            [start, n] if self.text(*start) == "0" => *n,
+            _ => return None,
+        };
+        let n_text = self.text(n);
+        if matches!(parse_number(n_text), Some(v) if v <= 1.0) {
+            return None;
+        }
+        (names_micro_batches(var) || names_micro_batches(n_text)).then(|| n_text.to_string())
+    }
+
+    /// `if <true on micro-steps>: continue` as the loop's guard for the step that follows.
+    fn continue_guard(&mut self, node: Node) {
+        if node.child_by_field_name("alternative").is_some() {
+            return;
+        }
+        let Some(body) = node.child_by_field_name("consequence") else {
+            return;
+        };
+        let mut c = body.walk();
+        let last = body.named_children(&mut c).last();
+        if last.is_none_or(|l| l.kind() != "continue_statement") {
+            return;
+        }
+        let Some(cond) = self.cond_of(node) else {
+            return;
+        };
+        let skips_micro_steps = self
+            .conds
+            .get(cond)
+            .and_then(|t| t.as_ref())
+            .is_some_and(|t| !t.boundary_when_true);
+        let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
+            Frame::Loop(l) => Some(Some(*l)),
+            Frame::Scope(_) => Some(None),
+            _ => None,
+        });
+        if let (true, Some(Some(loop_id))) = (skips_micro_steps, innermost) {
+            self.guards.push(Guard {
+                loop_id,
+                cond,
+                after: node.end_byte(),
+            });
+        }
+    }
+
+    /// The strings a condition compares with: `x == "bf16"`, `x in ("fp16", "half")`, joined by
+    /// `or`.
+    fn compared_strings(&self, cond: Node) -> Vec<String> {
+        let cond = unparen(cond);
+        match cond.kind() {
+            "boolean_operator"
+                if cond.child_by_field_name("operator").map(|o| self.text(o)) == Some("or") =>
+            {
+                let mut keys = Vec::new();
+                for side in ["left", "right"] {
+                    if let Some(n) = cond.child_by_field_name(side) {
+                        keys.extend(self.compared_strings(n));
+                    }
+                }
+                keys
+            }
+            "comparison_operator" => {
+                let mut c = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut c).collect();
+                if kids.len() != 3 || !matches!(self.text(kids[1]), "==" | "in") {
+                    return Vec::new();
+                }
+                let strings = |n: Node| -> Vec<String> {
+                    let n = unparen(n);
+                    match n.kind() {
+                        "string" => vec![string_key(self.text(n))],
+                        "tuple" | "list" | "set" => {
+                            let mut c = n.walk();
+                            n.named_children(&mut c)
+                                .filter(|k| k.kind() == "string")
+                                .map(|k| string_key(self.text(k)))
+                                .collect()
+                        }
+                        _ => Vec::new(),
+                    }
+                };
+                let mut keys = strings(kids[2]);
+                if keys.is_empty() {
+                    keys = strings(kids[0]);
+                }
+                keys
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// `{"bf16": 2, "fp32": 4}`: a table when at least two values are numbers.
+    fn dictionary(&mut self, node: Node) {
+        let mut c = node.walk();
+        let mut entries = Vec::new();
+        for pair in node.named_children(&mut c) {
+            if pair.kind() != "pair" {
+                continue;
+            }
+            let (Some(k), Some(v)) = (
+                pair.child_by_field_name("key"),
+                pair.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            let key = match k.kind() {
+                "string" => string_key(self.text(k)),
+                "attribute" => self.text(k).to_string(),
+                _ => continue,
+            };
+            if let Some(value) = self.number(v) {
+                entries.push(TableEntry {
+                    key,
+                    value,
+                    value_span: v.byte_range(),
+                });
+            }
+        }
+        if entries.len() < 2 {
+            return;
+        }
+        let name = node
+            .parent()
+            .filter(|p| p.kind() == "assignment")
+            .and_then(|p| p.child_by_field_name("left"))
+            .map(|l| self.text(l).to_string());
+        self.facts.tables.push(Table { name, entries });
+    }
+
+    /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`).
+    fn number(&self, node: Node) -> Option<f64> {
+        let lin = self.lower(node, 0);
+        (lin.terms.is_empty() && lin.constant.is_finite()).then_some(lin.constant)
+    }
+
+    /// `if dtype == "bf16": nbytes = 2` and `nbytes = 2 if dtype == "bf16" else 4`: one entry of
+    /// the table the chain builds for `nbytes`.
+    fn branch_entry(&mut self, target: &str, right: Node) {
+        let t = target.to_ascii_lowercase();
+        // The prefilter keeps files with a quoted key only when such a name may be assigned.
+        if !["byte", "mult"].iter().any(|w| t.contains(w)) {
+            return;
+        }
+        let mut found: Vec<(String, f64, Range<usize>)> = Vec::new();
+        if let Some(value) = self.number(right) {
+            let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
+                Frame::Branch(c, true) => Some(Some(*c)),
+                Frame::Branch(_, false) | Frame::Scope(_) | Frame::Loop(_) => Some(None),
+                Frame::With(..) => None,
+            });
+            if let Some(Some(cond)) = innermost {
+                for key in self.cond_keys.get(cond).cloned().unwrap_or_default() {
+                    found.push((key, value, right.byte_range()));
+                }
+            }
+        } else if right.kind() == "conditional_expression" {
+            let mut c = right.walk();
+            let kids: Vec<Node> = right.named_children(&mut c).collect();
+            if let [then, cond, _] = kids.as_slice() {
+                if let Some(value) = self.number(*then) {
+                    for key in self.compared_strings(*cond) {
+                        found.push((key, value, then.byte_range()));
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        let key = (self.scope(), target.to_string());
+        let index = match self.branch_tables.get(&key) {
+            Some(i) => *i,
+            None => {
+                self.facts.tables.push(Table {
+                    name: Some(target.to_string()),
+                    entries: Vec::new(),
+                });
+                let i = self.facts.tables.len() - 1;
+                self.branch_tables.insert(key, i);
+                i
+            }
+        };
+        if let Some(table) = self.facts.tables.get_mut(index) {
+            for (k, value, value_span) in found {
+                table.entries.push(TableEntry {
+                    key: k,
+                    value,
+                    value_span,
+                });
+            }
+        }
+    }
+
+    /// The unit a division converts to: `x / 1e9` (GB), `x / 1024**3`, `x / 2**30`,
+    /// `x / 1024 / 1024 / 1024`, `x >> 30` (GiB), `x * 1e-9`; searched through the expression.
+    /// Also the divisor as written when it is a single operand.
+    fn unit_division(&self, node: Node, depth: usize) -> Option<UnitDivision> {
+        let node = unparen(node);
+        if depth > 8 {
+            return None;
+        }
+        match node.kind() {
+            "binary_operator" => {
+                let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
+                let left = node.child_by_field_name("left")?;
+                let right = node.child_by_field_name("right")?;
+                let found = match op {
+                    "/" => {
+                        // Along the chain of divisions: `x / 1024 / 1024 / 1024`.
+                        let mut divisor = 1.0;
+                        let mut at = node;
+                        let mut single = None;
+                        let mut count = 0;
+                        while at.kind() == "binary_operator"
+                            && at.child_by_field_name("operator").map(|o| self.text(o)) == Some("/")
+                        {
+                            let Some(r) = at.child_by_field_name("right") else {
+                                break;
+                            };
+                            let Some(d) = self.number(r) else { break };
+                            divisor *= d;
+                            count += 1;
+                            single = Some((self.text(r).to_string(), r.byte_range()));
+                            match at.child_by_field_name("left") {
+                                Some(l) => at = unparen(l),
+                                None => break,
+                            }
+                        }
+                        unit_of_divisor(divisor)
+                            .map(|u| (u, if count == 1 { single } else { None }))
+                    }
+                    "*" => self
+                        .number(right)
+                        .or_else(|| self.number(left))
+                        .filter(|f| *f > 0.0 && *f < 1.0)
+                        .and_then(|f| unit_of_divisor(1.0 / f))
+                        .map(|u| (u, None)),
+                    ">>" => match self.number(right) {
+                        Some(30.0) => Some((
+                            Unit {
+                                binary: true,
+                                power: 3,
+                            },
+                            None,
+                        )),
+                        Some(20.0) => Some((
+                            Unit {
+                                binary: true,
+                                power: 2,
+                            },
+                            None,
+                        )),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                found
+                    .or_else(|| self.unit_division(left, depth + 1))
+                    .or_else(|| self.unit_division(right, depth + 1))
+            }
+            "call" => {
+                let arg = node
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))?;
+                self.unit_division(arg, depth + 1)
+            }
+            _ => None,
+        }
+    }
+
+    /// The unit of one side of a comparison: converted there, or a name converted earlier.
+    fn unit_of(&self, node: Node) -> Option<Unit> {
+        if let Some((u, _)) = self.unit_division(node, 0) {
+            return Some(u);
+        }
+        let node = unparen(node);
+        if !matches!(node.kind(), "identifier" | "attribute") {
+            return None;
+        }
+        let name = self.text(node);
+        self.name_units
+            .get(&(scope_of_name(self, name), name.to_string()))
+            .copied()
     }
 
     /// `x % N` → N.
@@ -597,16 +1027,73 @@ impl<'s> Walker<'s> {
         if target.ends_with("requires_grad") && rtext == "False" {
             self.facts.evidence.frozen.push(node.byte_range());
         }
+        if target == "self.automatic_optimization" && rtext == "False" {
+            self.facts.manual_optimization = true;
+        }
         if right.kind() == "call" {
             if let Some(f) = right.child_by_field_name("function") {
-                let last = last_segment(self.text(f)).to_ascii_lowercase();
+                let callee = self.text(f);
+                let last = last_segment(callee).to_ascii_lowercase();
                 if OPTIMIZER_CLASSES.contains(&last.as_str()) && simple_target {
                     self.optimizer_names.push(target.clone());
+                }
+                if simple_target && (last.contains("schedule") || last.ends_with("lr")) {
+                    self.scheduler_names.push(target.clone());
+                    if self.counts_accumulation(rtext, 0) {
+                        self.facts.schedule_in_optimizer_steps = true;
+                    }
+                }
+                // `engine, optimizer, _, _ = deepspeed.initialize(...)`
+                if callee == "deepspeed.initialize" {
+                    let engine = match left.kind() {
+                        "pattern_list" | "tuple_pattern" => left.named_child(0),
+                        _ => Some(left),
+                    };
+                    if let Some(e) = engine {
+                        self.engine_names.push(self.text(e).to_string());
+                    }
                 }
             }
         }
         if !simple_target {
             return;
+        }
+        self.assigned_text.insert(target.clone(), rtext);
+        // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
+        let division = self.division_of(right).map(|(divisor, mut d)| {
+            let rebinds = unparen(right)
+                .child_by_field_name("left")
+                .is_some_and(|l| self.text(unparen(l)) == target);
+            if rebinds {
+                d.statement = node
+                    .parent()
+                    .filter(|p| p.kind() == "expression_statement")
+                    .map(|p| p.byte_range());
+            }
+            (divisor, d)
+        });
+        self.record_division(node, &target, division);
+        self.branch_entry(&target, right);
+        if let Some(divided) = self.unit_division(right, 0) {
+            // Only memory counts as a use of a unit: `/ 1e9` also makes billions of parameters.
+            let t = target.to_ascii_lowercase();
+            let memory = unit_of_name(&target).is_some() || t.contains("mem") || t.contains("byte");
+            if memory && !self.facts.units_used.contains(&divided.0) {
+                self.facts.units_used.push(divided.0);
+            }
+            self.name_units
+                .insert((scope_of_name(self, &target), target.clone()), divided.0);
+            if let Some(named) = unit_of_name(&target) {
+                if named.power == divided.0.power && named.binary != divided.0.binary {
+                    self.facts.unit_conversions.push(UnitConversion {
+                        target: target.clone(),
+                        named,
+                        divided: divided.0,
+                        divisor: divided.1,
+                        span: right.byte_range(),
+                    });
+                }
+            }
         }
         // Accumulation tests stored in a name.
         if let Some(test) = self.accum_test(right, true) {
@@ -648,6 +1135,20 @@ impl<'s> Walker<'s> {
         let target = self.text(left).to_string();
         let op = self.text(op).trim_end_matches('=').to_string();
         let scope = self.scope();
+        if op == "/" && names_accumulation(self.text(right)) {
+            let division = Division {
+                operator_and_divisor: node.byte_range(),
+                statement: node
+                    .parent()
+                    .filter(|p| p.kind() == "expression_statement")
+                    .map(|p| p.byte_range()),
+            };
+            self.record_division(
+                node,
+                &target,
+                Some((self.text(right).to_string(), division)),
+            );
+        }
         if op == "/" || op == "//" || (op == "*" && is_count_like(self.text(right))) {
             self.loss_defs
                 .entry((scope, target.clone()))
@@ -677,6 +1178,23 @@ impl<'s> Walker<'s> {
         if function.is_empty() {
             return;
         }
+        // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
+        let lightning = self
+            .scopes
+            .get(scope)
+            .and_then(|s| s.class)
+            .and_then(|c| self.scopes.get(c))
+            .is_some_and(|c| c.lightning);
+        if lightning && function == "training_step" {
+            if let Some((divisor, division)) = self.division_of(value) {
+                self.facts.manual_divisions.push(ManualDivision {
+                    framework: Framework::Lightning,
+                    at: node.byte_range(),
+                    divisor,
+                    division,
+                });
+            }
+        }
         let scaling = self.loss_scaling(value, 0);
         let entry = self
             .returns_scaled
@@ -702,6 +1220,15 @@ impl<'s> Walker<'s> {
         if kids.len() != 3 || !matches!(self.text(kids[1]), "<" | "<=" | ">" | ">=") {
             return;
         }
+        if let (Some(l), Some(r)) = (self.unit_of(kids[0]), self.unit_of(kids[2])) {
+            if l.power == r.power && l.binary != r.binary {
+                self.facts.unit_comparisons.push(UnitComparison {
+                    span: node.byte_range(),
+                    left: l,
+                    right: r,
+                });
+            }
+        }
         let a = self.lower(kids[0], 0);
         let b = self.lower(kids[2], 0);
         self.record_formula(
@@ -715,10 +1242,16 @@ impl<'s> Walker<'s> {
     /// Keep only what could be memory arithmetic: something sized by the model.
     fn record_formula(&mut self, kind: FormulaKind, lin: &Lin, span: Range<usize>) {
         if lin.is_sized() {
+            let inference = self.stack.iter().any(|(_, f)| match f {
+                Frame::With(_, no_grad) => *no_grad,
+                Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
+                _ => false,
+            });
             self.facts.formulas.push(Formula {
                 kind,
                 lin: lin.clone(),
                 span,
+                inference,
             });
         }
     }
@@ -878,47 +1411,212 @@ impl<'s> Walker<'s> {
             ev.sharding.push(span.clone());
         }
 
-        // Training-loop events.
-        if last == "step" && func.kind() == "attribute" {
-            let recv = func
-                .child_by_field_name("object")
-                .map(|o| self.text(o))
-                .unwrap_or("");
-            let is_scaler = last_segment(recv).contains("scaler");
-            if self.is_optimizer_ref(recv) || is_scaler {
-                self.facts.evidence.trains.push(span.clone());
-                let ctx = self.ctx();
-                self.calls.push(CallEvent {
-                    ctx,
-                    kind: CallKind::Step,
-                    span,
-                });
-            }
-        } else if last == "backward" && func.kind() == "attribute" {
-            self.facts.evidence.trains.push(span.clone());
-            // `accelerator.backward(loss)`, `engine.backward(loss)`: the framework's backward,
-            // which takes the loss as an argument; `loss.backward()` takes none.
-            let positional = args.map_or(0, |a| {
+        if last == "Accelerator" {
+            let gas = args.and_then(|a| {
                 let mut c = a.walk();
-                a.named_children(&mut c)
-                    .filter(|n| !matches!(n.kind(), "keyword_argument" | "comment"))
-                    .count()
+                let kw = a.named_children(&mut c).find(|k| {
+                    k.kind() == "keyword_argument"
+                        && k.child_by_field_name("name").map(t).is_some_and(|n| {
+                            n == "gradient_accumulation_steps"
+                                || n == "gradient_accumulation_plugin"
+                        })
+                });
+                kw.and_then(|k| k.child_by_field_name("value"))
+                    .map(|v| t(v).to_string())
             });
-            if positional == 0 {
-                if let Some(recv) = func.child_by_field_name("object") {
-                    self.backward(recv, span);
+            self.accelerators.push(gas);
+        }
+        self.training_call(node, func, last);
+    }
+
+    /// Calls the loop model reads: steps, backwards, zeroing, schedulers, clipping, unscaling.
+    fn training_call(&mut self, node: Node, func: Node, last: &str) {
+        if func.kind() != "attribute" {
+            return;
+        }
+        let span = node.byte_range();
+        let recv = func
+            .child_by_field_name("object")
+            .map(|o| self.text(o))
+            .unwrap_or("");
+        let recv_last = last_segment(recv).to_ascii_lowercase();
+        let args = node.child_by_field_name("arguments");
+        let positional = args.map_or(0, |a| {
+            let mut c = a.walk();
+            a.named_children(&mut c)
+                .filter(|n| !matches!(n.kind(), "keyword_argument" | "comment"))
+                .count()
+        });
+        let kind = match last {
+            "step" if self.is_optimizer_ref(recv) || recv_last.contains("scaler") => {
+                self.facts.evidence.trains.push(span.clone());
+                CallKind::Step {
+                    scaler: recv_last.contains("scaler"),
                 }
             }
-        } else if lower.contains("scale_grads")
-            || ((last == "div_" || last == "mul_") && callee.contains("grad"))
+            "step"
+                if positional == 0
+                    && !recv_last.contains("noise")
+                    && (recv_last.contains("sched")
+                        || self.scheduler_names.iter().any(|n| n == recv)) =>
+            {
+                CallKind::SchedulerStep
+            }
+            "backward" => {
+                self.facts.evidence.trains.push(span.clone());
+                // `accelerator.backward(loss)`, `engine.backward(loss)`: the framework's
+                // backward, which takes the loss as an argument; `loss.backward()` takes none.
+                if positional == 0 {
+                    let Some(recv) = func.child_by_field_name("object") else {
+                        return;
+                    };
+                    match self.backward(recv) {
+                        Some(kind) => kind,
+                        None => return,
+                    }
+                } else {
+                    self.framework_backward(node, recv);
+                    CallKind::FrameworkBackward
+                }
+            }
+            "zero_grad" => CallKind::ZeroGrad,
+            "clip_grad_norm_" | "clip_grad_norm" | "clip_grad_value_" => CallKind::Clip {
+                framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
+            },
+            "unscale_" => CallKind::Unscale,
+            _ if last.to_ascii_lowercase().contains("scale_grads")
+                || ((last == "div_" || last == "mul_") && recv.contains("grad")) =>
+            {
+                CallKind::GradRescale
+            }
+            _ => return,
+        };
+        let ctx = self.ctx(span.start);
+        let statement = node
+            .parent()
+            .filter(|p| p.kind() == "expression_statement" && p.byte_range() == span)
+            .map(|p| p.byte_range());
+        self.calls.push(CallEvent {
+            ctx,
+            kind,
+            call: Call { span, statement },
+        });
+    }
+
+    /// `accelerator.backward(loss / n)` or `engine.backward(loss)` after `loss = loss / n`: a
+    /// candidate for double scaling, judged once the whole file is read.
+    fn framework_backward(&mut self, node: Node, recv: &str) {
+        let framework = if recv.to_ascii_lowercase().contains("accelerator") {
+            Framework::Accelerate
+        } else if self.engine_names.iter().any(|n| n == recv)
+            || last_segment(recv).to_ascii_lowercase().contains("engine")
         {
-            let ctx = self.ctx();
-            self.calls.push(CallEvent {
-                ctx,
-                kind: CallKind::GradRescale,
-                span,
+            Framework::DeepSpeed
+        } else {
+            return;
+        };
+        let Some(args) = node.child_by_field_name("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let kids: Vec<Node> = args.named_children(&mut c).collect();
+        // `scale_wrt_gas=False`: the engine does not divide.
+        if kids.iter().any(|k| {
+            k.kind() == "keyword_argument"
+                && k.child_by_field_name("name").map(|n| self.text(n)) == Some("scale_wrt_gas")
+        }) {
+            return;
+        }
+        let Some(loss) = kids.iter().find(|k| k.kind() != "keyword_argument") else {
+            return;
+        };
+        if let Some((divisor, division)) = self.division_of(*loss) {
+            self.facts.manual_divisions.push(ManualDivision {
+                framework,
+                at: node.byte_range(),
+                divisor,
+                division,
             });
         }
+    }
+
+    /// The division of a loss by the accumulation factor, in the expression or in the latest
+    /// assignment of the name (`loss = loss / n`, `loss /= n`).
+    fn division_of(&self, node: Node) -> Option<DivisionBy> {
+        let node = unparen(node);
+        match node.kind() {
+            "binary_operator" => {
+                let op = node.child_by_field_name("operator").map(|o| self.text(o));
+                let left = node.child_by_field_name("left")?;
+                let right = node.child_by_field_name("right")?;
+                let divisor = self.text(right);
+                // `loss * accum / num_items` cancels the framework's division on purpose.
+                if op != Some("/")
+                    || !names_accumulation(divisor)
+                    || self.text(left).to_ascii_lowercase().contains("accum")
+                {
+                    return None;
+                }
+                Some((
+                    divisor.to_string(),
+                    Division {
+                        operator_and_divisor: left.end_byte()..right.end_byte(),
+                        statement: None,
+                    },
+                ))
+            }
+            "identifier" => {
+                let name = self.text(node);
+                let mut scope = Some(self.scope());
+                while let Some(s) = scope {
+                    if let Some(defs) = self.divisions.get(&(s, name.to_string())) {
+                        // Only a division that runs whenever this use does counts: one in the
+                        // other arm of an `if` does not reach it. `if gas > 1: loss /= gas`
+                        // runs exactly when the division matters.
+                        let here = self.ctx(node.start_byte()).branches;
+                        let reaches = |b: &Branch| {
+                            here.contains(b)
+                                || self.cond_reads_factor.get(b.cond).copied().unwrap_or(false)
+                        };
+                        return defs
+                            .iter()
+                            .rfind(|(at, _, _)| *at < node.start_byte())
+                            .filter(|(_, under, _)| under.iter().all(reaches))
+                            .and_then(|(_, _, d)| d.clone());
+                    }
+                    scope = self.scopes.get(s).and_then(|sc| sc.parent);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether an expression, or a name it reads (followed back a few assignments), involves the
+    /// accumulation factor: `num_training_steps = len(loader) // accum * epochs`.
+    fn counts_accumulation(&self, text: &str, depth: usize) -> bool {
+        if names_accumulation(text) {
+            return true;
+        }
+        depth < 3
+            && text
+                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                .filter(|w| !w.is_empty())
+                .any(|w| {
+                    self.assigned_text
+                        .get(w)
+                        .is_some_and(|t| self.counts_accumulation(t, depth + 1))
+                })
+    }
+
+    /// Remember whether an assignment to `name` divided it by the accumulation factor.
+    fn record_division(&mut self, stmt: Node, name: &str, division: Option<DivisionBy>) {
+        let scope = self.scope();
+        let under = self.ctx(stmt.start_byte()).branches;
+        self.divisions
+            .entry((scope, name.to_string()))
+            .or_default()
+            .push((stmt.start_byte(), under, division));
     }
 
     fn is_optimizer_ref(&self, recv: &str) -> bool {
@@ -934,43 +1632,31 @@ impl<'s> Walker<'s> {
     }
 
     /// `X.backward()`: X is the loss, or `scaler.scale(loss)`.
-    fn backward(&mut self, recv: Node, span: Range<usize>) {
+    fn backward(&self, recv: Node) -> Option<CallKind> {
         let recv = unparen(recv);
-        // Framework backward calls (`accelerator.backward(loss)`) are not `loss.backward()`.
         let mut loss = recv;
+        let mut scaler = false;
         if recv.kind() == "call" {
-            let f = recv
-                .child_by_field_name("function")
-                .map(|f| self.text(f))
-                .unwrap_or("");
-            if last_segment(f) == "scale" {
-                match recv
+            let f = recv.child_by_field_name("function");
+            let f_text = f.map(|f| self.text(f)).unwrap_or("");
+            if last_segment(f_text) == "scale" {
+                scaler = true;
+                let arg = recv
                     .child_by_field_name("arguments")
-                    .and_then(|a| a.named_child(0))
-                {
-                    Some(arg) => loss = unparen(arg),
-                    None => return,
-                }
-            } else if matches!(last_segment(f), "mean" | "sum") {
-                if let Some(obj) = recv
-                    .child_by_field_name("function")
-                    .and_then(|f| f.child_by_field_name("object"))
-                {
+                    .and_then(|a| a.named_child(0))?;
+                loss = unparen(arg);
+            } else if matches!(last_segment(f_text), "mean" | "sum") {
+                if let Some(obj) = f.and_then(|f| f.child_by_field_name("object")) {
                     loss = unparen(obj);
                 }
             }
         }
-        let scaling = self.loss_scaling(loss, 0);
-        let ctx = self.ctx();
-        self.calls.push(CallEvent {
-            ctx,
-            kind: CallKind::Backward {
-                loss: loss.byte_range(),
-                loss_text: self.text(loss).to_string(),
-                scaling,
-            },
-            span,
-        });
+        Some(CallKind::Backward {
+            loss: loss.byte_range(),
+            loss_text: self.text(loss).to_string(),
+            scaling: self.loss_scaling(loss, 0),
+            scaler,
+        })
     }
 
     /// How a loss value was produced.
@@ -1133,76 +1819,23 @@ impl<'s> Walker<'s> {
     // ---- assembling loops ----------------------------------------------------------------------
 
     fn finish(mut self) -> Facts {
-        let mut loops: Vec<AccumLoop> = Vec::new();
-        for step in self
-            .calls
-            .iter()
-            .filter(|c| matches!(c.kind, CallKind::Step))
-        {
-            // The innermost branch guarding the step with an accumulation test.
-            let Some((cond_pos, (factor, _span, _))) = step
-                .ctx
-                .branches
-                .iter()
-                .enumerate()
-                .rev()
-                .find_map(|(i, (c, taken))| {
-                    let t = self.conds.get(*c)?.accum.clone()?;
-                    (t.2 == *taken).then_some((i, t))
-                })
-            else {
-                continue;
-            };
-            let Some(&loop_id) = step.ctx.loops.last() else {
-                continue;
-            };
-            let boundary = step.ctx.branches[cond_pos];
-            let Some(header) = self.loops.get(loop_id).cloned() else {
-                continue;
-            };
-            let existing = loops.iter_mut().find(|l| l.header == header);
-            let lp = match existing {
-                Some(l) => l,
-                None => {
-                    loops.push(AccumLoop {
-                        header: header.clone(),
-                        factor_is_simple: is_simple_factor(&factor),
-                        factor,
-                        steps: Vec::new(),
-                        backwards: Vec::new(),
-                        grads_rescaled: false,
-                    });
-                    let Some(l) = loops.last_mut() else { continue };
-                    // Micro-step events: same loop (or nested in it), same function, not behind
-                    // the boundary branch.
-                    for ev in &self.calls {
-                        let inside =
-                            ev.ctx.scope == step.ctx.scope && ev.ctx.loops.contains(&loop_id);
-                        if !inside {
-                            continue;
-                        }
-                        let on_boundary = ev.ctx.branches.contains(&boundary);
-                        match &ev.kind {
-                            CallKind::Backward {
-                                loss,
-                                loss_text,
-                                scaling,
-                            } if !on_boundary => l.backwards.push(Backward {
-                                call: ev.span.clone(),
-                                loss: loss.clone(),
-                                loss_text: loss_text.clone(),
-                                scaling: *scaling,
-                            }),
-                            CallKind::GradRescale => l.grads_rescaled = true,
-                            _ => {}
-                        }
-                    }
-                    l
-                }
-            };
-            lp.steps.push(step.span.clone());
+        let mut assembled = loops::assemble(&self.loops, &self.conds, &self.calls);
+        for lp in &mut assembled.loops {
+            lp.factor_value = parse_number(&lp.factor).or_else(|| {
+                let v = self.env.get(&(0, lp.factor.clone()))?;
+                v.terms.is_empty().then_some(v.constant)
+            });
         }
-        self.facts.loops = loops;
+        self.facts.loops = assembled.loops;
+        self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
+        // accelerate divides only when it was told to accumulate (its default is 1).
+        let accelerate_divides = self
+            .accelerators
+            .iter()
+            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"));
+        self.facts
+            .manual_divisions
+            .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
         self.facts
     }
 }
@@ -1245,11 +1878,87 @@ fn line_end(src: &str, from: usize) -> usize {
     src[from..].find('\n').map_or(src.len(), |i| from + i)
 }
 
-fn is_simple_factor(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+/// The scope a name lives in: its class for `self.x`, else the current scope.
+fn scope_of_name(w: &Walker, name: &str) -> usize {
+    if name.starts_with("self.") {
+        if let Some(class) = w.scopes.get(w.scope()).and_then(|s| s.class) {
+            return class;
+        }
+    }
+    w.scope()
+}
+
+/// `"bf16"` → `bf16` (quotes and string prefixes dropped).
+fn string_key(text: &str) -> String {
+    text.trim_start_matches(['r', 'b', 'u', 'R', 'B', 'U'])
+        .trim_matches(['"', '\''])
+        .to_string()
+}
+
+/// The unit a name states: a `gb`, `gib`, `mb` or `mib` word in its last segment.
+fn unit_of_name(name: &str) -> Option<Unit> {
+    let last = last_segment(name).to_ascii_lowercase();
+    last.split('_').find_map(|w| match w {
+        "gb" => Some(Unit {
+            binary: false,
+            power: 3,
+        }),
+        "gib" => Some(Unit {
+            binary: true,
+            power: 3,
+        }),
+        "mb" => Some(Unit {
+            binary: false,
+            power: 2,
+        }),
+        "mib" => Some(Unit {
+            binary: true,
+            power: 2,
+        }),
+        _ => None,
+    })
+}
+
+fn unit_of_divisor(d: f64) -> Option<Unit> {
+    let near = |x: f64| (d - x).abs() <= x * 1e-9;
+    if near(1e9) {
+        Some(Unit {
+            binary: false,
+            power: 3,
+        })
+    } else if near(1_073_741_824.0) {
+        Some(Unit {
+            binary: true,
+            power: 3,
+        })
+    } else if near(1e6) {
+        Some(Unit {
+            binary: false,
+            power: 2,
+        })
+    } else if near(1_048_576.0) {
+        Some(Unit {
+            binary: true,
+            power: 2,
+        })
+    } else {
+        None
+    }
+}
+
+/// A divisor that is the accumulation factor (`args.gradient_accumulation_steps`, `self.accum`,
+/// `gas`, `self.trainer.accumulate_grad_batches`).
+fn names_accumulation(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("accum")
+        || t.contains("grad_acc")
+        || t.split(['.', '_', '(', ')']).any(|w| w == "gas")
+}
+
+/// A loop variable or bound that names micro-batches.
+fn names_micro_batches(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    names_accumulation(text) || ["micro", "chunk"].iter().any(|w| t.contains(w))
 }
 
 /// A multiplier that normalises by counts (`loss * num_tokens`) rather than a constant weight.

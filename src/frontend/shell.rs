@@ -4,6 +4,7 @@
 //! are followed, branches whose condition is known are taken or skipped, and heredocs that write
 //! a config file become configs of their own.
 
+mod arith;
 mod expand;
 
 use super::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
@@ -180,7 +181,15 @@ impl<'s> Walker<'s> {
                     }
                 }
             }
-            "command" => self.command(node),
+            "command" => {
+                if node
+                    .child_by_field_name("name")
+                    .is_some_and(|n| self.text(n) == "let")
+                {
+                    self.let_command(node);
+                }
+                self.command(node)
+            }
             "ERROR" => self.facts.syntax_error = true,
             _ => {}
         }
@@ -230,6 +239,23 @@ impl<'s> Walker<'s> {
                 None => return,
             },
             "simple_expansion" | "expansion" => self.variable(value),
+            "command_substitution" => match self.expr_command(value) {
+                Some(lin) => {
+                    self.record(
+                        FormulaKind::Assign {
+                            target: target.clone(),
+                            role: role_of(&target),
+                        },
+                        lin.clone(),
+                        value.byte_range(),
+                    );
+                    lin
+                }
+                None => {
+                    self.unbind(&target);
+                    return;
+                }
+            },
             "string" | "word" | "raw_string" => match parse_number(literal) {
                 Some(v) => {
                     if status == Status::Live {
@@ -266,7 +292,12 @@ impl<'s> Walker<'s> {
 
     fn record(&mut self, kind: FormulaKind, lin: Lin, span: Range<usize>) {
         if lin.is_sized() {
-            self.facts.formulas.push(Formula { kind, lin, span });
+            self.facts.formulas.push(Formula {
+                kind,
+                lin,
+                span,
+                inference: false,
+            });
         }
     }
 
@@ -310,6 +341,79 @@ impl<'s> Walker<'s> {
             }
             _ => Lin::opaque(self.text(node), span, &[]),
         }
+    }
+
+    /// `let "x = a - b"` (each argument one assignment): arithmetic like `$(( ))`.
+    fn let_command(&mut self, node: Node) {
+        let mut c = node.walk();
+        let args: Vec<Node> = node.children_by_field_name("argument", &mut c).collect();
+        for a in args {
+            let text = self.text(a);
+            let (inner, base) = match a.kind() {
+                "string" | "raw_string" if text.len() >= 2 => {
+                    (&text[1..text.len() - 1], a.start_byte() + 1)
+                }
+                "word" => (text, a.start_byte()),
+                _ => continue,
+            };
+            let Some(eq) = inner.find('=') else { continue };
+            let target = inner[..eq].trim();
+            let compound = inner[eq + 1..].starts_with('=')
+                || target.ends_with(['+', '-', '*', '/', '%', '!', '<', '>']);
+            if compound
+                || target.is_empty()
+                || !target
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            {
+                continue;
+            }
+            let expr = &inner[eq + 1..];
+            let lin = arith::tokenize(expr, base + eq + 1)
+                .and_then(|toks| arith::lower(&toks, self.src, &|n, r| self.named(n, r)));
+            let Some(lin) = lin else {
+                self.unbind(target);
+                continue;
+            };
+            let lead = expr.len() - expr.trim_start().len();
+            let span = base + eq + 1 + lead..base + eq + 1 + expr.trim_end().len();
+            self.record(
+                FormulaKind::Assign {
+                    target: target.to_string(),
+                    role: role_of(target),
+                },
+                lin.clone(),
+                span,
+            );
+            self.bind(target, lin);
+        }
+    }
+
+    /// `$(expr $a - $b \* 2)`: the words of an `expr` command as arithmetic.
+    fn expr_command(&self, node: Node) -> Option<Lin> {
+        let cmd = node.named_child(0).filter(|c| c.kind() == "command")?;
+        if self.text(cmd.child_by_field_name("name")?) != "expr" {
+            return None;
+        }
+        let mut c = cmd.walk();
+        let mut toks = Vec::new();
+        for a in cmd.children_by_field_name("argument", &mut c) {
+            let text = self.text(a);
+            // `\*` and `'*'` keep the shell from globbing.
+            let trimmed = text.trim_start_matches('\\').trim_matches(['"', '\'']);
+            let offset = text.find(trimmed).unwrap_or(0);
+            toks.extend(arith::tokenize(trimmed, a.start_byte() + offset)?);
+        }
+        arith::lower(&toks, self.src, &|n, r| self.named(n, r))
+    }
+
+    /// A variable by name: its arithmetic value when assigned earlier, else a symbol.
+    fn named(&self, name: &str, span: Range<usize>) -> Lin {
+        let value = self
+            .env
+            .get(&(self.scope(), name.to_string()))
+            .or_else(|| self.env.get(&(0, name.to_string())));
+        Lin::read(name, span, value)
     }
 
     /// `x`, `$x` or `${x}`: its arithmetic value when assigned earlier, else a symbol.

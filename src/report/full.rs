@@ -60,6 +60,8 @@ impl SourceCode for Indexed<'_> {
 struct Report<'a> {
     entry: &'a Entry<'a>,
     source: Indexed<'a>,
+    /// The diagnostic's span in `source` (a notebook shows its cell, whose offsets start at 0).
+    span: std::ops::Range<usize>,
     url: String,
 }
 
@@ -117,7 +119,7 @@ impl Diagnostic for Report<'_> {
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        let r = &self.entry.diagnostic.range;
+        let r = &self.span;
         let len = r.end.saturating_sub(r.start);
         Some(Box::new(std::iter::once(LabeledSpan::new_with_span(
             Some(self.entry.name.to_string()),
@@ -138,18 +140,43 @@ pub fn render_full(entries: &[Entry], color: bool, width: usize) -> String {
         .with_context_lines(1);
     let mut out = String::new();
     for e in entries {
+        let range = e.diagnostic.range.clone();
+        let cell = e
+            .file
+            .notebook
+            .as_ref()
+            .and_then(|nb| nb.cell_at(range.start));
+        let (text, lines, span, name) = match cell {
+            // A notebook shows the cell as written (magics unmasked), numbered from its first row.
+            Some(c) => {
+                let len = c.source.len();
+                let start = (range.start - c.start).min(len);
+                let end = range.end.saturating_sub(c.start).clamp(start, len);
+                let name = format!("{}:cell {}", e.file.display, c.number);
+                (c.source.as_str(), &c.lines, start..end, name)
+            }
+            None => (
+                e.file.text.as_str(),
+                &e.file.lines,
+                range,
+                e.file.display.clone(),
+            ),
+        };
         let report = Report {
             entry: e,
             source: Indexed {
-                name: &e.file.display,
-                text: &e.file.text,
-                lines: &e.file.lines,
+                name: &name,
+                text,
+                lines,
             },
+            span,
             url: catalog::url(e.diagnostic.code),
         };
         out.push_str(&format!(
-            "{}:{}:{}: {} {}\n",
-            e.file.display, e.start.row, e.start.column, e.diagnostic.code, e.diagnostic.message
+            "{}: {} {}\n",
+            e.location(),
+            e.diagnostic.code,
+            e.diagnostic.message
         ));
         if handler.render_report(&mut out, &report).is_err() {
             out.push_str("  (could not render the source snippet)\n");

@@ -22,21 +22,28 @@ pub fn render_github(entries: &[Entry]) -> String {
             Severity::Warning => "warning",
             Severity::Info => "notice",
         };
-        let (line, end_line) = e.file.annotation_lines(e.diagnostic.range.clone());
-        let mut props = format!("file={},line={line}", property(&e.file.display));
-        if line == end_line && e.start.row == e.end.row {
+        // Lines of the file on disk: a notebook's annotation lands on the `.ipynb` line.
+        let range = &e.diagnostic.range;
+        let start = e.file.disk_position(range.start, false);
+        let end = e.file.disk_position(range.end, true);
+        let mut props = format!("file={},line={}", property(&e.file.display), start.row);
+        if start.row == end.row {
             props.push_str(&format!(
-                ",col={},endLine={end_line},endColumn={}",
-                e.start.column, e.end.column
+                ",col={},endLine={},endColumn={}",
+                start.column, end.row, end.column
             ));
         } else {
-            props.push_str(&format!(",endLine={end_line}"));
+            props.push_str(&format!(",endLine={}", end.row));
         }
         props.push_str(&format!(
             ",title={}",
             property(&format!("memlint ({})", e.diagnostic.code))
         ));
-        let mut message = e.diagnostic.message.clone();
+        let mut message = match e.cell {
+            Some(cell) => format!("cell {cell}, line {}: ", e.start.row),
+            None => String::new(),
+        };
+        message.push_str(&e.diagnostic.message);
         if let Some(h) = &e.diagnostic.help {
             message.push_str("\nhelp: ");
             message.push_str(h);

@@ -31,8 +31,27 @@ pub struct Entry<'a> {
     pub diagnostic: &'a Diagnostic,
     pub severity: Severity,
     pub name: &'static str,
+    /// The notebook cell (1-based among all cells) holding the diagnostic; `start` and `end` then
+    /// count rows within that cell.
+    pub cell: Option<usize>,
     pub start: Position,
     pub end: Position,
+}
+
+impl Entry<'_> {
+    /// `train.py:8:35` or `train.ipynb:cell 3:2:5`, as the text formats start a line.
+    pub fn location(&self) -> String {
+        match self.cell {
+            Some(cell) => format!(
+                "{}:cell {cell}:{}:{}",
+                self.file.display, self.start.row, self.start.column
+            ),
+            None => format!(
+                "{}:{}:{}",
+                self.file.display, self.start.row, self.start.column
+            ),
+        }
+    }
 }
 
 pub fn severity_of(code: &str) -> Severity {
@@ -48,20 +67,25 @@ pub fn entries(results: &[FileResult]) -> Vec<Entry<'_>> {
     let mut out: Vec<Entry> = results
         .iter()
         .flat_map(|r| {
-            r.diagnostics.iter().map(move |d| Entry {
-                file: &r.file,
-                diagnostic: d,
-                severity: severity_of(d.code),
-                name: name_of(d.code),
-                start: r.file.position(d.range.start),
-                end: r.file.position(d.range.end),
+            r.diagnostics.iter().map(move |d| {
+                let (cell, start) = r.file.locate(d.range.start);
+                Entry {
+                    file: &r.file,
+                    diagnostic: d,
+                    severity: severity_of(d.code),
+                    name: name_of(d.code),
+                    cell,
+                    start,
+                    end: r.file.locate(d.range.end).1,
+                }
             })
         })
         .collect();
+    // Offsets order a notebook's cells too (its rows restart in each cell).
     out.sort_by(|a, b| {
-        (&a.file.display, a.start, a.diagnostic.code).cmp(&(
+        (&a.file.display, a.diagnostic.range.start, a.diagnostic.code).cmp(&(
             &b.file.display,
-            b.start,
+            b.diagnostic.range.start,
             b.diagnostic.code,
         ))
     });
@@ -77,6 +101,9 @@ struct JsonLocation {
 #[derive(Serialize)]
 struct JsonEdit {
     content: String,
+    /// Only when a notebook edit is in another cell than its diagnostic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell: Option<usize>,
     location: JsonLocation,
     end_location: JsonLocation,
 }
@@ -95,6 +122,9 @@ struct JsonMessage<'a> {
     severity: &'a str,
     message: &'a str,
     filename: &'a str,
+    /// Notebooks only: the cell that `location` and `end_location` count rows in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell: Option<usize>,
     location: JsonLocation,
     end_location: JsonLocation,
     help: Option<&'a str>,
@@ -117,6 +147,7 @@ fn json_message<'a>(e: &'a Entry<'a>) -> JsonMessage<'a> {
         severity: e.severity.as_str(),
         message: &d.message,
         filename: &e.file.display,
+        cell: e.cell,
         location: loc(e.start),
         end_location: loc(e.end),
         help: d.help.as_deref(),
@@ -127,10 +158,14 @@ fn json_message<'a>(e: &'a Entry<'a>) -> JsonMessage<'a> {
             edits: f
                 .edits
                 .iter()
-                .map(|ed| JsonEdit {
-                    content: ed.content.clone(),
-                    location: loc(e.file.position(ed.range.start)),
-                    end_location: loc(e.file.position(ed.range.end)),
+                .map(|ed| {
+                    let (cell, start) = e.file.locate(ed.range.start);
+                    JsonEdit {
+                        content: ed.content.clone(),
+                        cell: cell.filter(|c| Some(*c) != e.cell),
+                        location: loc(start),
+                        end_location: loc(e.file.locate(ed.range.end).1),
+                    }
                 })
                 .collect(),
         }),
@@ -165,8 +200,10 @@ pub fn render_concise(entries: &[Entry]) -> String {
             .is_some_and(|f| f.applicability == crate::diagnostic::Applicability::Safe);
         let fixable = if safe { " [*]" } else { "" };
         s.push_str(&format!(
-            "{}:{}:{}: {} {}{fixable}\n",
-            e.file.display, e.start.row, e.start.column, e.diagnostic.code, e.diagnostic.message
+            "{}: {} {}{fixable}\n",
+            e.location(),
+            e.diagnostic.code,
+            e.diagnostic.message
         ));
     }
     s

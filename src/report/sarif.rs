@@ -36,13 +36,14 @@ pub fn render_sarif(entries: &[Entry]) -> String {
         .iter()
         .map(|e| {
             let d = e.diagnostic;
-            let (start_line, end_line) = e.file.annotation_lines(d.range.clone());
+            // Regions of the file on disk: for a notebook, the `.ipynb` line of the cell's source.
+            let start = e.file.disk_position(d.range.start, false);
+            let end = e.file.disk_position(d.range.end, true);
             let uri = e.file.display.clone();
-            let mut region = json!({"startLine": start_line, "endLine": end_line});
-            if start_line == e.start.row && end_line == e.end.row {
-                region["startColumn"] = json!(e.start.column);
-                region["endColumn"] = json!(e.end.column);
-            }
+            let region = json!({
+                "startLine": start.row, "startColumn": start.column,
+                "endLine": end.row, "endColumn": end.column,
+            });
             let mut result = json!({
                 "ruleId": d.code,
                 "ruleIndex": codes.iter().position(|c| *c == d.code),
@@ -58,13 +59,14 @@ pub fn render_sarif(entries: &[Entry]) -> String {
                     }
                 }],
             });
-            if let Some(fix) = &d.fix {
-                let replacements: Vec<Value> = fix
-                    .edits
+            // A notebook's fix is given as its edits of the `.ipynb` JSON (escaped in place).
+            let disk_edits = d.fix.as_ref().and_then(|f| e.file.disk_edits(&f.edits));
+            if let (Some(fix), Some(edits)) = (&d.fix, disk_edits) {
+                let replacements: Vec<Value> = edits
                     .iter()
                     .map(|ed| {
-                        let s = e.file.position(ed.range.start);
-                        let t = e.file.position(ed.range.end);
+                        let s = e.file.disk_position_at(ed.range.start);
+                        let t = e.file.disk_position_at(ed.range.end);
                         json!({
                             "deletedRegion": {"startLine": s.row, "startColumn": s.column, "endLine": t.row, "endColumn": t.column},
                             "insertedContent": {"text": ed.content},

@@ -23,7 +23,8 @@ impl Rule for UnscaledAccumulationLoss {
             return;
         }
         for lp in &cx.facts.loops {
-            if lp.grads_rescaled {
+            // Zeroed every micro-step, nothing accumulates: GA003 says so.
+            if lp.grads_rescaled || !lp.zero_grads.is_empty() {
                 continue;
             }
             for bw in &lp.backwards {
@@ -31,9 +32,10 @@ impl Rule for UnscaledAccumulationLoss {
                     continue;
                 }
                 let n = &lp.factor;
-                let times = match n.parse::<f64>() {
-                    Ok(v) => format!("{}x", super::fmt_num(v)),
-                    Err(_) => format!("`{n}` times"),
+                let times = match lp.factor_value {
+                    Some(v) if n.parse::<f64>().is_ok() => format!("{}x", super::fmt_num(v)),
+                    Some(v) => format!("{}x (`{n}`)", super::fmt_num(v)),
+                    None => format!("`{n}` times"),
                 };
                 let message = format!(
                     "loss reaches backward() undivided while the optimizer steps every `{n}` micro-batches: gradients come out {times} the full-batch gradient"

@@ -10,7 +10,7 @@ use crate::facts::{Formula, FormulaKind};
 pub struct MissingOptimizerState;
 
 /// Relative slack before a formula counts as short of the minimum.
-const TOLERANCE: f64 = 0.05;
+pub const TOLERANCE: f64 = 0.05;
 
 /// The side of a formula that states what training needs, as (terms, sign they carry there).
 pub struct Requirement<'a> {
@@ -73,7 +73,7 @@ impl Rule for MissingOptimizerState {
         // same bug, reported once.
         let mut reported: Vec<Vec<std::ops::Range<usize>>> = Vec::new();
         for f in &cx.facts.formulas {
-            if f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
+            if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
                 continue;
             }
             let Some(req) = requirement(f) else { continue };

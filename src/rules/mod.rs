@@ -5,9 +5,18 @@ mod bs001;
 mod bs002;
 mod bs003;
 pub mod catalog;
+mod edits;
 mod ga001;
+mod ga002;
+mod ga003;
+mod ga004;
+mod ga005;
 mod mem001;
+mod mem002;
+mod mem003;
+mod mem004;
 mod mem005;
+mod mem006;
 
 use crate::context::TrainingContext;
 use crate::diagnostic::Diagnostic;
@@ -29,7 +38,15 @@ pub trait Rule: Sync {
 /// Every rule that runs over facts. ML900 (unused suppression) runs in the suppression pass.
 pub static RULES: &[&dyn Rule] = &[
     &mem001::MissingOptimizerState,
+    &mem002::WrongOptimizerMultiplier,
+    &mem003::WrongDtypeBytes,
+    &mem004::GbGibMismatch,
+    &mem006::MissingGradientTerm,
     &ga001::UnscaledAccumulationLoss,
+    &ga002::DoubleScaledLoss,
+    &ga003::ZeroGradInsideAccumulation,
+    &ga004::SchedulerPerMicroStep,
+    &ga005::ClipPerMicroStep,
     &bs001::DeepSpeedBatchMismatch,
     &bs002::EffectiveBatchMismatch,
     &bs003::TrainerDeepSpeedMismatch,

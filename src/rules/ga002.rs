@@ -1,0 +1,56 @@
+//! GA002 double-scaled-loss: the loss is divided by the accumulation factor by hand and again by
+//! the framework it is handed to (accelerate, a DeepSpeed engine, Lightning). Documentation:
+//! `rules/GA002.toml`.
+
+use super::{edits, Checker, Rule};
+use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
+use crate::facts::{Framework, ManualDivision};
+
+pub struct DoubleScaledLoss;
+
+impl Rule for DoubleScaledLoss {
+    fn code(&self) -> &'static str {
+        "GA002"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        for d in &cx.facts.manual_divisions {
+            let n = &d.divisor;
+            let who = match d.framework {
+                Framework::Accelerate => "`accelerator.backward` divides it again by the Accelerator's `gradient_accumulation_steps`".to_string(),
+                Framework::DeepSpeed => "the DeepSpeed engine's `backward` divides it again by the config's `gradient_accumulation_steps` (`scale_wrt_gas` defaults to True)".to_string(),
+                Framework::Lightning => {
+                    if cx.facts.manual_optimization {
+                        continue;
+                    }
+                    "Lightning divides what `training_step` returns by `accumulate_grad_batches` again".to_string()
+                }
+                Framework::HfTrainer => continue,
+            };
+            let message = format!(
+                "loss is divided by `{n}` by hand and {who}: gradients come out `{n}` times too small"
+            );
+            out.push(
+                Diagnostic::new("GA002", d.at.clone(), message)
+                    .with_help(format!(
+                        "drop the manual `/ {n}`: the framework already averages over the accumulation window"
+                    ))
+                    .with_fix(fix(cx, d)),
+            );
+        }
+    }
+}
+
+/// Undo the division: delete `loss = loss / n` / `loss /= n`, or cut ` / n` out of the expression.
+fn fix(cx: &Checker<'_>, d: &ManualDivision) -> Option<Fix> {
+    let edits = match &d.division.statement {
+        Some(stmt) => edits::delete_statement(cx.file, stmt)?,
+        None => vec![Edit::replace(d.division.operator_and_divisor.clone(), "")],
+    };
+    Some(Fix {
+        // The loss may also be logged or compared: its value changes for every reader.
+        applicability: Applicability::Unsafe,
+        message: format!("remove the division by `{}`", d.divisor),
+        edits,
+    })
+}

@@ -1,0 +1,50 @@
+//! GA004 scheduler-per-micro-step: the learning-rate schedule advances on every micro-step while
+//! the optimizer steps once per window, and the schedule is sized in optimizer steps.
+//! Documentation: `rules/GA004.toml`.
+
+use super::{edits, Checker, Rule};
+use crate::diagnostic::{Applicability, Diagnostic, Fix};
+use crate::facts::Framework;
+
+pub struct SchedulerPerMicroStep;
+
+impl Rule for SchedulerPerMicroStep {
+    fn code(&self) -> &'static str {
+        "GA004"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        // A scheduler prepared by accelerate skips the steps that do not sync; a schedule whose
+        // length counts micro-batches is consistent with stepping per micro-batch.
+        if !cx.facts.schedule_in_optimizer_steps
+            || cx.training.frameworks.contains(&Framework::Accelerate)
+        {
+            return;
+        }
+        for lp in &cx.facts.loops {
+            let n = &lp.factor;
+            let anchor = lp.steps.iter().rev().find_map(|s| s.statement.clone());
+            for s in &lp.scheduler_steps {
+                let call = cx.file.slice(&s.span);
+                let fix = match (&s.statement, &anchor) {
+                    (Some(stmt), Some(anchor)) => edits::move_after(cx.file, stmt, anchor),
+                    _ => None,
+                }
+                .map(|edits| Fix {
+                    applicability: Applicability::Unsafe,
+                    message: "step the scheduler right after the optimizer".into(),
+                    edits,
+                });
+                out.push(
+                    Diagnostic::new(
+                        "GA004",
+                        s.span.clone(),
+                        format!("`{call}` runs on every micro-step while the optimizer steps every `{n}` micro-batches: the schedule, sized in optimizer steps, runs `{n}` times too fast"),
+                    )
+                    .with_help("step the scheduler once per optimizer step, inside the step branch")
+                    .with_fix(fix),
+                );
+            }
+        }
+    }
+}
