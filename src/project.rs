@@ -1410,6 +1410,13 @@ pub fn is_gpu_memory_name(name: &str) -> bool {
 pub fn params_from_name(name: &str) -> Option<f64> {
     let lower = name.to_ascii_lowercase();
     let last = lower.rsplit('/').next().unwrap_or(&lower);
+    // Mixture-of-experts names give active sizes (`Qwen1.5-MoE-A2.7B`) or expert products.
+    let active = last.split(['-', '_']).any(|seg| {
+        seg.len() > 1 && seg.starts_with('a') && seg[1..].starts_with(|c: char| c.is_ascii_digit())
+    });
+    if last.contains("moe") || active {
+        return None;
+    }
     let mut found = None;
     for seg in last.split(['-', '_', '.', ':']) {
         let (num, unit) = match seg.char_indices().last() {
@@ -1782,4 +1789,40 @@ fn ds_memory(files: &Files, f: Fid, root: &Node) -> Option<DeepSpeedMemory> {
         mixed,
         why: files.site(f, root.span.start),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_model_names() {
+        let cases: &[(&str, Option<f64>)] = &[
+            ("meta-llama/Llama-2-7b-hf", Some(7e9)),
+            ("meta-llama/Llama-3.1-8B", Some(8e9)),
+            ("Qwen/Qwen2.5-0.5B-Instruct", Some(0.5e9)),
+            ("EleutherAI/pythia-6.9b", Some(6.9e9)),
+            ("facebook/opt-350m", Some(350e6)),
+            ("torchtune.models.llama3_1.lora_llama3_1_70b", Some(70e9)),
+            ("mistralai/Mistral-7B-v0.1", Some(7e9)),
+            ("mistralai/Mixtral-8x7B-v0.1", None),
+            ("Qwen/Qwen1.5-MoE-A2.7B", None),
+            ("Qwen/Qwen3-30B-A3B", None),
+            ("bigscience/bloom-7b1", None),
+            ("bert-base-uncased", None),
+            ("gpt2-xl", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(params_from_name(name), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn gpu_memory_names() {
+        assert!(is_gpu_memory_name("GPU_MEMORY_GB"));
+        assert!(is_gpu_memory_name("--gpu-mem-gib"));
+        assert!(!is_gpu_memory_name("gpu_memory_utilization"));
+        assert!(!is_gpu_memory_name("free_gpu_gb"));
+        assert!(!is_gpu_memory_name("max_memory_gb"));
+    }
 }
