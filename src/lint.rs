@@ -7,6 +7,7 @@ use crate::diagnostic::Diagnostic;
 use crate::discover::{discover, io_message, Candidate, PathError};
 use crate::facts::Facts;
 use crate::frontend::{python, shell};
+use crate::prefilter::Wanted;
 use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
 use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
@@ -139,14 +140,18 @@ fn load(
             message: e.to_string(),
         })
     })?;
+    let abs = absolute(&c.path, cwd);
     // A file the prefilter rules out can get no diagnostic: its text is not kept.
-    if opts.prefilter && !crate::prefilter::needs_parse(c.language, &text) {
-        return Ok(None);
+    if opts.prefilter {
+        let wanted = Wanted::from_codes(|code| settings.reports(code, &abs));
+        if !crate::prefilter::needs_parse(c.language, &text, wanted) {
+            return Ok(None);
+        }
     }
     let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text);
     let facts = analyse(&file).map_err(|reason| skip(&reason))?;
     Ok(Some(Unit {
-        abs: absolute(&c.path, cwd),
+        abs,
         file: Arc::new(file),
         facts,
         settings,
