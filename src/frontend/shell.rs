@@ -5,7 +5,7 @@ use super::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin};
 use crate::facts::*;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use tree_sitter::{Node, Parser, Tree};
 
@@ -30,6 +30,7 @@ pub fn extract(text: &str) -> Facts {
         next_scope: 1,
         env: HashMap::new(),
         strings: HashMap::new(),
+        assigned_expansions: HashSet::new(),
         facts: Facts::default(),
     };
     w.walk(&tree);
@@ -64,6 +65,9 @@ struct Walker<'s> {
     env: HashMap<(usize, String), Lin>,
     /// Literal string values of variables (`OPTIM=adamw`), for resolving `$OPTIM` in flags.
     strings: HashMap<String, String>,
+    /// Arithmetic expansions that are the value of an assignment, marked when the walk enters the
+    /// assignment (`Node::parent` walks down from the root: quadratic in nested expansions).
+    assigned_expansions: HashSet<usize>,
     facts: Facts,
 }
 
@@ -110,17 +114,20 @@ impl<'s> Walker<'s> {
                 self.next_scope += 1;
                 self.stack.push((node.id(), id));
             }
-            "variable_assignment" => self.assignment(node),
-            "arithmetic_expansion" => {
-                // Assignments record their own formula; here only bare expansions.
-                let assigned = node
-                    .parent()
-                    .is_some_and(|p| p.kind() == "variable_assignment");
-                if !assigned {
-                    if let Some(expr) = node.named_child(0) {
-                        let lin = self.lower(expr, 0);
-                        self.record(FormulaKind::Expr, lin, expr.byte_range());
+            "variable_assignment" => {
+                let mut cursor = node.walk();
+                for child in node.children(&mut cursor) {
+                    if child.kind() == "arithmetic_expansion" {
+                        self.assigned_expansions.insert(child.id());
                     }
+                }
+                self.assignment(node)
+            }
+            // Assignments record their own formula; here only bare expansions.
+            "arithmetic_expansion" if !self.assigned_expansions.contains(&node.id()) => {
+                if let Some(expr) = node.named_child(0) {
+                    let lin = self.lower(expr, 0);
+                    self.record(FormulaKind::Expr, lin, expr.byte_range());
                 }
             }
             "command" => self.command(node),
@@ -262,50 +269,39 @@ impl<'s> Walker<'s> {
         Lin::read(name, node.byte_range(), value)
     }
 
-    /// Resolve `$VAR`/`"${VAR}"` in an argument through literal assignments seen so far.
-    fn resolve(&self, word: &str) -> String {
-        let w = word.trim_matches(['"', '\'']);
-        let name = w
-            .trim_start_matches('$')
-            .trim_start_matches('{')
-            .trim_end_matches('}');
-        if w.starts_with('$') {
-            if let Some(v) = self.strings.get(name) {
-                return v.clone();
-            }
-        }
-        w.to_string()
-    }
-
     fn command(&mut self, node: Node) {
         let Some(name) = node.child_by_field_name("name") else {
             return;
         };
         let prog = self.text(name).rsplit('/').next().unwrap_or("").to_string();
-        let mut args: Vec<Mention<String>> = Vec::new();
+        // Borrowed until kept: in nested command substitutions each command's arguments hold the
+        // text of all the inner ones, and copying them all is quadratic.
+        let (src, strings) = (self.src, &self.strings);
+        let mut args: Vec<Mention<&str>> = Vec::new();
         let mut c = node.walk();
         for a in node.children_by_field_name("argument", &mut c) {
             args.push(Mention {
-                value: self.resolve(self.text(a)),
+                value: resolve(strings, src.get(a.byte_range()).unwrap_or("")),
                 span: a.byte_range(),
             });
         }
         // Flags anywhere in any command: `--optim adamw_torch`, `--optimizer=adamw`, `--bf16`.
         let mut i = 0;
+        let evidence = &mut self.facts.evidence;
         while i < args.len() {
-            let a = &args[i].value;
+            let a = args[i].value;
             if let Some(flag) = a.strip_prefix("--") {
                 if let Some((k, v)) = flag.split_once('=') {
-                    flag_evidence(k, v, args[i].span.clone(), &mut self.facts.evidence);
+                    flag_evidence(k, v, args[i].span.clone(), evidence);
                 } else if let Some(next) = args.get(i + 1).filter(|n| !n.value.starts_with('-')) {
                     flag_evidence(
                         flag,
-                        &next.value,
+                        next.value,
                         args[i].span.start..next.span.end,
-                        &mut self.facts.evidence,
+                        evidence,
                     );
                 } else {
-                    flag_evidence(flag, "", args[i].span.clone(), &mut self.facts.evidence);
+                    flag_evidence(flag, "", args[i].span.clone(), evidence);
                 }
             }
             i += 1;
@@ -314,9 +310,16 @@ impl<'s> Walker<'s> {
         if LAUNCHERS.contains(&prog.as_str()) || LAUNCHERS.contains(&launcher) {
             let script = args
                 .iter()
-                .map(|a| a.value.as_str())
+                .map(|a| a.value)
                 .find(|a| a.ends_with(".py") && !a.starts_with('-'))
                 .map(str::to_string);
+            let args = args
+                .into_iter()
+                .map(|a| Mention {
+                    value: a.value.to_string(),
+                    span: a.span,
+                })
+                .collect();
             if script.is_some() {
                 self.facts.evidence.trains.push(node.byte_range());
             }
@@ -328,6 +331,21 @@ impl<'s> Walker<'s> {
             });
         }
     }
+}
+
+/// Resolve `$VAR`/`"${VAR}"` in an argument through literal assignments seen so far.
+fn resolve<'a>(strings: &'a HashMap<String, String>, word: &'a str) -> &'a str {
+    let w = word.trim_matches(['"', '\'']);
+    let name = w
+        .trim_start_matches('$')
+        .trim_start_matches('{')
+        .trim_end_matches('}');
+    if w.starts_with('$') {
+        if let Some(v) = strings.get(name) {
+            return v;
+        }
+    }
+    w
 }
 
 #[cfg(test)]
