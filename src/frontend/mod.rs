@@ -55,13 +55,19 @@ pub fn is_optimizer_key(key: &str) -> bool {
     )
 }
 
+/// Keys and values are compared with short words: a longer one (an argument holding nested
+/// command substitutions) is read only up to a bound, so nested arguments cost linear time.
+fn clip(s: &str) -> &str {
+    const LONGEST: usize = 256;
+    &s[..crate::source::floor_char_boundary(s, LONGEST.min(s.len()))]
+}
+
 /// Record what a `key value` pair (a CLI flag, a shell variable, a config key) says about training.
 pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Evidence) {
-    let k = key
-        .trim_start_matches('-')
+    let k = clip(key.trim_start_matches('-'))
         .to_ascii_lowercase()
         .replace('-', "_");
-    let v = value.trim_matches(['"', '\'']).to_ascii_lowercase();
+    let v = clip(value.trim_matches(['"', '\''])).to_ascii_lowercase();
     if is_optimizer_key(&k) && !v.is_empty() && !v.starts_with('$') {
         ev.optimizers.push(Mention {
             value: OptimizerMention {
