@@ -317,6 +317,47 @@ fn deeply_nested_code_does_not_overflow_the_stack() {
     );
 }
 
+/// Shapes where every nesting level is analysed on its own (each comparison is a formula, each
+/// `$((` in an argument is a command substitution holding a command): work per level must not
+/// grow with the text inside it, or memory and time are quadratic (20,000 levels took 4 GB).
+#[test]
+fn nesting_where_every_level_is_analysed_stays_linear() {
+    let dir = tempdir();
+    let levels = 10_000;
+    write(
+        dir.path(),
+        "compare.py",
+        format!(
+            "{BUDGET}x = {}\n",
+            nested("(model_size_gb * 2 < ", "1", ")", levels)
+        ),
+    );
+    write(
+        dir.path(),
+        "expand.sh",
+        format!(
+            "#!/bin/bash\nOPTIM=adamw\nX={}\necho {}\n",
+            nested("$(( MODEL_SIZE_GB * 2 + ", "1", " ))", levels),
+            nested("$(( MODEL_SIZE_GB * 2 + ", "1", " ))", levels)
+        ),
+    );
+    write(
+        dir.path(),
+        "commands.sh",
+        format!(
+            "#!/bin/bash\necho {}\n",
+            nested("$(echo --optim ", "adamw", ")", levels)
+        ),
+    );
+    let out = run(dir.path(), &["--output-format", "concise", "."]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("compare.py:4:27: MEM001"),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn ten_thousand_line_expressions_and_lines() {
     let dir = tempdir();
