@@ -55,11 +55,22 @@ pub fn is_optimizer_key(key: &str) -> bool {
     )
 }
 
-/// Keys and values are compared with short words: a longer one (an argument holding nested
-/// command substitutions) is read only up to a bound, so nested arguments cost linear time.
-fn clip(s: &str) -> &str {
-    const LONGEST: usize = 256;
+/// How much of a name, key or argument is read where it is compared with short words.
+const LONGEST: usize = 256;
+
+/// The start of `s`, up to [`LONGEST`] bytes. Nested input (arguments holding nested calls or
+/// command substitutions) would otherwise make every level read the rest of the line: quadratic.
+pub(crate) fn clip(s: &str) -> &str {
     &s[..crate::source::floor_char_boundary(s, LONGEST.min(s.len()))]
+}
+
+/// The end of `s`, up to [`LONGEST`] bytes (a callee's receiver chain ends with what names it).
+pub(crate) fn clip_tail(s: &str) -> &str {
+    let mut start = s.len().saturating_sub(LONGEST);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
 }
 
 /// Record what a `key value` pair (a CLI flag, a shell variable, a config key) says about training.

@@ -3,7 +3,7 @@
 //! lower what they see into facts. Accumulating loops are assembled from the recorded events after
 //! the walk.
 
-use super::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
+use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
 use std::cell::RefCell;
@@ -753,7 +753,9 @@ impl<'s> Walker<'s> {
             return;
         };
         let callee = self.text(func);
-        let last = last_segment(callee);
+        // Names are compared with short words: read from the callee's end (`f(1)(1)(1)...` has no
+        // dot, and each level reading its whole callee is quadratic).
+        let last = last_segment(clip_tail(callee));
         let lower = last.to_ascii_lowercase();
         let span = node.byte_range();
         let args = node.child_by_field_name("arguments");
@@ -826,7 +828,7 @@ impl<'s> Walker<'s> {
                 });
             }
             "generate" | "inference_mode" | "no_grad" => ev.inference.push(span.clone()),
-            "requires_grad_" if args.is_some_and(|a| t(a).contains("False")) => {
+            "requires_grad_" if args.is_some_and(|a| clip(t(a)).contains("False")) => {
                 ev.frozen.push(span.clone())
             }
             "autocast" => ev.precision.push(Mention {
@@ -838,7 +840,7 @@ impl<'s> Walker<'s> {
                 span: span.clone(),
             }),
             "to" if args.is_some_and(|a| {
-                let t = t(a);
+                let t = clip(t(a));
                 t.contains("bfloat16") || t.contains("float16")
             }) =>
             {
@@ -889,7 +891,7 @@ impl<'s> Walker<'s> {
                 }
             }
         } else if lower.contains("scale_grads")
-            || ((last == "div_" || last == "mul_") && callee.contains("grad"))
+            || ((last == "div_" || last == "mul_") && clip_tail(callee).contains("grad"))
         {
             let ctx = self.ctx();
             self.calls.push(CallEvent {
