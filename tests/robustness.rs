@@ -317,8 +317,9 @@ fn deeply_nested_code_does_not_overflow_the_stack() {
     );
 }
 
-/// Shapes where every nesting level is analysed on its own (each comparison is a formula, each
-/// `$((` in an argument is a command substitution holding a command): work per level must not
+/// Shapes where every nesting level is analysed on its own (each comparison is a formula, each call
+/// is read for evidence, each `$((` in an argument is a command substitution holding a command):
+/// work per level must not
 /// grow with the text inside it, or memory and time are quadratic (20,000 levels took 4 GB).
 #[test]
 fn nesting_where_every_level_is_analysed_stays_linear() {
@@ -339,6 +340,16 @@ fn nesting_where_every_level_is_analysed_stays_linear() {
             "#!/bin/bash\nOPTIM=adamw\nX={}\necho {}\n",
             nested("$(( MODEL_SIZE_GB * 2 + ", "1", " ))", levels),
             nested("$(( MODEL_SIZE_GB * 2 + ", "1", " ))", levels)
+        ),
+    );
+    write(
+        dir.path(),
+        "calls.py",
+        format!(
+            "{BUDGET}x = {}\ny = f{}\nz = p{}\n",
+            nested("a.to(", "torch.bfloat16", ")", levels),
+            "(1)".repeat(levels),
+            ".grad.div_(2)".repeat(levels)
         ),
     );
     write(
