@@ -508,24 +508,33 @@ fn symlink_loops_and_dangling_links() {
     );
 }
 
-/// A command that runs memlint as an unprivileged user, when the tests run as root (containers) and
-/// `setpriv` can drop the privileges: root reads files whatever their mode.
+/// Run memlint in `dir` as an unprivileged user (`setpriv`), for tests running as root: root reads
+/// files whatever their mode. `None` when that is not possible here (no `setpriv`, or the binary or
+/// the folder out of that user's reach), which the probe, a run on `train.py`, tells.
 #[cfg(unix)]
-fn unprivileged() -> Option<Vec<String>> {
-    let probe = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "true"])
-        .status()
-        .ok()?;
-    probe.success().then(|| {
-        [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]
-        .map(String::from)
-        .to_vec()
-    })
+fn unprivileged(dir: &Path, args: &[&str]) -> Option<Outcome> {
+    let bin = assert_cmd::cargo::cargo_bin("memlint");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .arg("--isolated")
+            .args(args)
+            .current_dir(dir)
+            .env("NO_COLOR", "1")
+            .output()
+            .ok()?;
+        Some(Outcome {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    };
+    let probe = run(&["--output-format", "concise", "train.py"])?;
+    if probe.code != 1 || !probe.stdout.contains("train.py:4:27: MEM001") {
+        return None;
+    }
+    run(args)
 }
 
 #[cfg(unix)]
@@ -581,26 +590,13 @@ fn unreadable_files_and_folders() {
             out.stdout
         );
         // And, when possible, the denied path is exercised as an unprivileged user.
-        if let Some(prefix) = unprivileged() {
-            mode(".", 0o755);
-            mode("train.py", 0o644);
-            let bin = assert_cmd::cargo::cargo_bin("memlint");
-            let out = std::process::Command::new(&prefix[0])
-                .args(&prefix[1..])
-                .arg(&bin)
-                .args(["--isolated", "--output-format", "concise", "."])
-                .current_dir(dir.path())
-                .env("NO_COLOR", "1")
-                .output()
-                .expect("run memlint unprivileged");
-            let outcome = Outcome {
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            };
-            expect_denied(&outcome);
-        } else {
-            eprintln!("note: running as root without setpriv; permission denial not exercised");
+        mode(".", 0o755);
+        mode("train.py", 0o644);
+        match unprivileged(dir.path(), &["--output-format", "concise", "."]) {
+            Some(outcome) => expect_denied(&outcome),
+            None => eprintln!(
+                "note: running as root and cannot drop privileges; permission denial not exercised"
+            ),
         }
     }
     // Let the temporary folder be removed.
