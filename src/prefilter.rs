@@ -112,7 +112,16 @@ fn sized_name_at(text: &str, at: usize) -> (bool, usize) {
     let ascii = identifier_at(bytes, at, false);
     let wide = identifier_at(bytes, at, true);
     let sized = |(s, e): (usize, usize)| text.get(s..e).is_some_and(sized_name);
-    (sized(ascii) || (wide != ascii && sized(wide)), wide.1)
+    if sized(ascii) || (wide != ascii && sized(wide)) {
+        return (true, wide.1);
+    }
+    // After a number (`2model_gb`, `0x1model_gb`, where recovery splits the literal from a name),
+    // the name may start at any letter before the word.
+    let (start, end) = ascii;
+    let after_number = bytes[start].is_ascii_digit()
+        && (start + 1..=at)
+            .any(|k| (bytes[k].is_ascii_alphabetic() || bytes[k] == b'_') && sized((k, end)));
+    (after_number, wide.1)
 }
 
 /// Names repeat within a file and across a project (`model`, `weight_decay`): each thread
@@ -251,6 +260,8 @@ mod tests {
         ] {
             assert!(!needs_parse(py, &other, ga), "{other}");
         }
+        // A name glued to a number is read as the parser may split it.
+        assert!(needs_parse(py, "x = 1mem_model * 2\n", Wanted::ALL));
         // At the end of the file, `.step` is still a name.
         assert!(needs_parse(py, "loss.backward()\nx = i % n\nopt.step", ga));
     }
