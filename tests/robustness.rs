@@ -407,6 +407,31 @@ fn ten_thousand_line_expressions_and_lines() {
     for format in ["full", "json"] {
         run(dir.path(), &["--output-format", format, "."]);
     }
+
+    // A diagnostic past column 65,535 (miette pads to the label's column): shown without the
+    // source line, in every format.
+    write(
+        dir.path(),
+        "far.py",
+        format!("{BUDGET}x = 1{}  # noqa: GA001\n", " + 1".repeat(20_000)),
+    );
+    for format in ["full", "concise", "github", "sarif"] {
+        let out = run(
+            dir.path(),
+            &["--select", "ALL", "--output-format", format, "far.py"],
+        );
+        assert_eq!(out.code, 1, "{}", out.stderr);
+    }
+    let out = run(
+        dir.path(),
+        &["--select", "ALL", "--output-format", "full", "far.py"],
+    );
+    assert!(
+        out.stdout
+            .contains("far.py:5:80016: ML900 unused suppression"),
+        "{}",
+        &out.stdout[..out.stdout.len().min(2000)]
+    );
 }
 
 #[test]
