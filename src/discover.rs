@@ -108,6 +108,7 @@ pub fn discover(
         walker.run(|| {
             let found = &found;
             let push_err = &push_err;
+            let cwd = &cwd;
             Box::new(move |entry| {
                 match entry {
                     Ok(e) => {
@@ -124,11 +125,12 @@ pub fn discover(
                     }
                     Err(err) => {
                         // Unreadable folders and symlink loops: reported, the walk goes on.
-                        let p = match &err {
-                            ignore::Error::WithPath { path, .. } => path.clone(),
-                            _ => PathBuf::from("?"),
+                        let (p, message) = walk_error(&err);
+                        let shown = match p {
+                            Some(p) => PathBuf::from(crate::source::display_path(&p, cwd)),
+                            None => path.clone(),
                         };
-                        push_err(&p, err.to_string());
+                        push_err(&shown, message);
                     }
                 }
                 WalkState::Continue
@@ -141,6 +143,29 @@ pub fn discover(
     let mut errors = errors.into_inner().unwrap_or_default();
     errors.sort();
     (found, errors)
+}
+
+/// The path and the plain reason of a walk error (`ignore` wraps them in depth and path layers).
+fn walk_error(err: &ignore::Error) -> (Option<PathBuf>, String) {
+    match err {
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            walk_error(err)
+        }
+        ignore::Error::WithPath { path, err } => {
+            let (_, message) = walk_error(err);
+            (Some(path.clone()), message)
+        }
+        ignore::Error::Loop { ancestor, child } => (
+            Some(child.clone()),
+            format!("symbolic link loop back to {}", ancestor.display()),
+        ),
+        ignore::Error::Io(e) => (None, io_message(e)),
+        ignore::Error::Partial(errs) => match errs.first() {
+            Some(first) => walk_error(first),
+            None => (None, err.to_string()),
+        },
+        _ => (None, err.to_string()),
+    }
 }
 
 pub fn cwd() -> PathBuf {

@@ -170,6 +170,9 @@ pub struct Term {
     pub value: Option<f64>,
 }
 
+/// How much of an opaque term's text is kept as its symbol.
+const OPAQUE_TEXT: usize = 200;
+
 /// A linear expression: Σ coef·symbol + constant.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Lin {
@@ -191,7 +194,10 @@ impl Lin {
     }
 
     pub fn symbol(name: &str, span: Range<usize>) -> Lin {
-        let role = role_of(name);
+        Lin::named(name, span, role_of(name))
+    }
+
+    fn named(name: &str, span: Range<usize>, role: Role) -> Lin {
         Lin {
             terms: vec![Term {
                 symbol: name.to_string(),
@@ -230,10 +236,16 @@ impl Lin {
             .copied()
             .find(|r| *r != Role::Unknown)
             .unwrap_or(Role::Unknown);
-        let mut lin = Lin::symbol(text, span);
+        // Not `symbol`: the role comes from the parts. Nested input makes every enclosing
+        // expression opaque in turn: asking `role_of` about each one's text, or keeping a copy of
+        // each, is quadratic in time and memory; the text kept is only a reminder.
+        let cut = crate::source::floor_char_boundary(text, OPAQUE_TEXT.min(text.len()));
+        let mut lin = if cut < text.len() {
+            Lin::named(&format!("{}…", &text[..cut]), span, role)
+        } else {
+            Lin::named(text, span, role)
+        };
         if let Some(t) = lin.terms.first_mut() {
-            t.role = role;
-            t.part = role;
             t.opaque = true;
         }
         lin.roles_seen = parts.iter().flat_map(|p| p.roles_seen.clone()).collect();

@@ -12,6 +12,7 @@ use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
 use crate::suppress;
 use rayon::prelude::*;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -116,7 +117,7 @@ fn load(
     opts: LintOptions,
 ) -> Result<Option<Unit>, Loaded> {
     let display = display_path(&c.path, cwd);
-    let bytes = std::fs::read(&c.path).map_err(|e| {
+    let bytes = read_bounded(&c.path).map_err(|e| {
         Loaded::Error(PathError {
             path: display.clone(),
             message: io_message(&e),
@@ -128,6 +129,12 @@ fn load(
             reason: reason.to_string(),
         })
     };
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(skip(&format!(
+            "larger than {} MB, not analysed",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
     if bytes.contains(&0) {
         return Err(skip("binary file (contains NUL bytes)"));
     }
@@ -161,6 +168,22 @@ fn load(
         facts,
         settings,
     }))
+}
+
+/// Files larger than this are not analysed: a syntax tree takes tens of bytes per byte of source
+/// (a 50 MB module would need gigabytes), and code that large is generated.
+pub const MAX_FILE_BYTES: u64 = 10 << 20;
+
+/// The file's bytes, reading at most one byte past [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let hint = file
+        .metadata()
+        .map_or(0, |m| m.len())
+        .min(MAX_FILE_BYTES + 1);
+    let mut bytes = Vec::with_capacity(hint as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Parse one file and lower it into facts.

@@ -56,13 +56,30 @@ pub fn is_optimizer_key(key: &str) -> bool {
     )
 }
 
+/// How much of a name, key or argument is read where it is compared with short words.
+const LONGEST: usize = 256;
+
+/// The start of `s`, up to [`LONGEST`] bytes. Nested input (arguments holding nested calls or
+/// command substitutions) would otherwise make every level read the rest of the line: quadratic.
+pub(crate) fn clip(s: &str) -> &str {
+    &s[..crate::source::floor_char_boundary(s, LONGEST.min(s.len()))]
+}
+
+/// The end of `s`, up to [`LONGEST`] bytes (a callee's receiver chain ends with what names it).
+pub(crate) fn clip_tail(s: &str) -> &str {
+    let mut start = s.len().saturating_sub(LONGEST);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
 /// Record what a `key value` pair (a CLI flag, a shell variable, a config key) says about training.
 pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Evidence) {
-    let k = key
-        .trim_start_matches('-')
+    let k = clip(key.trim_start_matches('-'))
         .to_ascii_lowercase()
         .replace('-', "_");
-    let v = value.trim_matches(['"', '\'']).to_ascii_lowercase();
+    let v = clip(value.trim_matches(['"', '\''])).to_ascii_lowercase();
     if is_optimizer_key(&k) && !v.is_empty() && !v.starts_with('$') {
         ev.optimizers.push(Mention {
             value: OptimizerMention {

@@ -4,7 +4,7 @@
 //! the walk.
 
 use super::loops::{self, AccumTest, Branch, CallEvent, CallKind, Ctx, LoopInfo};
-use super::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
+use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
 use std::cell::RefCell;
@@ -303,10 +303,13 @@ impl<'s> Walker<'s> {
                 }
                 self.enter_scope(node)
             }
-            "dictionary" => {
+            // Only a dict on the right of an assignment can be a named config; asking any other
+            // dict for its parent would walk down from the root each time.
+            "dictionary" if field == Some("right") => {
                 crate::config::python::dict(node, self.src, &mut self.facts);
-                self.dictionary(node);
+                self.dictionary(node, true);
             }
+            "dictionary" => self.dictionary(node, false),
             "for_statement" | "while_statement" => {
                 let id = self.loops.len();
                 self.loops.push(LoopInfo {
@@ -676,7 +679,7 @@ impl<'s> Walker<'s> {
     }
 
     /// `{"bf16": 2, "fp32": 4}`: a table when at least two values are numbers.
-    fn dictionary(&mut self, node: Node) {
+    fn dictionary(&mut self, node: Node, assigned: bool) {
         let mut c = node.walk();
         let mut entries = Vec::new();
         for pair in node.named_children(&mut c) {
@@ -705,8 +708,9 @@ impl<'s> Walker<'s> {
         if entries.len() < 2 {
             return;
         }
-        let name = node
-            .parent()
+        let name = assigned
+            .then(|| node.parent())
+            .flatten()
             .filter(|p| p.kind() == "assignment")
             .and_then(|p| p.child_by_field_name("left"))
             .map(|l| self.text(l).to_string());
@@ -715,6 +719,14 @@ impl<'s> Walker<'s> {
 
     /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`).
     fn number(&self, node: Node) -> Option<f64> {
+        // Only arithmetic on literals is a number; lowering a nested container would copy its text.
+        let arithmetic = matches!(
+            node.kind(),
+            "integer" | "float" | "unary_operator" | "binary_operator" | "parenthesized_expression"
+        );
+        if !arithmetic || node.byte_range().len() > 64 {
+            return None;
+        }
         let lin = self.lower(node, 0);
         (lin.terms.is_empty() && lin.constant.is_finite()).then_some(lin.constant)
     }
@@ -1306,7 +1318,9 @@ impl<'s> Walker<'s> {
             return;
         };
         let callee = self.text(func);
-        let last = last_segment(callee);
+        // Names are compared with short words: read from the callee's end (`f(1)(1)(1)...` has no
+        // dot, and each level reading its whole callee is quadratic).
+        let last = last_segment(clip_tail(callee));
         let lower = last.to_ascii_lowercase();
         let span = node.byte_range();
         let args = node.child_by_field_name("arguments");
@@ -1380,7 +1394,7 @@ impl<'s> Walker<'s> {
                 });
             }
             "generate" | "inference_mode" | "no_grad" => ev.inference.push(span.clone()),
-            "requires_grad_" if args.is_some_and(|a| t(a).contains("False")) => {
+            "requires_grad_" if args.is_some_and(|a| clip(t(a)).contains("False")) => {
                 ev.frozen.push(span.clone())
             }
             "autocast" => ev.precision.push(Mention {
@@ -1392,7 +1406,7 @@ impl<'s> Walker<'s> {
                 span: span.clone(),
             }),
             "to" if args.is_some_and(|a| {
-                let t = t(a);
+                let t = clip(t(a));
                 t.contains("bfloat16") || t.contains("float16")
             }) =>
             {
@@ -1435,9 +1449,10 @@ impl<'s> Walker<'s> {
             return;
         }
         let span = node.byte_range();
+        // A receiver may be a long call chain: only its tail names it.
         let recv = func
             .child_by_field_name("object")
-            .map(|o| self.text(o))
+            .map(|o| clip_tail(self.text(o)))
             .unwrap_or("");
         let recv_last = last_segment(recv).to_ascii_lowercase();
         let args = node.child_by_field_name("arguments");

@@ -63,6 +63,26 @@ struct Report<'a> {
     /// The diagnostic's span in `source` (a notebook shows its cell, whose offsets start at 0).
     span: std::ops::Range<usize>,
     url: String,
+    /// Whether the source lines are short enough to be shown (see [`LONGEST_SHOWN_LINE`]).
+    snippet: bool,
+}
+
+/// miette formats a label's column as a padding width, which panics past 65,535 columns; a line
+/// that long cannot be read on a terminal anyway. Diagnostics on longer lines (or next to one) are
+/// shown without the source snippet.
+const LONGEST_SHOWN_LINE: usize = 1_000;
+
+fn snippet_fits(e: &Entry) -> bool {
+    let file = &e.file;
+    let len = file.text.len();
+    let r = &e.diagnostic.range;
+    let first = file.lines.line_of(r.start.min(len));
+    let last = file.lines.line_of(r.end.min(len));
+    let count = file.lines.line_count();
+    (first.saturating_sub(1)..=last.saturating_add(1).min(count.saturating_sub(1))).all(|line| {
+        let start = file.lines.line_start(line).min(len);
+        file.line_end(line).saturating_sub(start) <= LONGEST_SHOWN_LINE
+    })
 }
 
 impl fmt::Debug for Report<'_> {
@@ -115,10 +135,13 @@ impl Diagnostic for Report<'_> {
     }
 
     fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&self.source)
+        self.snippet.then_some(&self.source as &dyn SourceCode)
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        if !self.snippet {
+            return None;
+        }
         let r = &self.span;
         let len = r.end.saturating_sub(r.start);
         Some(Box::new(std::iter::once(LabeledSpan::new_with_span(
@@ -171,6 +194,7 @@ pub fn render_full(entries: &[Entry], color: bool, width: usize) -> String {
             },
             span,
             url: catalog::url(e.diagnostic.code),
+            snippet: snippet_fits(e),
         };
         out.push_str(&format!(
             "{}: {} {}\n",

@@ -10,6 +10,8 @@ use std::ops::Range;
 
 /// No variable value grows past this (`X="$X $X"` in a loop would otherwise double forever).
 const MAX_VALUE: usize = 64 * 1024;
+/// Longest command word that is expanded.
+const MAX_WORD: usize = 16 * 1024;
 /// Nesting bound for `${...}` defaults and arithmetic.
 const MAX_NEST: usize = 32;
 
@@ -132,6 +134,11 @@ impl Env {
 
     /// Expand text written in the file at `base` into fields.
     pub fn expand_source(&mut self, text: &str, base: usize, mode: Mode) -> Vec<Vec<RChar>> {
+        // No flag or path is this long; expanding every level of a deeply nested command
+        // substitution would be quadratic in its length.
+        if mode == Mode::Word && text.len() > MAX_WORD {
+            return vec![unknown_chars("?", base..base + text.len())];
+        }
         let chars = source_chars(text, base);
         self.expand(&chars, mode, 0)
     }
