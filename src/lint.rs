@@ -7,6 +7,7 @@ use crate::diagnostic::Diagnostic;
 use crate::discover::{discover, io_message, Candidate, PathError};
 use crate::facts::Facts;
 use crate::frontend::{python, shell};
+use crate::prefilter::Wanted;
 use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
 use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
@@ -147,8 +148,10 @@ fn load(
     })?;
     // A file the prefilter rules out can get no diagnostic: its text is not kept. A notebook is
     // judged by its code cells as Python, never by the JSON around them.
-    let needs_parse =
-        |language, text: &str| !opts.prefilter || crate::prefilter::needs_parse(language, text);
+    let wanted = Wanted::from_codes(|code| settings.reports(code, &absolute(&c.path, cwd)));
+    let needs_parse = |language, text: &str| {
+        !opts.prefilter || crate::prefilter::needs_parse(language, text, wanted)
+    };
     let file = if c.language == Language::Notebook {
         // A notebook in another language is skipped like any file memlint does not read.
         match SourceFile::from_notebook(c.path.clone(), display.clone(), text) {

@@ -1,27 +1,95 @@
-//! A literal scan that decides, before any parse, whether a file can hold anything a rule reads.
-//! Each condition is *necessary* for some rule to fire, derived from what the frontends record, so
-//! skipping a file never changes a result:
-//! - memory formulas are recorded only with a term whose role is a model size or a parameter
-//!   count, and a term's role is [`role_of`] of an identifier written in the file: the scan asks
-//!   `role_of` about every identifier that contains `model`, `weight` or `param`;
-//! - every training-loop rule needs a `backward` call and a `step` (an optimizer step, or a
-//!   Lightning `training_step`), except a Lightning `training_step` that divides by
-//!   `accumulate_grad_batches`, which names it;
+//! A literal scan that decides, before any parse, whether a file can hold anything a rule that is
+//! reported for it reads. Each condition is *necessary* for its rule to fire, derived from what the
+//! frontends record, so skipping a file never changes a result:
+//! - memory formulas (MEM001, MEM002's assignments, MEM005's constants, MEM006) are recorded only
+//!   with a term whose role is a model size or a parameter count, and a term's role is
+//!   [`role_of`] of an identifier written in the file: the scan asks `role_of` about every
+//!   identifier that contains `model`, `weight` or `param`;
+//! - the training-loop rules (GA001-GA005) need an attribute call named exactly `backward` and
+//!   one named exactly `step` (the frontend compares the text after the callee's last `.`), or an
+//!   `accelerator.accumulate(` block, or a Lightning return divided by `accumulate_grad_batches`;
 //! - a unit conversion (MEM004) needs a divisor that folds to 10^9, 2^30, 10^6 or 2^20, and every
-//!   way to write one as literals contains one of `DIVISORS` (`1e9`, `1024 ** 3`, `/ 1024 / 1024`,
-//!   `1 << 30`);
+//!   way to write one as literals contains one of `DIVISORS`;
 //! - a dtype or optimizer table (MEM002, MEM003) needs a key that is a quoted dtype or optimizer
 //!   name from the knowledge tables: followed by `:` in a dict, or compared in an `if` chain or a
-//!   conditional that assigns a name holding `byte` or `mult`; or a `torch.<dtype>:` dict key;
-//! - suppression directives need `memlint` or `noqa` (for ML900);
-//! - a batch config written in Python (a DeepSpeed dict, a dataclass, argparse defaults) is
-//!   reported only with a DeepSpeed key or a declared global batch, whose names are literals here.
+//!   conditional that assigns a name holding `byte` or `multiplier`; or a `torch.<dtype>:` key;
+//! - a batch config written in Python (BS001-BS003, MEM005) needs a DeepSpeed key or a declared
+//!   global batch, whose names are literals here;
+//! - ML900: suppression directives need `memlint` or `noqa`.
+//!
+//! A rule the scan does not know about makes every file of its language parse.
 
 use crate::expr::{role_of, Role};
 use crate::knowledge::knowledge;
+use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
 use crate::source::Language;
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::OnceLock;
+
+/// What the rules reported for one file can use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub memory: bool,
+    pub accumulation: bool,
+    pub units: bool,
+    pub tables: bool,
+    pub batch: bool,
+    pub suppressions: bool,
+    /// A reported rule the scan knows nothing about: parse everything.
+    pub unknown: bool,
+}
+
+impl Wanted {
+    /// Every rule: what `--select ALL` asks for.
+    pub const ALL: Wanted = Wanted {
+        memory: true,
+        accumulation: true,
+        units: true,
+        tables: true,
+        batch: true,
+        suppressions: true,
+        unknown: false,
+    };
+
+    /// From the question "is this code reported for the file?".
+    pub fn from_codes(reported: impl Fn(&str) -> bool) -> Wanted {
+        let mut w = Wanted::default();
+        for code in implemented_codes() {
+            if !reported(code) {
+                continue;
+            }
+            match code {
+                "MEM001" | "MEM006" => w.memory = true,
+                "MEM002" => {
+                    w.memory = true;
+                    w.tables = true;
+                }
+                "MEM003" => w.tables = true,
+                "MEM004" => w.units = true,
+                "MEM005" => {
+                    w.memory = true;
+                    w.batch = true;
+                }
+                "BS001" | "BS002" | "BS003" => w.batch = true,
+                c if c.starts_with("GA") => w.accumulation = true,
+                c if c == UNUSED_SUPPRESSION => w.suppressions = true,
+                _ => w.unknown = true,
+            }
+        }
+        w
+    }
+
+    fn any(self) -> bool {
+        self.memory
+            || self.accumulation
+            || self.units
+            || self.tables
+            || self.batch
+            || self.suppressions
+    }
+}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Hit {
@@ -29,34 +97,22 @@ enum Hit {
     Sized,
     Backward,
     Step,
+    /// Enough for the loop rules on its own.
+    Loop,
+    Divisor,
     /// A quoted dtype or optimizer name: a dict key when a `:` follows.
     Quoted,
-    /// Enough on its own.
-    Parse,
+    /// A `torch.<dtype>:` dict key.
+    TableKey,
+    Batch,
+    Directive,
 }
 
-const SIZED: &[&str] = &["param", "model", "weight"];
-const ALWAYS: &[&str] = &[
-    "memlint",
-    "noqa",
-    "accumulate_grad_batches",
-    "\"train_batch_size\"",
-    "'train_batch_size'",
-    "train_micro_batch_size_per_gpu",
-    "global_batch",
-    "global-batch",
-    "effective_batch",
-    "effective-batch",
-    "total_batch",
-    "total-batch",
-    "total_train_batch",
-];
 const DIVISORS: &[&str] = &[
     "1e9",
     "1e-9",
     "1e+9",
     "1e6",
-    "1e-6",
     "1e+6",
     "1.0e9",
     "1.0e6",
@@ -103,13 +159,37 @@ const DIVISORS: &[&str] = &[
     "/ 1024) / 1024",
 ];
 
+const BATCH: &[&str] = &[
+    "\"train_batch_size\"",
+    "'train_batch_size'",
+    "train_micro_batch_size_per_gpu",
+    "global_batch",
+    "global-batch",
+    "effective_batch",
+    "effective-batch",
+    "total_batch",
+    "total-batch",
+    "total_train_batch",
+];
+
 fn patterns() -> Vec<(String, Hit)> {
     let mut p: Vec<(String, Hit)> = Vec::new();
-    p.extend(SIZED.iter().map(|w| (w.to_string(), Hit::Sized)));
-    p.push(("backward".into(), Hit::Backward));
-    p.push(("step".into(), Hit::Step));
-    p.extend(ALWAYS.iter().map(|w| (w.to_string(), Hit::Parse)));
-    p.extend(DIVISORS.iter().map(|w| (w.to_string(), Hit::Parse)));
+    p.extend(
+        ["param", "model", "weight"]
+            .iter()
+            .map(|w| (w.to_string(), Hit::Sized)),
+    );
+    p.push((".backward".into(), Hit::Backward));
+    p.push((".step".into(), Hit::Step));
+    p.push(("accumulate_grad_batches".into(), Hit::Loop));
+    p.push((".accumulate(".into(), Hit::Loop));
+    p.extend(DIVISORS.iter().map(|w| (w.to_string(), Hit::Divisor)));
+    p.extend(BATCH.iter().map(|w| (w.to_string(), Hit::Batch)));
+    p.extend(
+        ["memlint", "noqa"]
+            .iter()
+            .map(|w| (w.to_string(), Hit::Directive)),
+    );
     let k = knowledge();
     let names = k
         .dtypes
@@ -117,27 +197,28 @@ fn patterns() -> Vec<(String, Hit)> {
         .flat_map(|d| d.names.iter())
         .chain(k.optimizers.iter().flat_map(|o| o.names.iter()));
     for n in names {
-        match n.strip_prefix("torch.") {
-            Some(_) => p.push((format!("{n}:"), Hit::Parse)),
-            None => {
-                p.push((format!("\"{n}\""), Hit::Quoted));
-                p.push((format!("'{n}'"), Hit::Quoted));
-            }
+        let n = n.to_ascii_lowercase();
+        if n.starts_with("torch.") {
+            p.push((format!("{n}:"), Hit::TableKey));
+        } else {
+            p.push((format!("\"{n}\""), Hit::Quoted));
+            p.push((format!("'{n}'"), Hit::Quoted));
         }
     }
+    p.sort_by(|a, b| a.0.cmp(&b.0));
+    p.dedup_by(|a, b| a.0 == b.0);
     p
 }
 
-fn automaton() -> Option<&'static (AhoCorasick, Vec<Hit>)> {
-    static AC: OnceLock<Option<(AhoCorasick, Vec<Hit>)>> = OnceLock::new();
+fn automaton() -> Option<&'static (AhoCorasick, Vec<(String, Hit)>)> {
+    static AC: OnceLock<Option<(AhoCorasick, Vec<(String, Hit)>)>> = OnceLock::new();
     AC.get_or_init(|| {
-        let (words, hits): (Vec<String>, Vec<Hit>) = patterns().into_iter().unzip();
+        let p = patterns();
         AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
-            .build(words)
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(p.iter().map(|(w, _)| w.as_str()))
             .ok()
-            .map(|ac| (ac, hits))
+            .map(|ac| (ac, p))
     })
     .as_ref()
 }
@@ -146,59 +227,140 @@ fn is_ident(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
-/// The identifier around byte `at`.
-fn identifier_at(bytes: &[u8], at: usize) -> &[u8] {
+/// The bounds of the identifier around byte `at`, with non-ASCII letters or without (Python
+/// names may hold them); both bounds fall on character boundaries.
+fn identifier_at(bytes: &[u8], at: usize, non_ascii: bool) -> (usize, usize) {
+    let part = |b: u8| is_ident(b) || (non_ascii && b >= 0x80);
     let mut start = at;
-    while start > 0 && is_ident(bytes[start - 1]) {
+    while start > 0 && part(bytes[start - 1]) {
         start -= 1;
     }
     let mut end = at;
-    while end < bytes.len() && is_ident(bytes[end]) {
+    while end < bytes.len() && part(bytes[end]) {
         end += 1;
     }
-    &bytes[start..end]
+    (start, end)
+}
+
+/// Whether any reading of the name around `at` has a model-size or parameter-count role, and where
+/// the name ends.
+fn sized_name_at(text: &str, at: usize) -> (bool, usize) {
+    let bytes = text.as_bytes();
+    let ascii = identifier_at(bytes, at, false);
+    let wide = identifier_at(bytes, at, true);
+    let sized = |(s, e): (usize, usize)| text.get(s..e).is_some_and(sized_name);
+    if sized(ascii) || (wide != ascii && sized(wide)) {
+        return (true, wide.1);
+    }
+    // After a number (`2model_gb`, `0x1model_gb`, where recovery splits the literal from a name),
+    // the name may start at any letter before the word.
+    let (start, end) = ascii;
+    let after_number = bytes[start].is_ascii_digit()
+        && (start + 1..=at)
+            .any(|k| (bytes[k].is_ascii_alphabetic() || bytes[k] == b'_') && sized((k, end)));
+    (after_number, wide.1)
+}
+
+/// Names repeat within a file and across a project (`model`, `weight_decay`): each thread
+/// remembers the answers, up to a bound.
+fn sized_name(name: &str) -> bool {
+    const REMEMBERED: usize = 1 << 16;
+    thread_local! {
+        static SEEN: RefCell<HashMap<Box<str>, bool>> = RefCell::new(HashMap::new());
+    }
+    let ask = || matches!(role_of(name), Role::Model | Role::ParamCount);
+    SEEN.with(|seen| {
+        let Ok(mut seen) = seen.try_borrow_mut() else {
+            return ask();
+        };
+        if let Some(&known) = seen.get(name) {
+            return known;
+        }
+        if seen.len() >= REMEMBERED {
+            seen.clear();
+        }
+        let answer = ask();
+        seen.insert(name.into(), answer);
+        answer
+    })
+}
+
+/// `.name` exactly as written (the scan is case-insensitive, the frontend is not), not continued
+/// by an identifier character.
+fn is_attribute(bytes: &[u8], start: usize, end: usize, word: &str) -> bool {
+    bytes.get(start..end) == Some(word.as_bytes()) && !bytes.get(end).is_some_and(|b| is_ident(*b))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Whether the file must be parsed. Launchers and configs are always read: they give context to
 /// other files.
-pub fn needs_parse(language: Language, text: &str) -> bool {
-    if !matches!(language, Language::Python | Language::Notebook) {
+pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
+    if !matches!(language, Language::Python | Language::Notebook) || wanted.unknown {
         return true;
     }
-    let Some((ac, hits)) = automaton() else {
+    if !wanted.any() {
+        return false;
+    }
+    let Some((ac, patterns)) = automaton() else {
         return true;
     };
     let bytes = text.as_bytes();
     let (mut backward, mut step, mut quoted) = (false, false, false);
-    for m in ac.find_overlapping_iter(text) {
-        match hits.get(m.pattern().as_usize()) {
-            Some(Hit::Sized) => {
-                let ident = identifier_at(bytes, m.start());
-                let sized = std::str::from_utf8(ident)
-                    .is_ok_and(|id| matches!(role_of(id), Role::Model | Role::ParamCount));
-                if sized {
+    // Leftmost-longest matches, restarting after each one's start, so every occurrence of a word
+    // is seen except inside a name already read whole. The words are matched in ASCII lowercase
+    // (`role_of` and the directives ignore case); a lowercased copy lets the matcher vectorise.
+    let mut at = 0;
+    let lower = bytes.to_ascii_lowercase();
+    while let Some(m) = ac.find(Input::new(&lower).span(at..lower.len())) {
+        let Some((word, hit)) = patterns.get(m.pattern().as_usize()) else {
+            return true;
+        };
+        at = m.start() + 1;
+        match hit {
+            Hit::Sized => {
+                let (sized, end) = sized_name_at(text, m.start());
+                if wanted.memory && sized {
+                    return true;
+                }
+                // The rest of the name is read here; no other word starts a rule inside it.
+                let rest = &lower[m.start()..end];
+                if wanted.suppressions && (contains(rest, b"memlint") || contains(rest, b"noqa")) {
+                    return true;
+                }
+                at = end.max(at);
+            }
+            Hit::Backward | Hit::Step => {
+                if !wanted.accumulation || !is_attribute(bytes, m.start(), m.end(), word) {
+                    continue;
+                }
+                if *hit == Hit::Backward {
+                    backward = true;
+                } else {
+                    step = true;
+                }
+                if backward && step {
                     return true;
                 }
             }
-            Some(Hit::Backward) => backward = true,
-            Some(Hit::Step) => step = true,
-            Some(Hit::Quoted) => {
+            Hit::Loop if wanted.accumulation => return true,
+            Hit::Divisor if wanted.units => return true,
+            Hit::TableKey if wanted.tables => return true,
+            Hit::Quoted if wanted.tables => {
                 let rest = text.get(m.end()..).unwrap_or("");
                 if rest.trim_start_matches([' ', '\t']).starts_with(':') {
                     return true;
                 }
                 quoted = true;
             }
-            Some(Hit::Parse) | None => return true,
+            Hit::Batch if wanted.batch => return true,
+            Hit::Directive if wanted.suppressions => return true,
+            _ => {}
         }
     }
-    (backward && step) || (quoted && table_target(text))
-}
-
-/// A name an `if` chain may build a table for (see the Python frontend's branch tables).
-fn table_target(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    t.contains("byte") || t.contains("mult")
+    quoted && (contains(&lower, b"byte") || contains(&lower, b"multiplier"))
 }
 
 #[cfg(test)]
@@ -208,36 +370,48 @@ mod tests {
     #[test]
     fn skips_only_what_no_rule_reads() {
         let py = Language::Python;
-        assert!(needs_parse(py, "free = gpu_gb - model_size_gb * 2\n"));
-        assert!(needs_parse(py, "n_params = 7e9\n"));
+        let all = Wanted::ALL;
+        let yes = |t: &str| needs_parse(py, t, all);
+        assert!(yes("free = gpu_gb - model_size_gb * 2\n"));
+        assert!(yes("n_params = 7e9\n"));
+        assert!(!yes("opt = AdamW(model.parameters())\nmodel.train()\n"));
+        assert!(yes("loss.backward()\nif i % n == 0:\n    opt.step()\n"));
+        assert!(yes("accelerator.backward(loss / accum)\nopt.step()\n"));
+        assert!(!yes("loss.backward()\n"));
+        assert!(!yes("loss.Backward()\nopt.steps()\n"));
+        assert!(yes("return loss / self.trainer.accumulate_grad_batches\n"));
+        assert!(yes("x = 1  # noqa: MEM001\n"));
+        assert!(yes("free_gib = free / 1e9\n"));
+        assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
+        assert!(yes("SIZES = {\"bf16\": 4}\n"));
+        assert!(yes("STATES = {'adamw': 1}\n"));
+        assert!(yes("if dtype == 'bf16':\n    nbytes = 4\n"));
+        assert!(!yes("name = 'resnet'\nkind = 'bf16'\n"));
+        assert!(yes("cfg = {\"train_batch_size\": 32}\n"));
+        assert!(yes("p.add_argument(\"--global-batch-size\", default=8)\n"));
+        assert!(!yes("per_device_train_batch_size = 8\n"));
+        assert!(needs_parse(Language::Shell, "echo hi\n", all));
+    }
+
+    #[test]
+    fn only_what_the_reported_rules_read() {
+        let py = Language::Python;
+        let ga = Wanted {
+            accumulation: true,
+            ..Wanted::default()
+        };
+        assert!(needs_parse(py, "loss.backward()\nopt.step()\n", ga));
+        assert!(!needs_parse(py, "free = gpu_gb - model_size_gb * 2\n", ga));
+        assert!(!needs_parse(py, "x = 1  # noqa: GA001\n", ga));
         assert!(!needs_parse(
             py,
-            "opt = AdamW(model.parameters())\nmodel.train()\n"
+            "free = gpu_gb - model_size_gb * 2\n",
+            Wanted::default()
         ));
-        assert!(needs_parse(
-            py,
-            "loss.backward()\nif i % n == 0:\n    opt.step()\n"
-        ));
-        assert!(needs_parse(
-            py,
-            "accelerator.backward(loss / accum)\nopt.step()\n"
-        ));
-        assert!(!needs_parse(py, "loss.backward()\n"));
-        assert!(needs_parse(
-            py,
-            "return loss / self.trainer.accumulate_grad_batches\n"
-        ));
-        assert!(needs_parse(py, "x = 1  # noqa: MEM001\n"));
-        assert!(needs_parse(py, "free_gib = free / 1e9\n"));
-        assert!(needs_parse(py, "SIZES = {\"bf16\": 4}\n"));
-        assert!(needs_parse(py, "STATES = {'adamw': 1}\n"));
-        assert!(!needs_parse(py, "name = 'resnet'\n"));
-        assert!(needs_parse(py, "cfg = {\"train_batch_size\": 32}\n"));
-        assert!(needs_parse(
-            py,
-            "p.add_argument(\"--global-batch-size\", default=8)\n"
-        ));
-        assert!(!needs_parse(py, "per_device_train_batch_size = 8\n"));
-        assert!(needs_parse(Language::Shell, "echo hi\n"));
+        let unknown = Wanted {
+            unknown: true,
+            ..Wanted::default()
+        };
+        assert!(needs_parse(py, "x = 1\n", unknown));
     }
 }

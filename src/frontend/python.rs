@@ -736,7 +736,7 @@ impl<'s> Walker<'s> {
     fn branch_entry(&mut self, target: &str, right: Node) {
         let t = target.to_ascii_lowercase();
         // The prefilter keeps files with a quoted key only when such a name may be assigned.
-        if !["byte", "mult"].iter().any(|w| t.contains(w)) {
+        if !["byte", "multiplier"].iter().any(|w| t.contains(w)) {
             return;
         }
         let mut found: Vec<(String, f64, Range<usize>)> = Vec::new();
