@@ -210,8 +210,11 @@ fn patterns() -> Vec<(String, Hit)> {
     p
 }
 
-fn automaton() -> Option<&'static (AhoCorasick, Vec<(String, Hit)>)> {
-    static AC: OnceLock<Option<(AhoCorasick, Vec<(String, Hit)>)>> = OnceLock::new();
+/// The matcher and, by pattern index, each word and what it stands for.
+type Scanner = (AhoCorasick, Vec<(String, Hit)>);
+
+fn automaton() -> Option<&'static Scanner> {
+    static AC: OnceLock<Option<Scanner>> = OnceLock::new();
     AC.get_or_init(|| {
         let p = patterns();
         AhoCorasickBuilder::new()
@@ -346,11 +349,20 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
                 }
             }
             Hit::Loop if wanted.accumulation => return true,
-            Hit::Divisor if wanted.units => return true,
-            Hit::TableKey if wanted.tables => return true,
+            // A divisor divides, multiplies (`* 1e-9`, `1024 * 1024`), shifts, or is assigned to
+            // a name that divides later (`GIB = 1024 ** 3`).
+            Hit::Divisor if wanted.units => {
+                let before = text[..m.start()].trim_end_matches([' ', '\t', '(']);
+                if word.starts_with(['<', '>', '/']) || before.ends_with(['/', '*', '=']) {
+                    return true;
+                }
+            }
+            Hit::TableKey if wanted.tables && number_follows(text, m.end()) => return true,
             Hit::Quoted if wanted.tables => {
                 let rest = text.get(m.end()..).unwrap_or("");
-                if rest.trim_start_matches([' ', '\t']).starts_with(':') {
+                if rest.trim_start_matches([' ', '\t']).starts_with(':')
+                    && number_follows(text, m.end())
+                {
                     return true;
                 }
                 quoted = true;
@@ -360,7 +372,51 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
             _ => {}
         }
     }
-    quoted && (contains(&lower, b"byte") || contains(&lower, b"multiplier"))
+    quoted && (assigns_number(&lower, b"byte") || assigns_number(&lower, b"multiplier"))
+}
+
+/// A number (or a sign before one) after optional spaces, a `:` and spaces: a table value.
+fn number_follows(text: &str, at: usize) -> bool {
+    let rest = text.get(at..).unwrap_or("");
+    let rest = rest.trim_start_matches([' ', '\t']);
+    let rest = rest.strip_prefix(':').unwrap_or(rest);
+    rest.trim_start_matches([' ', '\t', '(', '-', '+'])
+        .starts_with(|c: char| c.is_ascii_digit() || c == '.')
+}
+
+/// A name holding `word` assigned a number (`bytes_per_param = 4`, `nbytes = 2 if ...`): the
+/// arms of an `if` chain or a conditional that make a table.
+fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(i) = lower
+        .get(from..)
+        .and_then(|h| h.windows(word.len()).position(|w| w == word))
+    {
+        let mut j = from + i + word.len();
+        while lower.get(j).is_some_and(|b| is_ident(*b)) {
+            j += 1;
+        }
+        while lower.get(j).is_some_and(|b| *b == b' ' || *b == b'\t') {
+            j += 1;
+        }
+        if lower.get(j) == Some(&b'=') && lower.get(j + 1) != Some(&b'=') {
+            j += 1;
+            while lower
+                .get(j)
+                .is_some_and(|b| matches!(b, b' ' | b'\t' | b'(' | b'-'))
+            {
+                j += 1;
+            }
+            if lower
+                .get(j)
+                .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+            {
+                return true;
+            }
+        }
+        from = from + i + 1;
+    }
+    false
 }
 
 #[cfg(test)]
