@@ -172,6 +172,7 @@ const BATCH: &[&str] = &[
     "total_train_batch",
 ];
 
+/// Few words keep the scan vectorised; each hit is then checked where it stands.
 fn patterns() -> Vec<(String, Hit)> {
     let mut p: Vec<(String, Hit)> = Vec::new();
     p.extend(
@@ -183,31 +184,58 @@ fn patterns() -> Vec<(String, Hit)> {
     p.push((".step".into(), Hit::Step));
     p.push(("accumulate_grad_batches".into(), Hit::Loop));
     p.push((".accumulate(".into(), Hit::Loop));
-    p.extend(DIVISORS.iter().map(|w| (w.to_string(), Hit::Divisor)));
+    // Every divisor starts with one of these.
+    p.extend(
+        [
+            "1e", "1.0e", "10", "2**", "2 **", "2.0**", "<<", ">>", "1_0", "/ 1024",
+        ]
+        .iter()
+        .map(|w| (w.to_string(), Hit::Divisor)),
+    );
     p.extend(BATCH.iter().map(|w| (w.to_string(), Hit::Batch)));
     p.extend(
         ["memlint", "noqa"]
             .iter()
             .map(|w| (w.to_string(), Hit::Directive)),
     );
-    let k = knowledge();
-    let names = k
-        .dtypes
-        .iter()
-        .flat_map(|d| d.names.iter())
-        .chain(k.optimizers.iter().flat_map(|o| o.names.iter()));
-    for n in names {
-        let n = n.to_ascii_lowercase();
-        if n.starts_with("torch.") {
-            p.push((format!("{n}:"), Hit::TableKey));
-        } else {
-            p.push((format!("\"{n}\""), Hit::Quoted));
-            p.push((format!("'{n}'"), Hit::Quoted));
-        }
-    }
-    p.sort_by(|a, b| a.0.cmp(&b.0));
-    p.dedup_by(|a, b| a.0 == b.0);
+    // A quoted key before `:`, and `torch.<dtype>:`.
+    p.extend(
+        ["\":", "\" :", "':", "' :"]
+            .iter()
+            .map(|w| (w.to_string(), Hit::Quoted)),
+    );
+    p.push(("torch.".into(), Hit::TableKey));
     p
+}
+
+/// Lowercase dtype and optimizer names of the knowledge tables: the keys a table can have.
+fn table_keys() -> &'static std::collections::HashSet<String> {
+    static KEYS: OnceLock<std::collections::HashSet<String>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let k = knowledge();
+        k.dtypes
+            .iter()
+            .flat_map(|d| d.names.iter())
+            .chain(k.optimizers.iter().flat_map(|o| o.names.iter()))
+            .map(|n| n.to_ascii_lowercase())
+            .collect()
+    })
+}
+
+/// The quoted string that ends just before byte `close` (the closing quote).
+fn quoted_before(lower: &[u8], close: usize) -> Option<&str> {
+    let quote = *lower.get(close)?;
+    let open = lower.get(..close)?.iter().rposition(|b| *b == quote)?;
+    std::str::from_utf8(lower.get(open + 1..close)?).ok()
+}
+
+/// Any quoted known key in the file (for `if` chains on a dtype or optimizer name).
+fn any_quoted_key(lower: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(lower);
+    text.split(['"', '\''])
+        .skip(1)
+        .step_by(2)
+        .any(|s| table_keys().contains(s))
 }
 
 /// The matcher and, by pattern index, each word and what it stands for.
@@ -311,7 +339,7 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
         return true;
     };
     let bytes = text.as_bytes();
-    let (mut backward, mut step, mut quoted) = (false, false, false);
+    let (mut backward, mut step) = (false, false);
     // Leftmost-longest matches, restarting after each one's start, so every occurrence of a word
     // is seen except inside a name already read whole. The words are matched in ASCII lowercase
     // (`role_of` and the directives ignore case); a lowercased copy lets the matcher vectorise.
@@ -352,27 +380,44 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
             // A divisor divides, multiplies (`* 1e-9`, `1024 * 1024`), shifts, or is assigned to
             // a name that divides later (`GIB = 1024 ** 3`).
             Hit::Divisor if wanted.units => {
+                let here = &lower[m.start()..];
                 let before = text[..m.start()].trim_end_matches([' ', '\t', '(']);
-                if word.starts_with(['<', '>', '/']) || before.ends_with(['/', '*', '=']) {
-                    return true;
-                }
-            }
-            Hit::TableKey if wanted.tables && number_follows(text, m.end()) => return true,
-            Hit::Quoted if wanted.tables => {
-                let rest = text.get(m.end()..).unwrap_or("");
-                if rest.trim_start_matches([' ', '\t']).starts_with(':')
-                    && number_follows(text, m.end())
+                let divisor = DIVISORS.iter().any(|d| here.starts_with(d.as_bytes()));
+                if divisor
+                    && (word.starts_with(['<', '>', '/']) || before.ends_with(['/', '*', '=']))
                 {
                     return true;
                 }
-                quoted = true;
+            }
+            Hit::TableKey if wanted.tables => {
+                let name_end = lower[m.end()..]
+                    .iter()
+                    .position(|b| !is_ident(*b))
+                    .map_or(lower.len(), |e| m.end() + e);
+                let name = std::str::from_utf8(&lower[m.start()..name_end]).unwrap_or("");
+                if table_keys().contains(name)
+                    && lower.get(name_end) == Some(&b':')
+                    && number_follows(text, name_end)
+                {
+                    return true;
+                }
+            }
+            Hit::Quoted if wanted.tables => {
+                let key = quoted_before(&lower, m.start());
+                if key.is_some_and(|k| table_keys().contains(k))
+                    && number_follows(text, m.start() + 1)
+                {
+                    return true;
+                }
             }
             Hit::Batch if wanted.batch => return true,
             Hit::Directive if wanted.suppressions => return true,
             _ => {}
         }
     }
-    quoted && (assigns_number(&lower, b"byte") || assigns_number(&lower, b"multiplier"))
+    wanted.tables
+        && (assigns_number(&lower, b"byte") || assigns_number(&lower, b"multiplier"))
+        && any_quoted_key(&lower)
 }
 
 /// A number (or a sign before one) after optional spaces, a `:` and spaces: a table value.
