@@ -323,7 +323,7 @@ fn is_attribute(bytes: &[u8], start: usize, end: usize, word: &str) -> bool {
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(hay, needle).is_some()
 }
 
 /// Whether the file must be parsed. Launchers and configs are always read: they give context to
@@ -432,36 +432,28 @@ fn number_follows(text: &str, at: usize) -> bool {
 /// A name holding `word` assigned a number (`bytes_per_param = 4`, `nbytes = 2 if ...`): the
 /// arms of an `if` chain or a conditional that make a table.
 fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
-    let mut from = 0;
-    while let Some(i) = lower
-        .get(from..)
-        .and_then(|h| h.windows(word.len()).position(|w| w == word))
-    {
-        let mut j = from + i + word.len();
+    memchr::memmem::find_iter(lower, word).any(|i| {
+        let mut j = i + word.len();
         while lower.get(j).is_some_and(|b| is_ident(*b)) {
             j += 1;
         }
         while lower.get(j).is_some_and(|b| *b == b' ' || *b == b'\t') {
             j += 1;
         }
-        if lower.get(j) == Some(&b'=') && lower.get(j + 1) != Some(&b'=') {
-            j += 1;
-            while lower
-                .get(j)
-                .is_some_and(|b| matches!(b, b' ' | b'\t' | b'(' | b'-'))
-            {
-                j += 1;
-            }
-            if lower
-                .get(j)
-                .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
-            {
-                return true;
-            }
+        if lower.get(j) != Some(&b'=') || lower.get(j + 1) == Some(&b'=') {
+            return false;
         }
-        from = from + i + 1;
-    }
-    false
+        j += 1;
+        while lower
+            .get(j)
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'(' | b'-'))
+        {
+            j += 1;
+        }
+        lower
+            .get(j)
+            .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+    })
 }
 
 #[cfg(test)]
