@@ -8,8 +8,9 @@
 //! - the training-loop rules (GA001-GA005) need an attribute call named exactly `backward` and
 //!   one named exactly `step` (the frontend compares the text after the callee's last `.`), or an
 //!   `accelerator.accumulate(` block, or a Lightning return divided by `accumulate_grad_batches`;
-//! - a unit conversion (MEM004) needs a divisor that folds to 10^9, 2^30, 10^6 or 2^20, and every
-//!   way to write one as literals contains one of `DIVISORS`;
+//! - a unit conversion (MEM004) needs a divisor that folds to 10^9, 2^30, 10^6 or 2^20 (every
+//!   way to write one as literals contains one of `DIVISORS`), and either a name with a `_gb`,
+//!   `_gib`, `_mb` or `_mib` word to contradict, or a second divisor to compare with;
 //! - a dtype or optimizer table (MEM002, MEM003) needs a key that is a quoted dtype or optimizer
 //!   name from the knowledge tables: followed by `:` in a dict, or compared in an `if` chain or a
 //!   conditional that assigns a name holding `byte` or `multiplier`; or a `torch.<dtype>:` key;
@@ -340,6 +341,8 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
     };
     let bytes = text.as_bytes();
     let (mut backward, mut step) = (false, false);
+    // MEM004 needs a named unit with one divisor, or two converted values to compare.
+    let mut divisors = 0;
     // Leftmost-longest matches, restarting after each one's start, so every occurrence of a word
     // is seen except inside a name already read whole. The words are matched in ASCII lowercase
     // (`role_of` and the directives ignore case); a lowercased copy lets the matcher vectorise.
@@ -386,7 +389,10 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
                 if divisor
                     && (word.starts_with(['<', '>', '/']) || before.ends_with(['/', '*', '=']))
                 {
-                    return true;
+                    divisors += 1;
+                    if divisors >= 2 {
+                        return true;
+                    }
                 }
             }
             Hit::TableKey if wanted.tables => {
@@ -415,9 +421,23 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
             _ => {}
         }
     }
-    wanted.tables
-        && (assigns_number(&lower, b"byte") || assigns_number(&lower, b"multiplier"))
-        && any_quoted_key(&lower)
+    (divisors == 1 && names_a_unit(&lower))
+        || (wanted.tables
+            && (assigns_number(&lower, b"byte") || assigns_number(&lower, b"multiplier"))
+            && any_quoted_key(&lower))
+}
+
+/// A `gb`, `gib`, `mb` or `mib` word, as the Python frontend reads a unit from a name's
+/// `_`-separated words.
+fn names_a_unit(lower: &[u8]) -> bool {
+    [&b"gb"[..], b"gib", b"mb", b"mib"].iter().any(|unit| {
+        memchr::memmem::find_iter(lower, unit).any(|i| {
+            let before = i.checked_sub(1).and_then(|j| lower.get(j));
+            let after = lower.get(i + unit.len());
+            let edge = |b: Option<&u8>| b.is_none_or(|b| !b.is_ascii_alphanumeric());
+            edge(before) && edge(after)
+        })
+    })
 }
 
 /// A number (or a sign before one) after optional spaces, a `:` and spaces: a table value.
@@ -475,6 +495,9 @@ mod tests {
         assert!(yes("return loss / self.trainer.accumulate_grad_batches\n"));
         assert!(yes("x = 1  # noqa: MEM001\n"));
         assert!(yes("free_gib = free / 1e9\n"));
+        assert!(yes("gb = free / 2**30\n"));
+        assert!(yes("ok = a / 1e9 < b / 2**30\n"));
+        assert!(!yes("elapsed = t / 1e6\n"));
         assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
         assert!(yes("SIZES = {\"bf16\": 4}\n"));
         assert!(yes("STATES = {'adamw': 1}\n"));
