@@ -13,7 +13,8 @@
 //!   `_gib`, `_mb` or `_mib` word to contradict, or a second divisor to compare with;
 //! - a dtype or optimizer table (MEM002, MEM003) needs a key that is a quoted dtype or optimizer
 //!   name from the knowledge tables: followed by `:` in a dict, or compared in an `if` chain or a
-//!   conditional that assigns a name holding `byte` or `multiplier`; or a `torch.<dtype>:` key;
+//!   conditional that assigns a name holding `byte` or `multiplier`; or an attribute key such as
+//!   `torch.float16:` or `np.float64:` (the frontend reads the dtype from its last segment);
 //! - a batch config written in Python (BS001-BS003, MEM005) needs a DeepSpeed key or a declared
 //!   global batch, whose names are literals here;
 //! - ML900: suppression directives need `memlint` or `noqa`.
@@ -205,7 +206,12 @@ fn patterns() -> Vec<(String, Hit)> {
             .iter()
             .map(|w| (w.to_string(), Hit::Quoted)),
     );
-    p.push(("torch.".into(), Hit::TableKey));
+    // `torch.float16:`, `np.float64:`: every dtype attribute a table can be keyed by starts so.
+    p.extend(
+        [".float", ".half", ".double", ".bfloat", ".int", ".uint"]
+            .iter()
+            .map(|w| (w.to_string(), Hit::TableKey)),
+    );
     p
 }
 
@@ -400,7 +406,7 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
                     .iter()
                     .position(|b| !is_ident(*b))
                     .map_or(lower.len(), |e| m.end() + e);
-                let name = std::str::from_utf8(&lower[m.start()..name_end]).unwrap_or("");
+                let name = std::str::from_utf8(&lower[m.start() + 1..name_end]).unwrap_or("");
                 if table_keys().contains(name)
                     && lower.get(name_end) == Some(&b':')
                     && number_follows(text, name_end)
@@ -500,6 +506,8 @@ mod tests {
         assert!(!yes("elapsed = t / 1e6\n"));
         assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
         assert!(yes("SIZES = {\"bf16\": 4}\n"));
+        assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));
+        assert!(yes("SIZES = {torch.bfloat16: 4}\n"));
         assert!(yes("STATES = {'adamw': 1}\n"));
         assert!(yes("if dtype == 'bf16':\n    nbytes = 4\n"));
         assert!(!yes("name = 'resnet'\nkind = 'bf16'\n"));
