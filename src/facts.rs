@@ -164,6 +164,14 @@ pub struct AccumLoop {
     pub uses_scaler: bool,
 }
 
+impl AccumLoop {
+    /// The last optimizer step that stands as its own statement: where a call moved to the
+    /// boundary goes.
+    pub fn last_step_statement(&self) -> Option<Range<usize>> {
+        self.steps.iter().rev().find_map(|s| s.statement.clone())
+    }
+}
+
 /// A call as a statement: where the call is, and the whole statement line when the call stands
 /// alone on it (what a fix may move).
 #[derive(Debug, Clone, PartialEq)]

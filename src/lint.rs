@@ -148,7 +148,8 @@ fn load(
     })?;
     // A file the prefilter rules out can get no diagnostic: its text is not kept. A notebook is
     // judged by its code cells as Python, never by the JSON around them.
-    let wanted = Wanted::from_codes(|code| settings.reports(code, &absolute(&c.path, cwd)));
+    let abs = absolute(&c.path, cwd);
+    let wanted = Wanted::from_codes(|code| settings.reports(code, &abs));
     let needs_parse = |language, text: &str| {
         !opts.prefilter || crate::prefilter::needs_parse(language, text, wanted)
     };
@@ -166,7 +167,7 @@ fn load(
     };
     let facts = analyse(&file).map_err(|reason| skip(&reason))?;
     Ok(Some(Unit {
-        abs: absolute(&c.path, cwd),
+        abs,
         file: Arc::new(file),
         facts,
         settings,

@@ -426,11 +426,7 @@ impl<'s> Walker<'s> {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Lin::opaque(self.text(node), node.byte_range(), &[]);
         }
-        let value = self
-            .env
-            .get(&(self.scope(), name.to_string()))
-            .or_else(|| self.env.get(&(0, name.to_string())));
-        Lin::read(name, node.byte_range(), value)
+        self.named(name, node.byte_range())
     }
 
     /// Record what a variable holds as text (for command words), unless the assignment never runs.

@@ -21,7 +21,7 @@ impl Rule for ZeroGradInsideAccumulation {
                 let message = format!(
                     "`{call}` runs on every micro-step while the optimizer steps every `{n}` micro-batches: each step sees only the last micro-batch's gradient"
                 );
-                let anchor = lp.steps.iter().rev().find_map(|s| s.statement.clone());
+                let anchor = lp.last_step_statement();
                 let edits = match (&z.statement, anchor) {
                     (Some(stmt), _) if lp.zero_grad_at_boundary => {
                         edits::delete_statement(cx.file, stmt)

@@ -23,7 +23,7 @@ impl Rule for SchedulerPerMicroStep {
         }
         for lp in &cx.facts.loops {
             let n = &lp.factor;
-            let anchor = lp.steps.iter().rev().find_map(|s| s.statement.clone());
+            let anchor = lp.last_step_statement();
             for s in &lp.scheduler_steps {
                 let call = cx.file.slice(&s.span);
                 let fix = match (&s.statement, &anchor) {
