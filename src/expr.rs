@@ -3,6 +3,8 @@
 //! a division by a symbol or a call that is not a known numeric wrapper becomes an *opaque* term
 //! whose value is unknown, and rules stay silent about what they cannot know.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// What a name stands for in a memory formula, read from the name itself.
@@ -39,8 +41,30 @@ impl Role {
     }
 }
 
-/// The role of a (possibly dotted) name, from its last segment.
+/// The role of a (possibly dotted) name, from its last segment. Names repeat within a file and
+/// across a project (`model`, `loss`): each thread remembers the answers, up to a bound.
 pub fn role_of(name: &str) -> Role {
+    const REMEMBERED: usize = 1 << 16;
+    thread_local! {
+        static SEEN: RefCell<HashMap<Box<str>, Role>> = RefCell::new(HashMap::new());
+    }
+    SEEN.with(|seen| {
+        let Ok(mut seen) = seen.try_borrow_mut() else {
+            return role_of_name(name);
+        };
+        if let Some(&known) = seen.get(name) {
+            return known;
+        }
+        if seen.len() >= REMEMBERED {
+            seen.clear();
+        }
+        let role = role_of_name(name);
+        seen.insert(name.into(), role);
+        role
+    })
+}
+
+fn role_of_name(name: &str) -> Role {
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let n = last.trim_matches('_');
     let has = |words: &[&str]| words.iter().any(|w| n.contains(w));

@@ -73,15 +73,51 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
         .collect();
     let mut units = Vec::new();
     let mut skipped = Vec::new();
-    for l in loaded {
+    let mut ruled_out = Vec::new();
+    for (c, l) in candidates.iter().zip(loaded) {
         match l {
             Ok(Some(u)) => units.push(u),
-            Ok(None) => {}
+            Ok(None) => ruled_out.push(c),
             Err(Loaded::Error(e)) => errors.push(e),
             Err(Loaded::Skipped(s)) => skipped.push(s),
         }
     }
-    let contexts = project_contexts(&units, &cwd);
+    // The join reads units in path order, whichever were analysed in which pass.
+    units.sort_by(|a, b| a.abs.cmp(&b.abs));
+    let mut contexts = project_contexts(&units, &cwd);
+    // A script the prefilter ruled out but a run reaches may get the run's diagnostics (its
+    // argparse defaults against the launcher's world size, a parameter count in its name): it
+    // is analysed whole, and the runs joined again.
+    let reached: Vec<&Candidate> = ruled_out
+        .into_iter()
+        .filter(|c| {
+            contexts
+                .outside
+                .binary_search(&absolute(&c.path, &cwd))
+                .is_ok()
+        })
+        .collect();
+    if !reached.is_empty() {
+        let whole = LintOptions {
+            prefilter: false,
+            ..opts
+        };
+        for l in reached
+            .par_iter()
+            .map(|c| load(c, resolver, &cwd, whole))
+            .collect::<Vec<_>>()
+        {
+            match l {
+                Ok(Some(u)) => units.push(u),
+                Ok(None) => {}
+                Err(Loaded::Error(e)) => errors.push(e),
+                Err(Loaded::Skipped(s)) => skipped.push(s),
+            }
+        }
+        units.sort_by(|a, b| a.abs.cmp(&b.abs));
+        contexts = project_contexts(&units, &cwd);
+    }
+    let contexts = contexts.contexts;
     let mut results: Vec<FileResult> = units
         .into_par_iter()
         .zip(contexts.into_par_iter())
@@ -194,8 +230,8 @@ fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
 pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
     Ok(match file.language {
         // A notebook's text is the Python of its code cells.
-        Language::Python | Language::Notebook => python::extract(&file.text),
-        Language::Shell => shell::extract(&file.text),
+        Language::Python | Language::Notebook => python::extract(&file.text)?,
+        Language::Shell => shell::extract(&file.text)?,
         Language::Yaml | Language::Json | Language::Toml => {
             match config::parse(file.language, &file.text) {
                 Ok(doc) => {
@@ -223,24 +259,35 @@ pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
 
 /// Join each file's evidence with its launchers' and configs', and give each file the view of
 /// the project around it (see [`crate::project`]).
-fn project_contexts(units: &[Unit], cwd: &Path) -> Vec<TrainingContext> {
+struct Contexts {
+    contexts: Vec<TrainingContext>,
+    /// Files outside the units that runs reached, sorted.
+    outside: Vec<PathBuf>,
+}
+
+fn project_contexts(units: &[Unit], cwd: &Path) -> Contexts {
     let defaults: Vec<Defaults> = units
         .iter()
         .map(|u| Defaults {
             optimizer: u.settings.options.optimizer.clone(),
         })
         .collect();
-    let (joined, views) = crate::project::join(units, cwd, &defaults);
-    joined
+    let joined = crate::project::join(units, cwd, &defaults);
+    let contexts = joined
+        .located
         .into_iter()
-        .zip(views)
+        .zip(joined.views)
         .zip(&defaults)
         .map(|((located, view), defaults)| {
             let mut cx = TrainingContext::build(&located, defaults);
             cx.project = Arc::new(view);
             cx
         })
-        .collect()
+        .collect();
+    Contexts {
+        contexts,
+        outside: joined.outside,
+    }
 }
 
 /// Run the rules over one file's facts, then selection and suppression.

@@ -369,7 +369,9 @@ impl Run {
 
 /// Join the files of one lint run. Returns, per unit, its evidence joined with its launchers'
 /// and configs' (for the training context), and the project view its rules read.
-pub fn join(units: &[Unit], cwd: &Path, defaults: &[Defaults]) -> (Vec<Located>, Vec<ProjectView>) {
+/// Each unit's evidence joined with its runs', each unit's view of the project, and the files
+/// outside the units that runs reached (read for context, or tried and not readable).
+pub fn join(units: &[Unit], cwd: &Path, defaults: &[Defaults]) -> Joined {
     let mut files = Files::new(units, cwd);
     let mut runs: Vec<Run> = Vec::new();
     for (u, unit) in units.iter().enumerate() {
@@ -466,7 +468,24 @@ pub fn join(units: &[Unit], cwd: &Path, defaults: &[Defaults]) -> (Vec<Located>,
             views[u].memory.push(case);
         }
     }
-    (joined, views)
+    let mut outside: Vec<PathBuf> = files
+        .extra
+        .iter()
+        .map(|e| e.abs.clone())
+        .chain(files.missing.iter().cloned())
+        .collect();
+    outside.sort();
+    Joined {
+        located: joined,
+        views,
+        outside,
+    }
+}
+
+pub struct Joined {
+    pub located: Vec<Located>,
+    pub views: Vec<ProjectView>,
+    pub outside: Vec<PathBuf>,
 }
 
 /// The evidence of one file, or of one of its configs.

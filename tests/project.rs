@@ -141,3 +141,50 @@ fn broken_configs_are_named_and_the_rest_is_linted() {
     assert!(!err.contains("python_dump.json"), "{err}");
     assert!(out.contains("python_dump.json:1:39: BS001"), "{out}");
 }
+
+#[test]
+fn a_script_the_prefilter_rules_out_still_gets_its_runs_findings() {
+    // Nothing in the script alone names a model size or a DeepSpeed key; the parameter count
+    // is in a model name of its config dict, the GPU memory in the memlint configuration.
+    let train = "import torch\n\nCONFIG = {\n    \"model_name_or_path\": \"meta-llama/Llama-2-7b-hf\",\n    \"per_device_train_batch_size\": 4,\n}\nmodel = torch.nn.Linear(4096, 4096)\noptimizer = torch.optim.AdamW(model.parameters())\n";
+    let launch = "#!/bin/bash\ntorchrun --nproc_per_node 1 train.py\n";
+    let dir = project(&[
+        ("train.py", train),
+        ("launch.sh", launch),
+        (".memlint.toml", "gpu-memory-gb = 24\n"),
+    ]);
+    let expect = "train.py:4:27: MEM005 7B parameters need at least 8 B/param";
+    for args in [&["."][..], &["--no-prefilter", "."]] {
+        let (code, out, _) = run(dir.path(), args);
+        assert_eq!(code, 1, "{args:?}: {out}");
+        assert!(out.contains(expect), "{args:?}: {out}");
+        assert!(out.contains("AdamW seen at train.py:8"), "{args:?}: {out}");
+    }
+    // Without the launcher the script is a run of its own, with the same finding.
+    fs::remove_file(dir.path().join("launch.sh")).expect("remove");
+    let (code, out, _) = run(dir.path(), &["."]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(expect), "{out}");
+}
+
+#[test]
+fn a_script_too_large_to_read_for_context_is_analysed_when_a_run_reaches_it() {
+    // Nothing in the script rules it in; beyond the size read for context (2 MB), only
+    // analysing it as a linted file shows the run that it trains with the whole model.
+    let padding = "# a line of commentary padding the script beyond two megabytes\n".repeat(40_000);
+    let train = format!("{HF_SCRIPT}{padding}");
+    let launch = "#!/bin/bash\ntorchrun --nproc_per_node 1 train.py --model_name_or_path meta-llama/Llama-2-7b-hf --optim adamw_torch\n";
+    let dir = project(&[
+        ("train.py", train.as_str()),
+        ("launch.sh", launch),
+        (".memlint.toml", "gpu-memory-gb = 24\n"),
+    ]);
+    for args in [&["."][..], &["--no-prefilter", "."]] {
+        let (code, out, _) = run(dir.path(), args);
+        assert_eq!(code, 1, "{args:?}: {out}");
+        assert!(
+            out.contains("launch.sh:2:59: MEM005 7B parameters need at least 8 B/param"),
+            "{args:?}: {out}"
+        );
+    }
+}

@@ -435,6 +435,37 @@ fn ten_thousand_line_expressions_and_lines() {
 }
 
 #[test]
+fn long_runs_of_comment_lines_stay_linear_and_keep_their_directives() {
+    // tree-sitter-python looks ahead over a whole run of comment lines at each line of it: parsed
+    // as written, these 30,000 lines would take minutes.
+    let dir = tempdir();
+    let run_of_comments = "# a line of code commented out and kept for reference\n".repeat(30_000);
+    let string_of_hashes = "# memlint: ignore[MEM001] inside a string\n".repeat(30_000);
+    write(
+        dir.path(),
+        "commented.py",
+        format!(
+            "{BUDGET}{run_of_comments}# memlint: ignore[MEM001]\nfree_gb = gpu_memory_gb - model_size_gb * 2\nx_gb = gpu_memory_gb - model_size_gb * 2\nDOC = \"\"\"\n{string_of_hashes}\"\"\"\ny_gb = gpu_memory_gb - model_size_gb * 2\n"
+        ),
+    );
+    let out = run(
+        dir.path(),
+        &["--select", "ALL", "--output-format", "concise", "."],
+    );
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(": ")).collect();
+    assert_eq!(
+        lines,
+        [
+            "commented.py:4:27: MEM001 memory formula counts the model 2x (params + grads); AdamW keeps 2 more states per parameter: expected at least 4x (seen at commented.py:3)",
+            "commented.py:30007:24: MEM001 memory formula counts the model 2x (params + grads); AdamW keeps 2 more states per parameter: expected at least 4x (seen at commented.py:3)",
+            "commented.py:60010:24: MEM001 memory formula counts the model 2x (params + grads); AdamW keeps 2 more states per parameter: expected at least 4x (seen at commented.py:3)",
+        ],
+        "the directive above line 30006 applies and is used; those in the string are text"
+    );
+}
+
+#[test]
 fn yaml_alias_bombs_are_not_expanded() {
     let dir = tempdir();
     let mut bomb = String::from(

@@ -17,22 +17,89 @@ thread_local! {
 }
 
 /// Parse with this thread's parser (one per thread, created on first use).
-pub fn parse(text: &str) -> Option<Tree> {
+pub fn parse(text: &str) -> Result<Tree, String> {
     super::parse_with(&PARSER, tree_sitter_python::LANGUAGE.into(), text)
 }
 
-pub fn extract(text: &str) -> Facts {
-    let Some(tree) = parse(text) else {
-        return Facts {
-            syntax_error: true,
-            ..Facts::default()
-        };
-    };
+pub fn extract(text: &str) -> Result<Facts, String> {
+    let blanked = blank_long_comment_runs(text);
+    let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.walk(&tree);
     let mut facts = w.finish();
+    if let Some((_, comments)) = blanked {
+        // The blanked lines that were comments (not lines of a string) are comments still.
+        let root = tree.root_node();
+        let in_string = |at: usize| {
+            let mut node = root.descendant_for_byte_range(at, at);
+            while let Some(n) = node {
+                if n.kind() == "string" {
+                    return true;
+                }
+                node = n.parent();
+            }
+            false
+        };
+        facts.comments.extend(
+            comments
+                .into_iter()
+                .filter(|r| !in_string(r.start))
+                .map(|range| Comment {
+                    text: text[range.clone()].to_string(),
+                    range,
+                }),
+        );
+        facts.comments.sort_by_key(|c| c.range.start);
+    }
     facts.syntax_error = tree.root_node().has_error();
-    facts
+    Ok(facts)
+}
+
+/// A run of comment lines costs tree-sitter-python its length at every line (it looks ahead for
+/// the next line's indentation), so a run this large in lines x bytes is parsed as blank lines.
+const COMMENT_RUN_COST: usize = 1 << 20;
+
+/// The text with the comments of costly comment runs replaced by spaces (same offsets, still
+/// UTF-8), and the blanked comments' ranges; `None` when no run is costly.
+fn blank_long_comment_runs(text: &str) -> Option<(String, Vec<Range<usize>>)> {
+    let bytes = text.as_bytes();
+    let mut costly: Vec<Range<usize>> = Vec::new();
+    let mut run: Vec<Range<usize>> = Vec::new();
+    let mut run_bytes = 0;
+    let mut close = |run: &mut Vec<Range<usize>>, run_bytes: &mut usize| {
+        if run.len() * *run_bytes >= COMMENT_RUN_COST {
+            costly.append(run);
+        }
+        run.clear();
+        *run_bytes = 0;
+    };
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |e| start + e);
+        let line = &bytes[start..end];
+        let indent = line
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\x0c' | b'\r'));
+        match indent.map(|i| line[i]) {
+            Some(b'#') => {
+                run.push(start + indent.unwrap_or(0)..end);
+                run_bytes += line.len() + 1;
+            }
+            // Blank lines neither end a run nor count in it.
+            None => {}
+            Some(_) => close(&mut run, &mut run_bytes),
+        }
+        start = end + 1;
+    }
+    close(&mut run, &mut run_bytes);
+    if costly.is_empty() {
+        return None;
+    }
+    let mut blanked = bytes.to_vec();
+    for r in &costly {
+        blanked[r.clone()].fill(b' ');
+    }
+    String::from_utf8(blanked).ok().map(|t| (t, costly))
 }
 
 /// A division by the accumulation factor: the divisor as written, and how to undo it.
@@ -2001,7 +2068,7 @@ mod tests {
     #[test]
     fn budget_formula_is_lowered_through_self_attributes() {
         let src = "class C:\n    def __init__(self):\n        self.model_size_gb = 14\n    def f(self, available_memory_gb):\n        memory_for_batch = available_memory_gb - (self.model_size_gb * 2)\n";
-        let facts = extract(src);
+        let facts = extract(src).expect("parses");
         let f = facts
             .formulas
             .iter()
@@ -2015,7 +2082,7 @@ mod tests {
     #[test]
     fn accumulating_loop_with_unscaled_loss() {
         let src = "for i, b in enumerate(loader):\n    loss = criterion(model(b), b)\n    loss.backward()\n    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n";
-        let facts = extract(src);
+        let facts = extract(src).expect("parses");
         assert_eq!(facts.loops.len(), 1);
         let lp = &facts.loops[0];
         assert_eq!(lp.factor, "accum_steps");

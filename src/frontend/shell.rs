@@ -22,17 +22,12 @@ thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
 
-pub fn parse(text: &str) -> Option<Tree> {
+pub fn parse(text: &str) -> Result<Tree, String> {
     super::parse_with(&PARSER, tree_sitter_bash::LANGUAGE.into(), text)
 }
 
-pub fn extract(text: &str) -> Facts {
-    let Some(tree) = parse(text) else {
-        return Facts {
-            syntax_error: true,
-            ..Facts::default()
-        };
-    };
+pub fn extract(text: &str) -> Result<Facts, String> {
+    let tree = parse(text)?;
     let mut w = Walker {
         src: text,
         stack: Vec::new(),
@@ -44,7 +39,7 @@ pub fn extract(text: &str) -> Facts {
     };
     w.walk(&tree);
     w.facts.syntax_error |= tree.root_node().has_error();
-    w.facts
+    Ok(w.facts)
 }
 
 /// Programs that start a training script.
@@ -1168,12 +1163,12 @@ mod tests {
     #[test]
     fn budget_in_arithmetic() {
         let src = "local model_size_gb=14\navail=$((gpu_memory_gb - model_size_gb - 4))\n";
-        let facts = extract(src);
+        let facts = extract(src).expect("parses");
         assert_eq!(facts.formulas.len(), 1);
         assert_eq!(facts.formulas[0].lin.terms[1].value, Some(14.0));
         let src =
             "avail=$((gpu_memory_gb - model_size_gb - 4))\npython train.py --optimizer adamw\n";
-        let facts = extract(src);
+        let facts = extract(src).expect("parses");
         assert_eq!(facts.formulas.len(), 1);
         assert_eq!(facts.evidence.optimizers[0].value.name, "adamw");
         assert_eq!(facts.invocations[0].script.as_deref(), Some("train.py"));
@@ -1213,7 +1208,7 @@ WORKER_STR="--num_nodes 1 --num_gpus $WORLD_SIZE"
 run_cmd="deepspeed --master_port 29600 $WORKER_STR ${DIR}/pretrain_gpt.py $@ ${options}"
 eval ${run_cmd}
 "#;
-        let facts = extract(src);
+        let facts = extract(src).expect("parses");
         assert_eq!(facts.invocations.len(), 1);
         let inv = &facts.invocations[0];
         assert_eq!(inv.launcher, "deepspeed");
@@ -1276,7 +1271,7 @@ if [ "$MODE" = "lora" ]; then GAS=4; else GAS=2; fi
 if [ "$X" = "y" ]; then LR=1; fi
 srun --ntasks-per-node=1 torchrun --nnodes $SLURM_NNODES --nproc_per_node $SLURM_GPUS_ON_NODE train.py --bs $BS --gas $GAS --lr $LR
 "#;
-        let facts = extract(src);
+        let facts = extract(src).expect("parses");
         let inv = &facts.invocations[0];
         assert_eq!(inv.launcher, "torchrun");
         assert_eq!(inv.wrappers[0].0, "srun");
@@ -1303,7 +1298,7 @@ srun --ntasks-per-node=1 torchrun --nnodes $SLURM_NNODES --nproc_per_node $SLURM
         );
         assert!(inv.args[6].via[0].default);
         let src = "export LAUNCHER=\"python -u -m torch.distributed.run --nproc_per_node 4 --nnodes 2\"\nexport CMD=\" pretrain_gpt.py --micro-batch-size 2\"\nsrun --jobid $SLURM_JOBID bash -c \"$LAUNCHER --node_rank \\$SLURM_PROCID $CMD\"\n";
-        let inner = extract(src);
+        let inner = extract(src).expect("parses");
         let inv = &inner.invocations[0];
         assert_eq!(inv.launcher, "python");
         assert_eq!(inv.wrappers[0].0, "srun");
