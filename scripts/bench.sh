@@ -101,7 +101,7 @@ sized() { while read -r f; do s=$(wc -c < "$f"); if [ "$s" -ge 4096 ] && [ "$s" 
 mapfile -t parsed < <(grep -rlE --include='*.py' "$formulas" "$src" | sort | sized | head -n 3)
 mapfile -t ordinary < <(find "$src" -name '*.py' | sort | sized)
 mapfile -t plain < <(printf '%s\n' "${ordinary[@]}" | awk -v n="${#ordinary[@]}" 'NR % int(n / 7) == 1' | head -n 7)
-largest=$(grep -rlE --include="*.py" "$formulas" "$src" | xargs -r ls -S | head -n 1 || true)
+largest=$(grep -rlE --include="*.py" "$formulas" "$src" | xargs -r ls -S 2>/dev/null | head -n 1 || true)
 small=("${parsed[@]}" "${plain[@]}")
 small_times=() small_ruff=() large_times=()
 for i in $(seq "$small_runs"); do
