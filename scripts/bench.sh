@@ -94,7 +94,7 @@ mem_mb=$(awk -v k="$mem_peak" 'BEGIN { printf "%.1f", k / 1024 }')
 ruff_mb=$(awk -v k="$ruff_peak" 'BEGIN { printf "%.1f", k / 1024 }')
 
 # A pre-commit-sized run: 10 files of ordinary size (4-40 KB; the corpus median is 7.5 KB), 3 of
-# which hold memory arithmetic (so the prefilter does not rule them out and they are parsed); then
+# which hold memory arithmetic (names the memory rules read); then
 # the largest such file alone, the worst case for one file since a file is parsed on one thread.
 formulas='\b(num_params|total_params|model_size|n_params|param_count)\b|\.backward\('
 sized() { while read -r f; do s=$(wc -c < "$f"); if [ "$s" -ge 4096 ] && [ "$s" -le 40960 ]; then echo "$f"; fi; done; }
@@ -127,3 +127,14 @@ echo "  memlint        $small_ms ms       (target < 30 ms: $(verdict "$small_ms"
 echo "  one $large_kb KB file alone: $large_ms ms (${largest#"$src"/})"
 echo "  the 10 files:"
 printf '    %s\n' "${small[@]#"$src"/}"
+
+# The prefilter must never change a result: every rule, with and without it, on the whole corpus.
+with=$("$memlint" check --isolated --select ALL --output-format concise "$src" 2>&1 || true)
+without=$("$memlint" check --isolated --select ALL --no-prefilter --output-format concise "$src" 2>&1 || true)
+if [ "$with" == "$without" ]; then
+  echo "prefilter: --select ALL gives the same $(printf '%s\n' "$with" | grep -c ': [A-Z]\+[0-9]\{3\} ' || true) diagnostics with and without it"
+else
+  echo "prefilter: CHANGED A RESULT" >&2
+  diff <(printf '%s\n' "$with") <(printf '%s\n' "$without") >&2 || true
+  exit 1
+fi
