@@ -1,34 +1,15 @@
 //! End-to-end tests of the `memlint` binary: formats, exit codes, configuration, suppression and
 //! fixes, as a user sees them.
 
+mod common;
+
 use assert_cmd::Command;
+use common::{memlint, project};
 use std::fs;
-use std::path::Path;
 
 const BUDGET: &str = "import torch\n\ndef plan(model, gpu_memory_gb, model_size_gb):\n    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n    free_gb = gpu_memory_gb - model_size_gb * 2\n    return free_gb\n";
 
 const LOOP: &str = "import torch\n\ndef train(model, loader, criterion, accum_steps):\n    optimizer = torch.optim.AdamW(model.parameters())\n    for i, (x, y) in enumerate(loader):\n        loss = criterion(model(x), y)\n        loss.backward()\n        if (i + 1) % accum_steps == 0:\n            optimizer.step()\n            optimizer.zero_grad()\n";
-
-fn memlint(dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("memlint").expect("binary");
-    cmd.current_dir(dir)
-        .env_remove("NO_COLOR")
-        .env_remove("FORCE_COLOR")
-        .env_remove("MEMLINT_OUTPUT_FORMAT");
-    cmd
-}
-
-fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (name, text) in files {
-        let path = dir.path().join(name);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).expect("mkdir");
-        }
-        fs::write(path, text).expect("write");
-    }
-    dir
-}
 
 fn stdout(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd.output().expect("run");

@@ -1,30 +1,11 @@
 //! End-to-end tests of what joins files: a launcher linted without its config, the project's
 //! configured GPU memory and world size, and configs that are broken or unusual.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{memlint, project};
 use std::fs;
 use std::path::Path;
-
-fn memlint(dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("memlint").expect("binary");
-    cmd.current_dir(dir)
-        .env_remove("NO_COLOR")
-        .env_remove("FORCE_COLOR")
-        .env_remove("MEMLINT_OUTPUT_FORMAT");
-    cmd
-}
-
-fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (name, text) in files {
-        let path = dir.path().join(name);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).expect("mkdir");
-        }
-        fs::write(path, text).expect("write");
-    }
-    dir
-}
 
 fn run(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = memlint(dir)
