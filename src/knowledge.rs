@@ -113,7 +113,8 @@ impl Knowledge {
     }
 }
 
-fn normalize(name: &str) -> String {
+/// An optimizer name as the lookup compares it: last segment, lowercase, no `-` or `_`.
+pub fn normalize(name: &str) -> String {
     let last = name.rsplit('.').next().unwrap_or(name);
     last.to_ascii_lowercase().replace(['-', '_'], "")
 }

@@ -66,29 +66,18 @@ pub struct Run {
 
 pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
     let cwd = crate::discover::cwd();
-    let (candidates, mut errors) = discover(paths, resolver, opts.force_exclude);
-    let loaded: Vec<Result<Option<Unit>, Loaded>> = candidates
-        .par_iter()
-        .map(|c| load(c, resolver, &cwd, opts))
-        .collect();
-    let mut units = Vec::new();
-    let mut skipped = Vec::new();
-    let mut ruled_out = Vec::new();
-    for (c, l) in candidates.iter().zip(loaded) {
-        match l {
-            Ok(Some(u)) => units.push(u),
-            Ok(None) => ruled_out.push(c),
-            Err(Loaded::Error(e)) => errors.push(e),
-            Err(Loaded::Skipped(s)) => skipped.push(s),
-        }
-    }
-    // The join reads units in path order, whichever were analysed in which pass.
-    units.sort_by(|a, b| a.abs.cmp(&b.abs));
-    let mut contexts = project_contexts(&units, &cwd);
+    let (candidates, errors) = discover(paths, resolver, opts.force_exclude);
+    let mut got = Loading {
+        errors,
+        ..Loading::default()
+    };
+    let all: Vec<&Candidate> = candidates.iter().collect();
+    got.load(&all, resolver, &cwd, opts);
+    let mut contexts = project_contexts(&got.units, &cwd);
     // A script the prefilter ruled out but a run reaches may get the run's diagnostics (its
     // argparse defaults against the launcher's world size, a parameter count in its name): it
     // is analysed whole, and the runs joined again.
-    let reached: Vec<&Candidate> = ruled_out
+    let reached: Vec<&Candidate> = std::mem::take(&mut got.ruled_out)
         .into_iter()
         .filter(|c| {
             contexts
@@ -102,21 +91,15 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
             prefilter: false,
             ..opts
         };
-        for l in reached
-            .par_iter()
-            .map(|c| load(c, resolver, &cwd, whole))
-            .collect::<Vec<_>>()
-        {
-            match l {
-                Ok(Some(u)) => units.push(u),
-                Ok(None) => {}
-                Err(Loaded::Error(e)) => errors.push(e),
-                Err(Loaded::Skipped(s)) => skipped.push(s),
-            }
-        }
-        units.sort_by(|a, b| a.abs.cmp(&b.abs));
-        contexts = project_contexts(&units, &cwd);
+        got.load(&reached, resolver, &cwd, whole);
+        contexts = project_contexts(&got.units, &cwd);
     }
+    let Loading {
+        units,
+        mut errors,
+        mut skipped,
+        ..
+    } = got;
     let contexts = contexts.contexts;
     let mut results: Vec<FileResult> = units
         .into_par_iter()
@@ -139,6 +122,41 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
         results,
         errors,
         skipped,
+    }
+}
+
+/// Candidates loaded so far, sorted by outcome.
+#[derive(Default)]
+struct Loading<'c> {
+    /// In path order: the join reads them so, whichever pass analysed them.
+    units: Vec<Unit>,
+    /// Read but not analysed (ruled out by the prefilter, or a notebook in another language).
+    ruled_out: Vec<&'c Candidate>,
+    errors: Vec<PathError>,
+    skipped: Vec<Skipped>,
+}
+
+impl<'c> Loading<'c> {
+    fn load(
+        &mut self,
+        candidates: &[&'c Candidate],
+        resolver: &Resolver,
+        cwd: &Path,
+        opts: LintOptions,
+    ) {
+        let loaded: Vec<Result<Option<Unit>, Loaded>> = candidates
+            .par_iter()
+            .map(|c| load(c, resolver, cwd, opts))
+            .collect();
+        for (c, l) in candidates.iter().zip(loaded) {
+            match l {
+                Ok(Some(u)) => self.units.push(u),
+                Ok(None) => self.ruled_out.push(c),
+                Err(Loaded::Error(e)) => self.errors.push(e),
+                Err(Loaded::Skipped(s)) => self.skipped.push(s),
+            }
+        }
+        self.units.sort_by(|a, b| a.abs.cmp(&b.abs));
     }
 }
 

@@ -25,8 +25,10 @@
 //! this scan: a skipped script that a run reaches is analysed when the run is joined. A rule the
 //! scan does not know about makes every file of its language parse.
 
+use crate::config::python::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::expr::{role_of, Role};
-use crate::knowledge::knowledge;
+use crate::knowledge::{knowledge, normalize as optimizer_name};
+use crate::project::MODEL_KEYS;
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
 use crate::source::Language;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
@@ -166,18 +168,6 @@ const BATCH_KEYS: &[&str] = &[
     "total_train_batch_size",
     "train_global_batch_size",
     "global_train_batch_size",
-];
-
-/// Config keys that name a model, as the project join reads them (`crate::project`).
-const MODEL_KEYS: &[&str] = &[
-    "model_name_or_path",
-    "model_name",
-    "base_model",
-    "pretrained_model_name_or_path",
-    "model_id",
-    "model_path",
-    "model",
-    "_component_",
 ];
 
 /// Parts of a name that may hold a model size or a parameter count.
@@ -515,24 +505,24 @@ impl Scan<'_> {
     /// Python is kept only with a batch key.
     fn names_a_sized_model(&self) -> bool {
         let lower = &self.lower;
-        let batch = [
-            &b"batch_size"[..],
-            b"batch-size",
-            b"gradient_accumulation",
-            b"gradient-accumulation",
-            b"grad_accum",
-            b"grad-accum",
-            b"accumulate_grad_batches",
-            b"zero_optimization",
-        ];
-        if !batch.iter().any(|w| contains(lower, w)) {
+        let flag = |w: &str| w.replace('_', "-");
+        let batch = BATCH_KEY_PARTS
+            .iter()
+            .any(|w| contains(lower, w.as_bytes()) || contains(lower, flag(w).as_bytes()))
+            || BATCH_KEY_NAMES
+                .iter()
+                .any(|w| contains(lower, w.as_bytes()));
+        if !batch {
             return false;
         }
         let keys = memchr::memmem::find_iter(lower, b"model")
             .chain(memchr::memmem::find_iter(lower, b"_component_"));
         keys.into_iter().any(|at| {
-            self.config_key(at, at + 1, |k| MODEL_KEYS.contains(&k))
-                .is_some_and(|value| self.value_names_a_size(value))
+            // torchtune names its model by `_component_` under `model`.
+            self.config_key(at, at + 1, |k| {
+                MODEL_KEYS.contains(&k) || k == "_component_"
+            })
+            .is_some_and(|value| self.value_names_a_size(value))
         })
     }
 
@@ -644,7 +634,7 @@ fn known_keys() -> &'static (HashSet<String>, HashSet<String>) {
             .optimizers
             .iter()
             .flat_map(|o| o.names.iter())
-            .map(|n| normalize_optimizer(n))
+            .map(|n| optimizer_name(n))
             .collect();
         (dtypes, optimizers)
     })
@@ -655,12 +645,7 @@ fn known_keys() -> &'static (HashSet<String>, HashSet<String>) {
 fn known_key(key: &str) -> bool {
     let (dtypes, optimizers) = known_keys();
     let last = key.rsplit('.').next().unwrap_or(key);
-    dtypes.contains(key) || dtypes.contains(last) || optimizers.contains(&normalize_optimizer(key))
-}
-
-fn normalize_optimizer(name: &str) -> String {
-    let last = name.rsplit('.').next().unwrap_or(name);
-    last.to_ascii_lowercase().replace(['-', '_'], "")
+    dtypes.contains(key) || dtypes.contains(last) || optimizers.contains(&optimizer_name(key))
 }
 
 /// A known key compared as the `if` chains and conditionals the frontend reads compare it:

@@ -1401,7 +1401,7 @@ const PARAM_KEYS: &[&str] = &[
 ];
 
 /// Config keys and flags that name a model.
-const MODEL_KEYS: &[&str] = &[
+pub const MODEL_KEYS: &[&str] = &[
     "model_name_or_path",
     "model_name",
     "base_model",

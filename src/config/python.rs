@@ -6,6 +6,11 @@ use super::{Key, Node, Value, MAX_DEPTH};
 use crate::facts::{Facts, InlineConfig, InlineKind};
 use tree_sitter::Node as TsNode;
 
+/// Words a batch key holds (`per_device_train_batch_size`, `grad_accum_steps`).
+pub const BATCH_KEY_PARTS: &[&str] = &["batch_size", "gradient_accumulation", "grad_accum"];
+/// Batch keys that are whole names: Lightning's, and the DeepSpeed section the batch rules read.
+pub const BATCH_KEY_NAMES: &[&str] = &["accumulate_grad_batches", "zero_optimization"];
+
 /// Keys that make a dict, a class or a set of options worth keeping: batch sizes and the
 /// DeepSpeed sections the batch rules read.
 pub fn is_batch_key(key: &str) -> bool {
@@ -13,11 +18,7 @@ pub fn is_batch_key(key: &str) -> bool {
         .trim_start_matches('-')
         .to_ascii_lowercase()
         .replace('-', "_");
-    k.contains("batch_size")
-        || k.contains("gradient_accumulation")
-        || k.contains("grad_accum")
-        || k == "accumulate_grad_batches"
-        || k == "zero_optimization"
+    BATCH_KEY_PARTS.iter().any(|p| k.contains(p)) || BATCH_KEY_NAMES.contains(&k.as_str())
 }
 
 fn text<'a>(n: TsNode, src: &'a str) -> &'a str {
