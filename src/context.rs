@@ -78,6 +78,19 @@ pub struct TrainingContext {
     pub unknown_optimizer: bool,
     /// The launchers, scripts and configs around the file (see [`crate::project`]).
     pub project: std::sync::Arc<crate::project::ProjectView>,
+    /// What the helpers this file imports from other modules of the project return, by module
+    /// as written and name (see [`crate::facts::Prov`]).
+    pub imported: std::sync::Arc<Vec<((String, String), crate::facts::Scaling)>>,
+}
+
+impl TrainingContext {
+    /// What an imported helper returns: `None` when its module is not part of the project.
+    pub fn imported_return(&self, module: &str, name: &str) -> Option<crate::facts::Scaling> {
+        self.imported
+            .iter()
+            .find(|((m, n), _)| m == module && n == name)
+            .map(|(_, s)| *s)
+    }
 }
 
 /// Project-level defaults from the memlint configuration.

@@ -22,11 +22,20 @@ pub struct Facts {
     pub manual_divisions: Vec<ManualDivision>,
     /// `zero_grad()` before a backward inside `with accelerator.accumulate(...)`.
     pub zero_grad_in_accumulate: Vec<Range<usize>>,
+    /// `accelerator.clip_grad_norm_` on every micro-step of an `accelerator.accumulate(...)`
+    /// block (no `sync_gradients` guard) while accelerate accumulates.
+    pub clips_in_accumulate: Vec<Range<usize>>,
     pub evidence: Evidence,
     /// Commands in a shell script that run a training script (`python train.py --optim adamw`).
     pub invocations: Vec<Invocation>,
     pub comments: Vec<Comment>,
     pub config: Option<ConfigDoc>,
+    /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
+    /// the scaler's step, with no `unscale_` between (in any training loop).
+    pub clips_before_unscale: Vec<ScaledClip>,
+    /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
+    /// instance of each class returns when called (`"Class()"`): read by files that import them.
+    pub exports: Vec<(String, Prov)>,
     /// A learning-rate scheduler is sized in optimizer steps (its length involves the
     /// accumulation factor).
     pub schedule_in_optimizer_steps: bool,
@@ -153,9 +162,6 @@ pub struct AccumLoop {
     pub zero_grads: Vec<Call>,
     pub scheduler_steps: Vec<Call>,
     pub clips: Vec<Call>,
-    /// Clipping at the boundary while a `GradScaler` scales the gradients and nothing unscaled
-    /// them before the clip.
-    pub clips_before_unscale: Vec<Call>,
     /// `scaler.unscale_(...)` at the boundary.
     pub unscales: Vec<Call>,
     /// A `zero_grad()` already runs at the boundary.
@@ -178,6 +184,14 @@ impl AccumLoop {
 pub struct Call {
     pub span: Range<usize>,
     pub statement: Option<Range<usize>>,
+}
+
+/// A gradient clip between a `GradScaler`'s scaled backward and its step, with no unscale first.
+#[derive(Debug, Clone)]
+pub struct ScaledClip {
+    pub clip: Call,
+    /// The scaler's step that follows (`scaler.step(optimizer)`): what to unscale for.
+    pub step: Range<usize>,
 }
 
 /// A loss divided by hand by the accumulation factor, then given to a framework that divides by it
@@ -203,23 +217,146 @@ pub struct Division {
 
 #[derive(Debug, Clone)]
 pub struct Backward {
-    /// The whole call, e.g. `loss.backward()` or `scaler.scale(loss).backward()`.
+    /// The whole call, e.g. `loss.backward()` or `scaler.scale(loss).backward()`; for a backward
+    /// inside a helper of the file, the call of the helper in the loop.
     pub call: Range<usize>,
     /// The loss expression handed to the backward (`loss` in `scaler.scale(loss)`).
     pub loss: Range<usize>,
     pub loss_text: String,
-    /// Whether the loss was divided or normalised on its way to the backward.
-    pub scaling: Scaling,
+    /// How the loss was produced, with the file's own helpers already followed.
+    pub prov: Prov,
+    /// The backward runs inside a helper whose loss is its own: a fix at the call site cannot
+    /// reach it.
+    pub in_helper: bool,
 }
 
+impl Backward {
+    /// The loss's scaling, with helpers imported from other files of the project judged by
+    /// `imported` (see [`Prov::scaling`]).
+    pub fn scaling(&self, imported: &dyn Fn(&str, &str) -> Option<Scaling>) -> Scaling {
+        self.prov.scaling(imported)
+    }
+}
+
+/// What is known of the loss that reaches a backward.
+///
+/// The policy: PyTorch losses default to `reduction="mean"` and Hugging Face models return mean
+/// losses, so a loss is a per-micro-batch mean unless the code shows otherwise. Shows otherwise:
+/// a division or a normalisation by a count on the value's path (here or in a helper that
+/// returns it), a `reduction="sum"` with no later normalisation (a sum adds up across
+/// micro-batches as intended), or a producer that is handed the accumulation factor or an item
+/// count (it may divide inside: unknown). Gradients rescaled before the step are the loop
+/// model's to see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scaling {
     /// Divided by something, or normalised by a count.
     Scaled,
-    /// Comes straight from a loss function or a model output.
+    /// A torch loss function, a criterion or a model output's `.loss`: a mean by default.
     Unscaled,
-    /// Cannot be told statically (a helper in another file): rules stay silent.
+    /// Nothing on its path shows a division: a mean, by the policy.
+    AssumedMean,
+    /// Its producer may normalise (it receives the factor or a count, or it is a helper of the
+    /// project that cannot be read): rules stay silent.
     Unknown,
+}
+
+impl Scaling {
+    /// A loss that reaches backward as a plain per-micro-batch mean.
+    pub fn is_mean(self) -> bool {
+        matches!(self, Scaling::Unscaled | Scaling::AssumedMean)
+    }
+}
+
+/// How a value was produced, as far as scaling goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prov {
+    Known(Scaling),
+    /// Elementwise losses (`reduction="none"`): scalar only once reduced.
+    PerElement,
+    /// `.sum()` of a tensor: a sum of elementwise losses or of a model's outputs adds up; of a
+    /// scalar loss, changes nothing.
+    Summed(Box<Prov>),
+    /// `.mean()` of a value.
+    Averaged(Box<Prov>),
+    /// Parts added, subtracted or weighted: `ce + 0.1 * aux`.
+    Combined(Vec<Prov>),
+    /// What a function imported from another module of the project returns.
+    Imported {
+        module: String,
+        name: String,
+    },
+    /// While a file is read: what a function of the same file returns, given these arguments;
+    /// `otherwise` when the file defines no such function.
+    Local {
+        callee: Callee,
+        args: Vec<(Option<String>, Prov)>,
+        otherwise: Box<Prov>,
+    },
+    /// While a file is read: a parameter of the function being read.
+    Param(String),
+}
+
+/// A function or class of the file, as a call names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Callee {
+    pub name: String,
+    /// `self.name(...)`: a method of this class scope.
+    pub class: Option<usize>,
+    /// A call of an instance (`crit = MyLoss(); crit(x)`): the class's `__call__`/`forward`.
+    pub instance: bool,
+}
+
+impl Prov {
+    pub const SCALED: Prov = Prov::Known(Scaling::Scaled);
+    pub const UNSCALED: Prov = Prov::Known(Scaling::Unscaled);
+    pub const ASSUMED: Prov = Prov::Known(Scaling::AssumedMean);
+    pub const UNKNOWN: Prov = Prov::Known(Scaling::Unknown);
+
+    /// Judge the value. `imported` says what a helper of another module returns: `None` when the
+    /// module is not part of the project (a library: the policy's mean applies).
+    pub fn scaling(&self, imported: &dyn Fn(&str, &str) -> Option<Scaling>) -> Scaling {
+        match self {
+            Prov::Known(s) => *s,
+            // A backward of an unreduced tensor needs a gradient argument: nothing to judge.
+            Prov::PerElement => Scaling::Unknown,
+            Prov::Summed(inner) => match inner.scaling(imported) {
+                Scaling::AssumedMean => Scaling::Unknown,
+                s => s,
+            },
+            Prov::Averaged(inner) => match **inner {
+                Prov::PerElement => Scaling::Unscaled,
+                ref p => p.scaling(imported),
+            },
+            Prov::Combined(parts) => {
+                let all: Vec<Scaling> = parts.iter().map(|p| p.scaling(imported)).collect();
+                if all.contains(&Scaling::Scaled) {
+                    Scaling::Scaled
+                } else if all.contains(&Scaling::Unknown) {
+                    Scaling::Unknown
+                } else if all.contains(&Scaling::Unscaled) {
+                    Scaling::Unscaled
+                } else {
+                    Scaling::AssumedMean
+                }
+            }
+            Prov::Imported { module, name } => {
+                imported(module, name).unwrap_or(Scaling::AssumedMean)
+            }
+            Prov::Local { otherwise, .. } => otherwise.scaling(imported),
+            Prov::Param(_) => Scaling::AssumedMean,
+        }
+    }
+
+    /// The modules of the project this value's judgement depends on.
+    pub fn imports(&self, out: &mut Vec<(String, String)>) {
+        match self {
+            Prov::Imported { module, name } => out.push((module.clone(), name.clone())),
+            Prov::Summed(p) | Prov::Averaged(p) => p.imports(out),
+            Prov::Combined(parts) => parts.iter().for_each(|p| p.imports(out)),
+            Prov::Local { otherwise, .. } => otherwise.imports(out),
+            Prov::Known(_) | Prov::PerElement | Prov::Param(_) => {}
+        }
+    }
 }
 
 /// A command that runs a script, with its arguments, from a shell launcher.

@@ -281,9 +281,9 @@ impl Scan<'_> {
         field.then(|| line_end - value.len())
     }
 
-    /// The training-loop rules need an attribute call named exactly `backward` and one named
-    /// exactly `step` (the frontend compares the text after the callee's last `.`), or an
-    /// `accelerator.accumulate(` block, or a Lightning return divided by
+    /// The training-loop rules need an attribute call named exactly `step` (the frontend
+    /// compares the text after the callee's last `.`) with a `backward`, a `manual_backward` or a
+    /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
     /// `accumulate_grad_batches`.
     fn training_loop(&self) -> bool {
         let attribute = |word: &[u8]| {
@@ -292,7 +292,10 @@ impl Scan<'_> {
         };
         contains(&self.lower, b"accumulate_grad_batches")
             || contains(&self.lower, b".accumulate(")
-            || (attribute(b".backward") && attribute(b".step"))
+            || ((attribute(b".backward")
+                || attribute(b".manual_backward")
+                || contains(&self.lower, b"clip_grad_"))
+                && attribute(b".step"))
     }
 
     /// A unit conversion (MEM004) is reported where decimal and binary units meet: a decimal

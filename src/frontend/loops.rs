@@ -1,12 +1,19 @@
 //! The loop model: from the training calls the Python walk recorded (each with the loops and
-//! branches around it), find the loops that accumulate gradients and sort their calls into those
-//! that run on every micro-step and those that run only at the optimizer boundary.
+//! branches around it, and the calls of the file's own helpers already inlined at their call
+//! sites), find the loops that accumulate gradients and sort their calls into those that run on
+//! every micro-step and those that run only at the optimizer boundary.
 //!
 //! A loop accumulates when its optimizer steps only on some iterations: under an accumulation test
-//! (`(i + 1) % N == 0`, a boolean holding one, a counter that is reset), after a `continue` guard
-//! that skips the step, or after an inner `for micro in range(N)` loop that runs the backwards.
+//! (`(i + 1) % N == 0`, a boolean holding one, a counter or a window that is reset), after a
+//! `continue` guard that skips the step, or after an inner `for micro in range(N)` loop that runs
+//! the backwards. A function whose step is under such a test at its top level (Lightning's
+//! `training_step` with manual optimization, a `train_step(batch, i)` called per batch) is itself
+//! the micro-step.
+//!
+//! A call under an `if` whose test does not change between micro-steps (`if args.fp16:`,
+//! `if grad_clip != 0.0:`) runs on every micro-step, in one arm or the other.
 
-use crate::facts::{AccumLoop, Backward, Call, Scaling};
+use crate::facts::{AccumLoop, Backward, Call, Prov, ScaledClip};
 use std::ops::Range;
 
 /// Where a call sits: its function scope, the loops around it (outermost first) and the branches
@@ -31,6 +38,28 @@ impl Ctx {
                 .any(|b| a.cond == b.cond && a.taken != b.taken)
         })
     }
+
+    /// This context, as seen from a call site: a helper's calls run inside the site's loops and
+    /// branches.
+    pub fn inside(&self, site: &Ctx) -> Ctx {
+        let depth = site.loops.len();
+        let mut branches = site.branches.clone();
+        branches.extend(self.branches.iter().map(|b| Branch {
+            depth: b.depth + depth,
+            ..*b
+        }));
+        let mut loops = site.loops.clone();
+        loops.extend(&self.loops);
+        Ctx {
+            scope: site.scope,
+            loops,
+            accumulate: self
+                .accumulate
+                .map(|(block, n)| (block, n + site.branches.len()))
+                .or(site.accumulate),
+            branches,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +76,8 @@ pub struct LoopInfo {
     pub header: Range<usize>,
     /// `N` of `for _ in range(N)`, when the loop variable or `N` names micro-batches.
     pub micro_factor: Option<String>,
+    /// Names assigned inside the loop, its own variables included.
+    pub assigned: Vec<String>,
 }
 
 /// What an `if` tests about the accumulation window.
@@ -57,25 +88,50 @@ pub struct AccumTest {
     pub boundary_when_true: bool,
 }
 
-#[derive(Debug)]
+/// An `if`'s condition.
+#[derive(Debug, Clone, Default)]
+pub struct Cond {
+    pub accum: Option<AccumTest>,
+    /// The names and attributes it reads; `None` when it calls something or reads a name that
+    /// says it follows the window (`sync`, `last`, `step`): it may change between micro-steps.
+    pub reads: Option<Vec<String>>,
+}
+
+/// A function of the file: the names assigned in it, its parameters included (a function that
+/// is the micro-step gets them anew on every call).
+#[derive(Debug, Clone, Default)]
+pub struct ScopeInfo {
+    pub assigned: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
 pub struct CallEvent {
     pub ctx: Ctx,
     pub kind: CallKind,
     pub call: Call,
+    /// Source order: the call's start, or for a helper's calls, the call site's start and the
+    /// call's place in the helper.
+    pub order: (usize, usize),
+    /// A helper's call, seen at a call site of the helper.
+    pub inlined: bool,
+    /// For a helper's call, how many of its loops are the call site's.
+    pub site_loops: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum CallKind {
     /// `optimizer.step()` or `scaler.step(optimizer)`.
     Step {
         scaler: bool,
     },
-    /// `loss.backward()` or `scaler.scale(loss).backward()`.
+    /// `loss.backward()`, `scaler.scale(loss).backward()`, or a backward that takes the loss
+    /// and does not divide (`fabric.backward(loss)`, `self.manual_backward(loss)`).
     Backward {
         loss: Range<usize>,
         loss_text: String,
-        scaling: Scaling,
+        prov: Prov,
         scaler: bool,
+        in_helper: bool,
     },
     /// `accelerator.backward(loss)`, `engine.backward(loss)`.
     FrameworkBackward,
@@ -88,70 +144,107 @@ pub enum CallKind {
     Unscale,
 }
 
+/// The iterations that are micro-steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Micro {
+    Loop(usize),
+    /// The function body runs once per micro-step.
+    Function,
+}
+
 /// How the micro-steps of a loop are told from its boundary step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Boundary {
-    /// The boundary runs under this branch of the loop (`if (i + 1) % N == 0:`).
+    /// The boundary runs under this branch (`if (i + 1) % N == 0:`).
     Branch(Branch),
     /// The micro-steps are an inner loop; the boundary is what follows it in the same body.
     AfterInner(usize),
 }
 
+/// What the walk recorded, for the assembly.
+pub struct Recorded<'a> {
+    pub loops: &'a [LoopInfo],
+    pub conds: &'a [Cond],
+    pub scopes: &'a [ScopeInfo],
+    pub calls: &'a [CallEvent],
+}
+
 pub struct Assembled {
     pub loops: Vec<AccumLoop>,
     pub zero_grad_in_accumulate: Vec<Range<usize>>,
+    pub clips_in_accumulate: Vec<Range<usize>>,
+    pub clips_before_unscale: Vec<ScaledClip>,
 }
 
-pub fn assemble(loops: &[LoopInfo], tests: &[Option<AccumTest>], calls: &[CallEvent]) -> Assembled {
+pub fn assemble(rec: &Recorded) -> Assembled {
     // Steps grouped by the loop and boundary they belong to, in source order.
-    let mut groups: Vec<(usize, Boundary, String, Vec<&CallEvent>)> = Vec::new();
-    for step in calls
+    let mut groups: Vec<(usize, Micro, Boundary, String, Vec<&CallEvent>)> = Vec::new();
+    for step in rec
+        .calls
         .iter()
         .filter(|c| matches!(c.kind, CallKind::Step { .. }))
     {
-        let Some((loop_id, boundary, factor)) = boundary_of(step, loops, tests, calls) else {
+        let Some((micro, boundary, factor)) = boundary_of(step, rec) else {
             continue;
         };
+        let scope = step.ctx.scope;
         match groups
             .iter_mut()
-            .find(|(l, b, _, _)| *l == loop_id && *b == boundary)
+            .find(|(s, m, b, _, _)| *s == scope && *m == micro && *b == boundary)
         {
-            Some(g) => g.3.push(step),
-            None => groups.push((loop_id, boundary, factor, vec![step])),
+            Some(g) => g.4.push(step),
+            None => groups.push((scope, micro, boundary, factor, vec![step])),
         }
     }
     let mut out = Assembled {
         loops: Vec::new(),
-        zero_grad_in_accumulate: zero_grads_in_accumulate(calls),
+        zero_grad_in_accumulate: zero_grads_in_accumulate(rec.calls),
+        clips_in_accumulate: clips_in_accumulate(rec),
+        clips_before_unscale: clips_before_unscale(rec.calls),
     };
-    for (loop_id, boundary, factor, steps) in groups {
-        if let Some(lp) = build(loop_id, boundary, factor, &steps, loops, calls) {
+    for (_, micro, boundary, factor, steps) in groups {
+        // A helper that accumulates by itself is judged where it is written, once.
+        if steps.iter().all(|s| s.inlined) && micro_inside_helper(micro, &steps) {
+            continue;
+        }
+        if let Some(lp) = build(micro, boundary, factor, &steps, rec) {
             out.loops.push(lp);
         }
     }
     out
 }
 
-/// The accumulating loop a step belongs to, how its boundary is recognised, and the factor.
-fn boundary_of(
-    step: &CallEvent,
-    loops: &[LoopInfo],
-    tests: &[Option<AccumTest>],
-    calls: &[CallEvent],
-) -> Option<(usize, Boundary, String)> {
+/// The micro-steps of a helper's steps are a loop of the helper's own.
+fn micro_inside_helper(micro: Micro, steps: &[&CallEvent]) -> bool {
+    match micro {
+        Micro::Function => false,
+        Micro::Loop(l) => steps
+            .iter()
+            .all(|s| !s.ctx.loops.iter().take(s.site_loops).any(|x| *x == l)),
+    }
+}
+
+/// The micro-steps a step belongs to, how its boundary is recognised, and the factor.
+fn boundary_of(step: &CallEvent, rec: &Recorded) -> Option<(Micro, Boundary, String)> {
     // Under an accumulation test: the innermost branch whose test is true on the boundary.
     let guarded = step.ctx.branches.iter().rev().find_map(|b| {
-        let t = tests.get(b.cond)?.as_ref()?;
-        (t.boundary_when_true == b.taken && b.depth > 0).then(|| (*b, t.factor.clone()))
+        let t = rec.conds.get(b.cond)?.accum.as_ref()?;
+        (t.boundary_when_true == b.taken).then(|| (*b, t.factor.clone()))
     });
     if let Some((branch, factor)) = guarded {
-        let loop_id = *step.ctx.loops.get(branch.depth - 1)?;
-        return Some((loop_id, Boundary::Branch(branch), factor));
+        let micro = match branch.depth {
+            // At a function's top level: the function is the micro-step.
+            0 if step.ctx.scope != 0 => Micro::Function,
+            0 => return None,
+            d => Micro::Loop(*step.ctx.loops.get(d - 1)?),
+        };
+        return Some((micro, Boundary::Branch(branch), factor));
     }
     // After an inner micro-batch loop that ran the backwards, in the same body as the step
     // (a loop body, or a function that makes one optimizer step).
     let depth = step.ctx.loops.len();
-    let inner = calls
+    let inner = rec
+        .calls
         .iter()
         .filter(|c| {
             matches!(
@@ -160,50 +253,68 @@ fn boundary_of(
             ) && c.ctx.scope == step.ctx.scope
                 && c.ctx.loops.len() > depth
                 && c.ctx.loops.starts_with(&step.ctx.loops)
-                && c.call.span.start < step.call.span.start
+                && c.order < step.order
         })
         .filter_map(|c| c.ctx.loops.get(depth).copied())
         .rfind(|l| {
-            loops
+            rec.loops
                 .get(*l)
                 .is_some_and(|info| info.micro_factor.is_some())
         })?;
-    let factor = loops.get(inner)?.micro_factor.clone()?;
-    Some((inner, Boundary::AfterInner(inner), factor))
+    let factor = rec.loops.get(inner)?.micro_factor.clone()?;
+    Some((Micro::Loop(inner), Boundary::AfterInner(inner), factor))
 }
 
 fn build(
-    loop_id: usize,
+    micro: Micro,
     boundary: Boundary,
     factor: String,
     steps: &[&CallEvent],
-    loops: &[LoopInfo],
-    calls: &[CallEvent],
+    rec: &Recorded,
 ) -> Option<AccumLoop> {
     let first = steps.first()?;
     let scope = first.ctx.scope;
-    // The loops around the steps, and the loop whose iterations are the micro-steps.
     let around = &first.ctx.loops;
-    let micro_loop = loop_id;
-    let header = loops.get(micro_loop)?.header.clone();
+    let header = match micro {
+        Micro::Loop(l) => rec.loops.get(l)?.header.clone(),
+        Micro::Function => first.call.span.clone(),
+    };
+    // The names that may change between micro-steps.
+    let changing: &[String] = match micro {
+        Micro::Loop(l) => &rec.loops.get(l)?.assigned,
+        Micro::Function => &rec.scopes.get(scope)?.assigned,
+    };
+    // A test that reads nothing that changes between micro-steps takes the same arm on each.
+    let steady = |b: &Branch| {
+        rec.conds.get(b.cond).is_some_and(|c| {
+            c.accum.is_none()
+                && c.reads
+                    .as_ref()
+                    .is_some_and(|r| r.iter().all(|n| !changing.contains(n)))
+        })
+    };
     // Calls in an arm of an `if` that excludes every step (a plain path beside an accumulating
     // one) belong to another loop shape.
     let with_steps = |ev: &CallEvent| steps.iter().any(|s| !s.ctx.exclusive(&ev.ctx));
+    // Where the micro-steps begin in a call's context: the branches inside them.
+    let level = |ev: &CallEvent| match micro {
+        Micro::Loop(l) => ev.ctx.loops.iter().position(|x| *x == l).map(|p| p + 1),
+        Micro::Function => Some(0),
+    };
     let in_micro = |ev: &CallEvent| {
         with_steps(ev)
             && ev.ctx.scope == scope
-            && ev.ctx.loops.contains(&micro_loop)
+            && level(ev).is_some()
             && match boundary {
                 Boundary::Branch(b) => !ev.ctx.branches.contains(&b),
                 Boundary::AfterInner(_) => true,
             }
     };
-    // Runs on every micro-step: no branch between the micro loop and the call.
+    // Runs on every micro-step: no branch inside the micro-step but steady ones.
     let every_micro_step = |ev: &CallEvent| {
-        in_micro(ev) && {
-            let level = ev.ctx.loops.iter().position(|l| *l == micro_loop);
-            level.is_some_and(|level| ev.ctx.branches.iter().all(|b| b.depth <= level))
-        }
+        in_micro(ev)
+            && level(ev)
+                .is_some_and(|level| ev.ctx.branches.iter().all(|b| b.depth < level || steady(b)))
     };
     let on_boundary = |ev: &CallEvent| {
         with_steps(ev)
@@ -219,7 +330,8 @@ fn build(
     };
     // Another optimizer stepping on every iteration (a GAN's discriminator): the loop's
     // backwards cannot be told apart by optimizer, so nothing is judged.
-    if calls
+    if rec
+        .calls
         .iter()
         .any(|c| matches!(c.kind, CallKind::Step { .. }) && every_micro_step(c))
     {
@@ -236,74 +348,160 @@ fn build(
         zero_grads: Vec::new(),
         scheduler_steps: Vec::new(),
         clips: Vec::new(),
-        clips_before_unscale: Vec::new(),
         unscales: Vec::new(),
         zero_grad_at_boundary: false,
         uses_scaler: steps
             .iter()
             .any(|s| matches!(s.kind, CallKind::Step { scaler: true })),
     };
+    // A backward under a test, whose gradients are zeroed right after it in the same block (a
+    // probe, a fake pass), never reaches the step.
+    let cancelled = |ev: &CallEvent| {
+        rec.calls.iter().any(|z| {
+            matches!(z.kind, CallKind::ZeroGrad)
+                && z.order > ev.order
+                && z.ctx.scope == ev.ctx.scope
+                && z.ctx.loops == ev.ctx.loops
+                && ev.ctx.branches.starts_with(&z.ctx.branches)
+                && !rec.calls.iter().any(|s| {
+                    matches!(s.kind, CallKind::Step { .. })
+                        && s.order > ev.order
+                        && s.order < z.order
+                })
+        })
+    };
     let mut any_backward = false;
-    let mut boundary_clips: Vec<&CallEvent> = Vec::new();
-    // Where a GradScaler acts: scaled backwards and scaler steps.
-    let mut scaler_sites: Vec<&Ctx> = steps
-        .iter()
-        .filter(|s| matches!(s.kind, CallKind::Step { scaler: true }))
-        .map(|s| &s.ctx)
-        .collect();
-    let mut unscales: Vec<&CallEvent> = Vec::new();
-    for ev in calls {
+    for ev in rec.calls {
         let micro = in_micro(ev);
         let every = every_micro_step(ev);
         match &ev.kind {
             CallKind::Backward {
                 loss,
                 loss_text,
-                scaling,
+                prov,
                 scaler,
-            } if micro => {
+                in_helper,
+            } if micro && (every || !cancelled(ev)) => {
                 any_backward = true;
                 lp.uses_scaler |= *scaler;
-                if *scaler {
-                    scaler_sites.push(&ev.ctx);
+                // A backward inside a branch that only some micro-steps take (a NaN guard, a
+                // warm-up) is still the window's backward; the same backward reached through
+                // two call sites is one.
+                if !lp.backwards.iter().any(|b| b.call == ev.call.span) {
+                    lp.backwards.push(Backward {
+                        call: ev.call.span.clone(),
+                        loss: loss.clone(),
+                        loss_text: loss_text.clone(),
+                        prov: prov.clone(),
+                        in_helper: *in_helper,
+                    });
                 }
-                lp.backwards.push(Backward {
-                    call: ev.call.span.clone(),
-                    loss: loss.clone(),
-                    loss_text: loss_text.clone(),
-                    scaling: *scaling,
-                });
             }
             CallKind::FrameworkBackward if micro => any_backward = true,
-            CallKind::GradRescale if micro || on_boundary(ev) => lp.grads_rescaled = true,
+            // Rescaled anywhere in the loop: in either arm of the boundary test too.
+            CallKind::GradRescale if ev.ctx.scope == scope && level(ev).is_some() => {
+                lp.grads_rescaled = true
+            }
             CallKind::ZeroGrad if every => lp.zero_grads.push(ev.call.clone()),
             CallKind::ZeroGrad if on_boundary(ev) => lp.zero_grad_at_boundary = true,
             CallKind::SchedulerStep if every => lp.scheduler_steps.push(ev.call.clone()),
             CallKind::Clip { .. } if every => lp.clips.push(ev.call.clone()),
-            CallKind::Clip { framework: false } if on_boundary(ev) => boundary_clips.push(ev),
-            CallKind::Unscale if on_boundary(ev) => {
-                lp.unscales.push(ev.call.clone());
-                unscales.push(ev);
-            }
+            CallKind::Unscale if on_boundary(ev) => lp.unscales.push(ev.call.clone()),
             _ => {}
         }
     }
     if !any_backward {
         return None;
     }
-    // A clip on a path where the scaler scales and no unscale ran before it (an fp32 arm beside
-    // an fp16 arm has no scaler to unscale).
-    lp.clips_before_unscale = boundary_clips
-        .into_iter()
-        .filter(|c| {
-            scaler_sites.iter().any(|s| !s.exclusive(&c.ctx))
-                && !unscales
-                    .iter()
-                    .any(|u| !u.ctx.exclusive(&c.ctx) && u.call.span.start < c.call.span.start)
-        })
-        .map(|c| c.call.clone())
-        .collect();
+    dedup_calls(&mut lp.zero_grads);
+    dedup_calls(&mut lp.scheduler_steps);
+    dedup_calls(&mut lp.clips);
     Some(lp)
+}
+
+/// A helper reached from two call sites records its calls twice: one call, one finding.
+fn dedup_calls(calls: &mut Vec<Call>) {
+    let mut seen: Vec<Range<usize>> = Vec::new();
+    calls.retain(|c| {
+        let new = !seen.contains(&c.span);
+        seen.push(c.span.clone());
+        new
+    });
+}
+
+/// Clips between a `GradScaler`'s scaled backward and its step, with no `unscale_` between: in
+/// any training loop, accumulating or not. An fp32 arm beside an fp16 arm has no scaler to
+/// unscale, and apex's `amp.scale_loss` unscales by itself.
+fn clips_before_unscale(calls: &[CallEvent]) -> Vec<ScaledClip> {
+    let mut out: Vec<ScaledClip> = Vec::new();
+    for clip in calls
+        .iter()
+        .filter(|c| matches!(c.kind, CallKind::Clip { framework: false }))
+    {
+        let together =
+            |ev: &CallEvent| ev.ctx.scope == clip.ctx.scope && !ev.ctx.exclusive(&clip.ctx);
+        // The scaler's step that follows in the same iteration.
+        let Some(step) = calls.iter().find(|s| {
+            matches!(s.kind, CallKind::Step { scaler: true })
+                && together(s)
+                && s.order > clip.order
+                && s.ctx.loops == clip.ctx.loops[..s.ctx.loops.len().min(clip.ctx.loops.len())]
+        }) else {
+            continue;
+        };
+        // A scaled backward before the clip, in the same iteration or an inner loop of it; or,
+        // in a function that only steps (the backward is elsewhere), a file that never unscales.
+        let scaled_backward =
+            calls.iter().any(|b| {
+                matches!(b.kind, CallKind::Backward { scaler: true, .. })
+                    && together(b)
+                    && b.order < clip.order
+                    && b.ctx.loops.starts_with(&step.ctx.loops)
+            }) || (!calls.iter().any(|b| {
+                matches!(
+                    b.kind,
+                    CallKind::Backward { .. } | CallKind::FrameworkBackward
+                ) && b.ctx.scope == clip.ctx.scope
+            }) && !calls.iter().any(|u| matches!(u.kind, CallKind::Unscale)));
+        let unscaled = calls.iter().any(|u| {
+            matches!(u.kind, CallKind::Unscale)
+                && together(u)
+                && u.order < clip.order
+                && u.ctx.loops.starts_with(&step.ctx.loops)
+        });
+        if scaled_backward && !unscaled && !out.iter().any(|c| c.clip.span == clip.call.span) {
+            out.push(ScaledClip {
+                clip: clip.call.clone(),
+                step: step.call.span.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// `accelerator.clip_grad_norm_` in an `accelerator.accumulate()` block with no test between
+/// the block and the clip but steady ones: it runs on every micro-step (the guard is
+/// `if accelerator.sync_gradients:`).
+fn clips_in_accumulate(rec: &Recorded) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for clip in rec
+        .calls
+        .iter()
+        .filter(|c| matches!(c.kind, CallKind::Clip { framework: true }))
+    {
+        let Some((_, branches)) = clip.ctx.accumulate else {
+            continue;
+        };
+        let guarded = clip.ctx.branches.iter().skip(branches).any(|b| {
+            rec.conds
+                .get(b.cond)
+                .is_none_or(|c| c.accum.is_some() || c.reads.is_none())
+        });
+        if !guarded && !out.contains(&clip.call.span) {
+            out.push(clip.call.span.clone());
+        }
+    }
+    out
 }
 
 /// `zero_grad()` ahead of the backwards of an `accelerator.accumulate()` block: on the sync
@@ -322,7 +520,7 @@ fn zero_grads_in_accumulate(calls: &[CallEvent]) -> Vec<Range<usize>> {
         }
         // At the top of the block: ahead of every backward in it. A zero_grad between two
         // models' backward-step pairs belongs to the first.
-        let backwards: Vec<usize> = calls
+        let backwards: Vec<(usize, usize)> = calls
             .iter()
             .filter(|c| {
                 matches!(
@@ -330,9 +528,12 @@ fn zero_grads_in_accumulate(calls: &[CallEvent]) -> Vec<Range<usize>> {
                     CallKind::Backward { .. } | CallKind::FrameworkBackward
                 ) && c.ctx.accumulate.is_some_and(|(b, _)| b == block)
             })
-            .map(|c| c.call.span.start)
+            .map(|c| c.order)
             .collect();
-        if !backwards.is_empty() && backwards.iter().all(|b| *b > z.call.span.start) {
+        if !backwards.is_empty()
+            && backwards.iter().all(|b| *b > z.order)
+            && !out.contains(&z.call.span)
+        {
             out.push(z.call.span.clone());
         }
     }

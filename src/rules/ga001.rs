@@ -14,21 +14,23 @@ impl Rule for UnscaledAccumulationLoss {
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         // HF Trainer and Lightning scale the loss themselves; their hooks are not raw loops.
-        if cx
-            .training
-            .frameworks
-            .iter()
-            .any(|f| matches!(f, Framework::HfTrainer | Framework::Lightning))
-        {
+        // Lightning with manual optimization scales nothing.
+        if cx.training.frameworks.iter().any(|f| match f {
+            Framework::HfTrainer => true,
+            Framework::Lightning => !cx.facts.manual_optimization,
+            _ => false,
+        }) {
             return;
         }
+        let imported = |m: &str, n: &str| cx.training.imported_return(m, n);
         for lp in &cx.facts.loops {
-            // Zeroed every micro-step, nothing accumulates: GA003 says so.
-            if lp.grads_rescaled || !lp.zero_grads.is_empty() {
+            // Zeroing every micro-step (GA003) is a second bug: the window still needs dividing.
+            if lp.grads_rescaled {
                 continue;
             }
             for bw in &lp.backwards {
-                if bw.scaling != Scaling::Unscaled {
+                let scaling = bw.scaling(&imported);
+                if !scaling.is_mean() {
                     continue;
                 }
                 let n = &lp.factor;
@@ -37,14 +39,24 @@ impl Rule for UnscaledAccumulationLoss {
                     Some(v) => format!("{}x (`{n}`)", super::fmt_num(v)),
                     None => format!("`{n}` times"),
                 };
+                let assumed = if scaling == Scaling::AssumedMean {
+                    " (taking the loss as a per-batch mean, the torch and Hugging Face default)"
+                } else {
+                    ""
+                };
+                let reaches = if bw.in_helper {
+                    "the loss reaches backward() inside this helper"
+                } else {
+                    "loss reaches backward()"
+                };
                 let message = format!(
-                    "loss reaches backward() undivided while the optimizer steps every `{n}` micro-batches: gradients come out {times} the full-batch gradient"
+                    "{reaches} undivided while the optimizer steps every `{n}` micro-batches: gradients come out {times} the full-batch gradient{assumed}"
                 );
                 let help = format!(
                     "divide the loss by the accumulation steps before the backward: `{}`",
                     scaled(&bw.loss_text, n, receiver(bw))
                 );
-                let fix = Fix {
+                let fix = (!bw.in_helper).then(|| Fix {
                     applicability: if lp.factor_is_simple {
                         Applicability::Safe
                     } else {
@@ -55,11 +67,11 @@ impl Rule for UnscaledAccumulationLoss {
                         bw.loss.clone(),
                         scaled(&bw.loss_text, n, receiver(bw)),
                     )],
-                };
+                });
                 out.push(
                     Diagnostic::new("GA001", bw.call.clone(), message)
                         .with_help(help)
-                        .with_fix(Some(fix)),
+                        .with_fix(fix),
                 );
             }
         }

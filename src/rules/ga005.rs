@@ -46,32 +46,38 @@ impl Rule for ClipPerMicroStep {
                     .with_fix(fix),
                 );
             }
-            for c in &lp.clips_before_unscale {
-                let call = cx.file.slice(&c.span);
-                let unscale = lp
-                    .steps
-                    .iter()
-                    .find_map(|s| unscale_for(cx.file.slice(&s.span)));
-                let fix = match (&c.statement, unscale) {
-                    (Some(stmt), Some(u)) => {
-                        edits::insert_before(cx.file, stmt, &u).map(|edits| Fix {
-                            applicability: Applicability::Unsafe,
-                            message: format!("unscale first: `{u}`"),
-                            edits,
-                        })
-                    }
-                    _ => None,
-                };
-                out.push(
-                    Diagnostic::new(
-                        "GA005",
-                        c.span.clone(),
-                        format!("`{call}` clips gradients that the GradScaler still multiplies by its loss scale: the threshold applies to scaled values"),
-                    )
-                    .with_help("call `scaler.unscale_(optimizer)` before clipping")
-                    .with_fix(fix),
-                );
-            }
+        }
+        for c in &cx.facts.clips_in_accumulate {
+            let call = cx.file.slice(c);
+            out.push(
+                Diagnostic::new(
+                    "GA005",
+                    c.clone(),
+                    format!("`{call}` runs on every micro-step inside `accelerator.accumulate()`: it clips partial sums, and under fp16 unscales the gradients again before the step"),
+                )
+                .with_help("clip only when the window ends: `if accelerator.sync_gradients:` before the clip"),
+            );
+        }
+        for c in &cx.facts.clips_before_unscale {
+            let call = cx.file.slice(&c.clip.span);
+            let unscale = unscale_for(cx.file.slice(&c.step));
+            let fix = match (&c.clip.statement, unscale) {
+                (Some(stmt), Some(u)) => edits::insert_before(cx.file, stmt, &u).map(|edits| Fix {
+                    applicability: Applicability::Unsafe,
+                    message: format!("unscale first: `{u}`"),
+                    edits,
+                }),
+                _ => None,
+            };
+            out.push(
+                Diagnostic::new(
+                    "GA005",
+                    c.clip.span.clone(),
+                    format!("`{call}` clips gradients that the GradScaler still multiplies by its loss scale: the threshold applies to scaled values"),
+                )
+                .with_help("call `scaler.unscale_(optimizer)` before clipping")
+                .with_fix(fix),
+            );
         }
     }
 }

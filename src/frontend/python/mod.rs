@@ -3,7 +3,12 @@
 //! lower what they see into facts. Accumulating loops are assembled from the recorded events after
 //! the walk.
 
-use super::loops::{self, AccumTest, Branch, CallEvent, CallKind, Ctx, LoopInfo};
+mod inline;
+mod provenance;
+
+use super::loops::{
+    self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
+};
 use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
@@ -134,6 +139,10 @@ struct Scope {
     /// A function for inference: decorated with `no_grad`/`inference_mode`, or named for
     /// generation or serving.
     inference: bool,
+    /// A function's parameters by name, without `self`/`cls`.
+    params: Vec<String>,
+    /// Names assigned in the scope.
+    assigned: Vec<String>,
 }
 
 /// `if (i + 1) % N != 0: continue` inside a loop: what follows in the loop is the boundary.
@@ -148,8 +157,10 @@ struct Walker<'s> {
     src: &'s str,
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
-    /// The accumulation test each `if` makes, by condition id.
-    conds: Vec<Option<AccumTest>>,
+    /// What each `if` tests, by condition id.
+    conds: Vec<Cond>,
+    /// Conditions by scope and text: an `if` that repeats another's test shares its id.
+    cond_texts: HashMap<(usize, &'s str), usize>,
     /// Whether each condition reads the accumulation factor (`if args.gas > 1:`).
     cond_reads_factor: Vec<bool>,
     /// The strings each condition compares a name with (`dtype == "bf16"`, `opt in ("adam", "adamw")`).
@@ -164,12 +175,19 @@ struct Walker<'s> {
     accumulate_blocks: usize,
     /// Lowered values of names, per scope: the latest assignment wins (walk order is source order).
     env: HashMap<(usize, String), Lin>,
-    /// How each loss-like name was produced, per scope, in source order.
-    loss_defs: HashMap<(usize, String), Vec<(usize, Scaling)>>,
+    /// How each name's value was produced, per scope, in source order.
+    loss_defs: HashMap<(usize, String), Vec<(usize, Prov)>>,
+    /// What each function scope returns.
+    returns: HashMap<usize, Vec<Prov>>,
+    /// Names bound to an instance of a class (`crit = MyLoss()`), per scope: the class as called.
+    instances: HashMap<(usize, String), String>,
+    /// Imported names: alias → (module, name in it); `import a.b as m` has no name.
+    imports: HashMap<String, (String, Option<String>)>,
+    /// Counters kept modulo the factor (`acc = (acc + 1) % n`, `acc %= n`): `acc == 0` is the
+    /// boundary.
+    modulo_names: HashMap<(usize, String), (String, Range<usize>)>,
     /// Accumulation tests stored in names (`do_step = (i + 1) % n == 0`).
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
-    /// Functions defined in this file and whether what they return is a scaled loss.
-    returns_scaled: HashMap<String, Scaling>,
     /// Names whose value is the device's memory (`total = torch.cuda.get_device_properties(0).total_memory`).
     gpu_names: Vec<(usize, String)>,
     /// Names bound to optimizers (`opt = torch.optim.AdamW(...)`).
@@ -185,7 +203,23 @@ struct Walker<'s> {
     /// back to what it counts).
     assigned_text: HashMap<String, &'s str>,
     calls: Vec<CallEvent>,
+    /// Calls of functions that may be defined in this file, for inlining their training calls.
+    invokes: Vec<Invoke>,
+    /// `accelerator.backward(loss)` calls with their loss: a plain backward when accelerate
+    /// was not told to accumulate.
+    accelerate_backwards: Vec<(Range<usize>, Range<usize>, String, Prov)>,
     facts: Facts,
+}
+
+/// A call of a function that may be defined in this file (`self.backward(loss)`,
+/// `train_step(batch)`).
+#[derive(Debug, Clone)]
+struct Invoke {
+    ctx: Ctx,
+    callee: Callee,
+    /// Keyword or positional, with their provenance, span and text.
+    args: Vec<(Option<String>, Prov, Range<usize>, String)>,
+    call: Range<usize>,
 }
 
 const OPTIMIZER_CLASSES: &[&str] = &[
@@ -244,8 +278,11 @@ impl<'s> Walker<'s> {
                 is_class: false,
                 lightning: false,
                 inference: false,
+                params: Vec::new(),
+                assigned: Vec::new(),
             }],
             conds: Vec::new(),
+            cond_texts: HashMap::new(),
             cond_reads_factor: Vec::new(),
             cond_keys: Vec::new(),
             branch_tables: HashMap::new(),
@@ -256,8 +293,11 @@ impl<'s> Walker<'s> {
             accumulate_blocks: 0,
             env: HashMap::new(),
             loss_defs: HashMap::new(),
+            returns: HashMap::new(),
+            instances: HashMap::new(),
+            imports: HashMap::new(),
             test_names: HashMap::new(),
-            returns_scaled: HashMap::new(),
+            modulo_names: HashMap::new(),
             gpu_names: Vec::new(),
             optimizer_names: Vec::new(),
             scheduler_names: Vec::new(),
@@ -266,6 +306,8 @@ impl<'s> Walker<'s> {
             accelerators: Vec::new(),
             assigned_text: HashMap::new(),
             calls: Vec::new(),
+            invokes: Vec::new(),
+            accelerate_backwards: Vec::new(),
             facts: Facts::default(),
         }
     }
@@ -382,8 +424,12 @@ impl<'s> Walker<'s> {
                 self.loops.push(LoopInfo {
                     header: node.start_byte()..line_end(self.src, node.start_byte()),
                     micro_factor: self.micro_factor(node),
+                    assigned: Vec::new(),
                 });
                 self.push(node, Frame::Loop(id));
+                if let Some(left) = node.child_by_field_name("left") {
+                    self.note_assigned_names(left);
+                }
             }
             "if_statement" => self.continue_guard(node),
             "block" if field == Some("consequence") => {
@@ -424,6 +470,12 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks
                 });
                 self.push(node, Frame::With(block, no_grad));
+            }
+            "import_statement" | "import_from_statement" => self.import(node),
+            "expression_statement" => {
+                if let Some(expr) = node.named_child(0) {
+                    self.invoke(expr);
+                }
             }
             "assignment" => self.assignment(node),
             "augmented_assignment" => self.augmented(node),
@@ -493,6 +545,11 @@ impl<'s> Walker<'s> {
                 || ["infer", "generat", "serv", "kv_cache"]
                     .iter()
                     .any(|w| lower.contains(w)));
+        let params = if is_class {
+            Vec::new()
+        } else {
+            self.params_of(node)
+        };
         self.scopes.push(Scope {
             name,
             class,
@@ -500,9 +557,73 @@ impl<'s> Walker<'s> {
             is_class,
             lightning,
             inference,
+            params,
+            assigned: Vec::new(),
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
+    }
+
+    /// The parameter names of a function, without a leading `self`/`cls`.
+    fn params_of(&self, node: Node) -> Vec<String> {
+        let Some(params) = node.child_by_field_name("parameters") else {
+            return Vec::new();
+        };
+        let mut c = params.walk();
+        let mut names: Vec<String> = params
+            .named_children(&mut c)
+            .filter_map(|p| {
+                let name = match p.kind() {
+                    "identifier" => Some(p),
+                    "typed_parameter" => p.named_child(0).filter(|n| n.kind() == "identifier"),
+                    "default_parameter" | "typed_default_parameter" => {
+                        p.child_by_field_name("name")
+                    }
+                    _ => None,
+                }?;
+                Some(self.text(name).to_string())
+            })
+            .collect();
+        if names.first().is_some_and(|n| n == "self" || n == "cls") {
+            names.remove(0);
+        }
+        names
+    }
+
+    /// `import a.b as m`, `from a.b import f as g`, `from . import losses`.
+    fn import(&mut self, node: Node) {
+        let from = node.kind() == "import_from_statement";
+        let module = if from {
+            match node.child_by_field_name("module_name") {
+                Some(m) => self.text(m).to_string(),
+                None => return,
+            }
+        } else {
+            String::new()
+        };
+        let mut c = node.walk();
+        for name in node.children_by_field_name("name", &mut c) {
+            let (path, alias) = match name.kind() {
+                "aliased_import" => (
+                    name.child_by_field_name("name").map(|n| self.text(n)),
+                    name.child_by_field_name("alias").map(|n| self.text(n)),
+                ),
+                _ => (Some(self.text(name)), None),
+            };
+            let Some(path) = path else {
+                continue;
+            };
+            let (key, value) = if from {
+                (
+                    alias.unwrap_or(path).to_string(),
+                    (module.clone(), Some(path.to_string())),
+                )
+            } else {
+                // `import a.b` binds `a.b` as written; `import a.b as m` binds `m`.
+                (alias.unwrap_or(path).to_string(), (path.to_string(), None))
+            };
+            self.imports.insert(key, value);
+        }
     }
 
     /// The condition of an `if`/`elif`, registered once per node (both branches share it).
@@ -514,6 +635,16 @@ impl<'s> Walker<'s> {
             return Some(id);
         }
         let cond = stmt.child_by_field_name("condition")?;
+        let reads = self.reads(cond);
+        // The same test again in the same scope is the same condition: its arms exclude each
+        // other's (`if fp16: scaled backward` ... `if fp16: unscale else: clip`).
+        let key = (self.scope(), self.text(cond));
+        if reads.is_some() {
+            if let Some(&id) = self.cond_texts.get(&key) {
+                self.cond_ids.insert(stmt.id(), id);
+                return Some(id);
+            }
+        }
         let accum = self
             .accum_test(cond, true)
             .or_else(|| self.counter_test(cond, stmt.child_by_field_name("consequence")?))
@@ -521,13 +652,101 @@ impl<'s> Walker<'s> {
                 factor,
                 boundary_when_true,
             });
-        self.conds.push(accum);
+        self.conds.push(Cond { accum, reads });
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
         self.cond_keys.push(self.compared_strings(cond));
         let id = self.conds.len() - 1;
         self.cond_ids.insert(stmt.id(), id);
+        if self.conds[id].reads.is_some() {
+            self.cond_texts.insert(key, id);
+        }
         Some(id)
+    }
+
+    /// The names and attributes a test reads, or `None` when it calls something or reads a
+    /// name that follows the accumulation window: it may change between micro-steps.
+    fn reads(&self, cond: Node) -> Option<Vec<String>> {
+        let mut names = Vec::new();
+        let mut stack = vec![cond];
+        let mut seen = 0;
+        while let Some(n) = stack.pop() {
+            seen += 1;
+            if seen > 64 {
+                return None;
+            }
+            match n.kind() {
+                "call" | "await" | "lambda" | "named_expression" => return None,
+                "identifier" | "attribute" => {
+                    let text = self.text(n);
+                    let lower = text.to_ascii_lowercase();
+                    if [
+                        "sync", "last", "step", "accum", "boundary", "update", "iter", "idx",
+                    ]
+                    .iter()
+                    .any(|w| lower.contains(w))
+                    {
+                        return None;
+                    }
+                    // `self.x` is read as a whole; `a.b` changes when `a` does.
+                    names.push(text.split('.').next().unwrap_or(text).to_string());
+                    if text.starts_with("self.") {
+                        names.push(text.to_string());
+                    }
+                }
+                _ => {
+                    let mut c = n.walk();
+                    stack.extend(n.named_children(&mut c));
+                }
+            }
+        }
+        Some(names)
+    }
+
+    /// Names bound by an assignment target, a loop variable or a pattern: noted in the loops
+    /// and the scope around them.
+    fn note_assigned_names(&mut self, target: Node) {
+        let mut stack = vec![target];
+        while let Some(n) = stack.pop() {
+            match n.kind() {
+                "identifier" | "attribute" | "subscript" => {
+                    let text = self.text(n);
+                    // `x.a = ...` and `x[i] = ...` change what `x` holds.
+                    let root = text.split(['.', '[']).next().unwrap_or(text);
+                    let mut names = vec![root.to_string()];
+                    if text.starts_with("self.") && n.kind() == "attribute" {
+                        names.push(text.to_string());
+                    }
+                    self.note_assigned(names);
+                }
+                _ => {
+                    let mut c = n.walk();
+                    stack.extend(n.named_children(&mut c));
+                }
+            }
+        }
+    }
+
+    fn note_assigned(&mut self, names: Vec<String>) {
+        for (_, f) in self.stack.iter().rev() {
+            match f {
+                Frame::Loop(l) => {
+                    if let Some(info) = self.loops.get_mut(*l) {
+                        info.assigned.extend(names.iter().cloned());
+                    }
+                }
+                Frame::Scope(s) => {
+                    if let Some(sc) = self.scopes.get_mut(*s) {
+                        sc.assigned.extend(names);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        if let Some(sc) = self.scopes.get_mut(0) {
+            sc.assigned.extend(names);
+        }
     }
 
     /// Whether `cond` tests `i % N` (directly, negated, or through a name holding such a test).
@@ -584,7 +803,10 @@ impl<'s> Walker<'s> {
                     return None;
                 }
                 let op = self.text(kids[1]);
-                let m = self.modulo(kids[0]).or_else(|| self.modulo(kids[2]))?;
+                let m = self
+                    .modulo(kids[0])
+                    .or_else(|| self.modulo(kids[2]))
+                    .or_else(|| self.wrapped_counter(kids[0], kids[2]))?;
                 let eq = match op {
                     "==" => true,
                     "!=" => false,
@@ -600,6 +822,22 @@ impl<'s> Walker<'s> {
             }
             _ => None,
         }
+    }
+
+    /// `acc == 0` where `acc` counts modulo N (`acc = (acc + 1) % N`): its factor.
+    fn wrapped_counter(&self, a: Node, b: Node) -> Option<(String, Range<usize>)> {
+        let (name, zero) = match (unparen(a).kind(), unparen(b).kind()) {
+            ("identifier" | "attribute", "integer") => (a, b),
+            ("integer", "identifier" | "attribute") => (b, a),
+            _ => return None,
+        };
+        if self.text(zero) != "0" {
+            return None;
+        }
+        let name = self.text(unparen(name));
+        self.modulo_names
+            .get(&(scope_of_name(self, name), name.to_string()))
+            .cloned()
     }
 
     /// `if seen >= N: ...; seen = 0`: a counter compared with N and reset in the branch.
@@ -683,7 +921,7 @@ impl<'s> Walker<'s> {
         let skips_micro_steps = self
             .conds
             .get(cond)
-            .and_then(|t| t.as_ref())
+            .and_then(|t| t.accum.as_ref())
             .is_some_and(|t| !t.boundary_when_true);
         let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
             Frame::Loop(l) => Some(Some(*l)),
@@ -1099,6 +1337,8 @@ impl<'s> Walker<'s> {
         ) else {
             return;
         };
+        self.note_assigned_names(left);
+        self.invoke(right);
         let target = self.text(left).to_string();
         let simple_target = matches!(left.kind(), "identifier" | "attribute");
         // Evidence in assignments.
@@ -1134,8 +1374,26 @@ impl<'s> Walker<'s> {
                 }
             }
         }
+        if matches!(
+            left.kind(),
+            "pattern_list" | "tuple_pattern" | "list_pattern"
+        ) {
+            self.define_pattern(left, right, node.start_byte());
+        }
         if !simple_target {
             return;
+        }
+        if let Some(f) = (right.kind() == "call")
+            .then(|| right.child_by_field_name("function"))
+            .flatten()
+        {
+            let callee = self.text(f);
+            if starts_upper(last_segment(callee)) {
+                self.instances.insert(
+                    (scope_of_name(self, &target), target.clone()),
+                    callee.to_string(),
+                );
+            }
         }
         self.assigned_text.insert(target.clone(), rtext);
         // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
@@ -1174,18 +1432,18 @@ impl<'s> Walker<'s> {
                 }
             }
         }
-        // Accumulation tests stored in a name.
+        // Accumulation tests stored in a name, and counters kept modulo the factor.
         if let Some(test) = self.accum_test(right, true) {
             let scope = self.scope();
             self.test_names.insert((scope, target.clone()), test);
         }
-        // Loss provenance.
-        let scaling = self.loss_scaling(right, 0);
+        if let Some(m) = self.modulo(right) {
+            self.modulo_names
+                .insert((scope_of_name(self, &target), target.clone()), m);
+        }
+        let prov = self.prov(right, 0);
+        self.define(&target, node.start_byte(), prov);
         let scope = self.scope();
-        self.loss_defs
-            .entry((scope, target.clone()))
-            .or_default()
-            .push((node.start_byte(), scaling));
 
         let lin = self.lower(right, 0);
         self.facts.note_constant(&target, &lin, right.byte_range());
@@ -1211,9 +1469,15 @@ impl<'s> Walker<'s> {
         ) else {
             return;
         };
+        self.note_assigned_names(left);
         let target = self.text(left).to_string();
         let op = self.text(op).trim_end_matches('=').to_string();
-        let scope = self.scope();
+        if op == "%" {
+            self.modulo_names.insert(
+                (scope_of_name(self, &target), target.clone()),
+                (self.text(right).to_string(), right.byte_range()),
+            );
+        }
         if op == "/" && names_accumulation(self.text(right)) {
             let division = Division {
                 operator_and_divisor: node.byte_range(),
@@ -1229,10 +1493,11 @@ impl<'s> Walker<'s> {
             );
         }
         if op == "/" || op == "//" || (op == "*" && is_count_like(self.text(right))) {
-            self.loss_defs
-                .entry((scope, target.clone()))
-                .or_default()
-                .push((node.start_byte(), Scaling::Scaled));
+            self.define(&target, node.start_byte(), Prov::SCALED);
+        } else if op == "+" || op == "-" {
+            // `total += part`: what the total now holds.
+            let sum = Prov::Combined(vec![self.prov(left, 0), self.prov(right, 0)]);
+            self.define(&target, node.start_byte(), sum);
         }
         if left.kind() == "identifier" || left.kind() == "attribute" {
             let current = self.name(left);
@@ -1274,14 +1539,9 @@ impl<'s> Walker<'s> {
                 });
             }
         }
-        let scaling = self.loss_scaling(value, 0);
-        let entry = self
-            .returns_scaled
-            .entry(function.clone())
-            .or_insert(scaling);
-        if scaling == Scaling::Scaled {
-            *entry = Scaling::Scaled;
-        }
+        let prov = self.prov(value, 0);
+        self.returns.entry(scope).or_default().push(prov);
+        self.invoke(value);
         let lin = self.lower(value, 0);
         self.record_formula(
             FormulaKind::Return {
@@ -1452,6 +1712,10 @@ impl<'s> Walker<'s> {
                     value: if callee.contains("lightning")
                         || callee.starts_with("pl.")
                         || callee.starts_with("L.")
+                        || self
+                            .imports
+                            .get(callee)
+                            .is_some_and(|(module, _)| module.contains("lightning"))
                     {
                         Framework::Lightning
                     } else {
@@ -1510,9 +1774,56 @@ impl<'s> Walker<'s> {
         self.training_call(node, func, last);
     }
 
+    /// A call that may run a helper of this file as a statement (`self.backward(loss)`,
+    /// `loss = train_step(batch)`): its training calls are inlined here once the file is read.
+    /// Called by the statements that hold the call (no `parent()` lookups: they cost the depth).
+    fn invoke(&mut self, node: Node) {
+        let node = unparen(node);
+        if node.kind() != "call" {
+            return;
+        }
+        let Some(func) = node.child_by_field_name("function") else {
+            return;
+        };
+        let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
+            return;
+        };
+        let mut args = Vec::new();
+        if let Some(a) = node.child_by_field_name("arguments") {
+            let mut c = a.walk();
+            for arg in a.named_children(&mut c) {
+                let (key, value) = match arg.kind() {
+                    "keyword_argument" => (
+                        arg.child_by_field_name("name")
+                            .map(|n| self.text(n).to_string()),
+                        arg.child_by_field_name("value"),
+                    ),
+                    "comment" => continue,
+                    _ => (None, Some(arg)),
+                };
+                let Some(value) = value else {
+                    continue;
+                };
+                args.push((
+                    key,
+                    self.prov(value, 0),
+                    value.byte_range(),
+                    self.text(value).to_string(),
+                ));
+            }
+        }
+        self.invokes.push(Invoke {
+            ctx: self.ctx(node.start_byte()),
+            callee,
+            args,
+            call: node.byte_range(),
+        });
+    }
+
     /// Calls the loop model reads: steps, backwards, zeroing, schedulers, clipping, unscaling.
     fn training_call(&mut self, node: Node, func: Node, last: &str) {
-        if func.kind() != "attribute" {
+        // `clip_grad_norm_(...)` may be imported by name; everything else is a method.
+        if func.kind() != "attribute" && !last.starts_with("clip_grad_") {
             return;
         }
         let span = node.byte_range();
@@ -1544,21 +1855,50 @@ impl<'s> Walker<'s> {
             {
                 CallKind::SchedulerStep
             }
-            "backward" => {
+            "backward" | "manual_backward" => {
                 self.facts.evidence.trains.push(span.clone());
                 // `accelerator.backward(loss)`, `engine.backward(loss)`: the framework's
                 // backward, which takes the loss as an argument; `loss.backward()` takes none.
-                if positional == 0 {
-                    let Some(recv) = func.child_by_field_name("object") else {
-                        return;
-                    };
-                    match self.backward(recv) {
-                        Some(kind) => kind,
-                        None => return,
+                let arg = args.and_then(|a| {
+                    let mut c = a.walk();
+                    let first = a
+                        .named_children(&mut c)
+                        .find(|n| !matches!(n.kind(), "keyword_argument" | "comment"));
+                    first
+                });
+                match arg {
+                    None if last == "backward" => {
+                        let Some(recv) = func.child_by_field_name("object") else {
+                            return;
+                        };
+                        match self.backward(recv) {
+                            Some(kind) => kind,
+                            None => return,
+                        }
                     }
-                } else {
-                    self.framework_backward(node, recv);
-                    CallKind::FrameworkBackward
+                    None => return,
+                    // Lightning's `manual_backward` and Fabric's `backward` do not divide.
+                    Some(loss) if last == "manual_backward" || recv_last.contains("fabric") => {
+                        CallKind::Backward {
+                            loss: loss.byte_range(),
+                            loss_text: self.text(loss).to_string(),
+                            prov: self.prov(loss, 0),
+                            scaler: false,
+                            in_helper: false,
+                        }
+                    }
+                    Some(loss) => {
+                        if recv_last.contains("accelerator") {
+                            self.accelerate_backwards.push((
+                                span.clone(),
+                                loss.byte_range(),
+                                self.text(loss).to_string(),
+                                self.prov(loss, 0),
+                            ));
+                        }
+                        self.framework_backward(node, recv);
+                        CallKind::FrameworkBackward
+                    }
                 }
             }
             "zero_grad" => CallKind::ZeroGrad,
@@ -1566,6 +1906,8 @@ impl<'s> Walker<'s> {
                 framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
             },
             "unscale_" => CallKind::Unscale,
+            // Opacus accumulates clipped per-sample gradients and divides by the samples seen.
+            "virtual_step" => CallKind::GradRescale,
             _ if last.to_ascii_lowercase().contains("scale_grads")
                 || ((last == "div_" || last == "mul_") && recv.contains("grad")) =>
             {
@@ -1581,6 +1923,9 @@ impl<'s> Walker<'s> {
         self.calls.push(CallEvent {
             ctx,
             kind,
+            order: (span.start, 0),
+            inlined: false,
+            site_loops: 0,
             call: Call { span, statement },
         });
     }
@@ -1715,7 +2060,7 @@ impl<'s> Walker<'s> {
 
     /// `X.backward()`: X is the loss, or `scaler.scale(loss)`.
     fn backward(&self, recv: Node) -> Option<CallKind> {
-        let recv = unparen(recv);
+        let mut recv = unparen(recv);
         let mut loss = recv;
         let mut scaler = false;
         if recv.kind() == "call" {
@@ -1727,6 +2072,7 @@ impl<'s> Walker<'s> {
                     .child_by_field_name("arguments")
                     .and_then(|a| a.named_child(0))?;
                 loss = unparen(arg);
+                recv = loss;
             } else if matches!(last_segment(f_text), "mean" | "sum") {
                 if let Some(obj) = f.and_then(|f| f.child_by_field_name("object")) {
                     loss = unparen(obj);
@@ -1736,136 +2082,10 @@ impl<'s> Walker<'s> {
         Some(CallKind::Backward {
             loss: loss.byte_range(),
             loss_text: self.text(loss).to_string(),
-            scaling: self.loss_scaling(loss, 0),
+            prov: self.prov(recv, 0),
             scaler,
+            in_helper: false,
         })
-    }
-
-    /// How a loss value was produced.
-    fn loss_scaling(&self, node: Node, depth: usize) -> Scaling {
-        let node = unparen(node);
-        if depth > 4 {
-            return Scaling::Unknown;
-        }
-        match node.kind() {
-            "binary_operator" => {
-                let op = node
-                    .child_by_field_name("operator")
-                    .map(|o| self.text(o))
-                    .unwrap_or("");
-                let right = node.child_by_field_name("right");
-                let left = node.child_by_field_name("left");
-                match op {
-                    "/" | "//" => Scaling::Scaled,
-                    "*" if right.is_some_and(|r| is_count_like(self.text(r)))
-                        || left.is_some_and(|l| is_count_like(self.text(l))) =>
-                    {
-                        Scaling::Scaled
-                    }
-                    "+" | "-" | "*" => {
-                        let a = left.map_or(Scaling::Unknown, |l| self.loss_scaling(l, depth + 1));
-                        let b = right.map_or(Scaling::Unknown, |r| self.loss_scaling(r, depth + 1));
-                        match (a, b) {
-                            (Scaling::Scaled, _) | (_, Scaling::Scaled) => Scaling::Scaled,
-                            (Scaling::Unscaled, Scaling::Unscaled) => Scaling::Unscaled,
-                            (Scaling::Unscaled, _) | (_, Scaling::Unscaled) if op == "*" => {
-                                Scaling::Unknown
-                            }
-                            (Scaling::Unscaled, Scaling::Unknown)
-                            | (Scaling::Unknown, Scaling::Unscaled) => {
-                                // `loss + aux_weight * aux` : the constant part is irrelevant.
-                                Scaling::Unscaled
-                            }
-                            _ => Scaling::Unknown,
-                        }
-                    }
-                    _ => Scaling::Unknown,
-                }
-            }
-            "identifier" | "attribute" => {
-                let text = self.text(node);
-                if node.kind() == "attribute" && last_segment(text) == "loss" && text != "self.loss"
-                {
-                    // `outputs.loss`: a model output's mean loss.
-                    return Scaling::Unscaled;
-                }
-                match self.loss_def(text, node.start_byte()) {
-                    Some(s) => s,
-                    None => Scaling::Unknown,
-                }
-            }
-            "subscript" => {
-                let t = self.text(node);
-                if t.ends_with("[\"loss\"]")
-                    || t.ends_with("['loss']")
-                    || t.ends_with("[0]") && t.contains("model(")
-                {
-                    Scaling::Unscaled
-                } else {
-                    Scaling::Unknown
-                }
-            }
-            "call" => {
-                let f = node
-                    .child_by_field_name("function")
-                    .map(|f| self.text(f))
-                    .unwrap_or("");
-                let last = last_segment(f);
-                let lower = last.to_ascii_lowercase();
-                if let Some(s) = self.returns_scaled.get(last) {
-                    return *s;
-                }
-                if matches!(last, "mean" | "sum" | "float" | "squeeze" | "to" | "clone") {
-                    if let Some(obj) = node
-                        .child_by_field_name("function")
-                        .and_then(|f| f.child_by_field_name("object"))
-                    {
-                        return self.loss_scaling(obj, depth + 1);
-                    }
-                }
-                let known_loss = lower.contains("criterion")
-                    || lower.contains("loss_fn")
-                    || lower.contains("loss_func")
-                    || lower.ends_with("_loss")
-                    || lower.ends_with("loss")
-                    || lower.contains("cross_entropy")
-                    || f.starts_with("F.")
-                    || f.starts_with("nn.functional.")
-                    || f.starts_with("torch.nn.functional.");
-                // A helper named like a loss but defined elsewhere may scale inside: only the
-                // loss functions of torch and plain criterion objects are known to be unscaled.
-                let defined_here = self.scopes.iter().any(|s| s.name == last);
-                if known_loss
-                    && !defined_here
-                    && !lower.starts_with("compute")
-                    && !lower.contains("step")
-                {
-                    Scaling::Unscaled
-                } else {
-                    Scaling::Unknown
-                }
-            }
-            _ => Scaling::Unknown,
-        }
-    }
-
-    /// The latest definition of `name` in scope before `before`.
-    fn loss_def(&self, name: &str, before: usize) -> Option<Scaling> {
-        let mut scope = Some(self.scope());
-        while let Some(s) = scope {
-            if let Some(defs) = self.loss_defs.get(&(s, name.to_string())) {
-                // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`).
-                let prior: Vec<_> = defs.iter().filter(|(at, _)| *at < before).collect();
-                if prior.iter().any(|(_, sc)| *sc == Scaling::Scaled) {
-                    return Some(Scaling::Scaled);
-                }
-                if let Some((_, last)) = prior.last() {
-                    return Some(*last);
-                }
-            }
-            scope = self.scopes.get(s).and_then(|sc| sc.parent);
-        }
-        None
     }
 
     /// `parser.add_argument("--optim", default="adamw")`.
@@ -1901,7 +2121,47 @@ impl<'s> Walker<'s> {
     // ---- assembling loops ----------------------------------------------------------------------
 
     fn finish(mut self) -> Facts {
-        let mut assembled = loops::assemble(&self.loops, &self.conds, &self.calls);
+        // accelerate divides only when it was told to accumulate (its default is 1).
+        // Under its DeepSpeed plugin, `accelerator.backward` is the engine's, which divides by
+        // the config's accumulation steps.
+        let accelerate_divides = self
+            .accelerators
+            .iter()
+            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"))
+            || memchr::memmem::find(self.src.as_bytes(), b"deepspeed_plugin").is_some();
+        if !self.accelerators.is_empty() && !accelerate_divides {
+            // An `Accelerator()` that does not accumulate: its backward is a plain one.
+            for ev in &mut self.calls {
+                let Some((_, loss, text, prov)) = self
+                    .accelerate_backwards
+                    .iter()
+                    .find(|(call, ..)| *call == ev.call.span)
+                else {
+                    continue;
+                };
+                ev.kind = CallKind::Backward {
+                    loss: loss.clone(),
+                    loss_text: text.clone(),
+                    prov: prov.clone(),
+                    scaler: false,
+                    in_helper: false,
+                };
+            }
+        }
+        let calls = self.inlined_calls();
+        let scopes: Vec<ScopeInfo> = self
+            .scopes
+            .iter()
+            .map(|s| ScopeInfo {
+                assigned: s.assigned.iter().chain(&s.params).cloned().collect(),
+            })
+            .collect();
+        let mut assembled = loops::assemble(&Recorded {
+            loops: &self.loops,
+            conds: &self.conds,
+            scopes: &scopes,
+            calls: &calls,
+        });
         for lp in &mut assembled.loops {
             lp.factor_value = parse_number(&lp.factor).or_else(|| {
                 let v = self.env.get(&(0, lp.factor.clone()))?;
@@ -1910,11 +2170,11 @@ impl<'s> Walker<'s> {
         }
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
-        // accelerate divides only when it was told to accumulate (its default is 1).
-        let accelerate_divides = self
-            .accelerators
-            .iter()
-            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"));
+        self.facts.clips_before_unscale = assembled.clips_before_unscale;
+        if accelerate_divides {
+            self.facts.clips_in_accumulate = assembled.clips_in_accumulate;
+        }
+        self.facts.exports = self.exports();
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
@@ -2087,7 +2347,7 @@ mod tests {
         let lp = &facts.loops[0];
         assert_eq!(lp.factor, "accum_steps");
         assert_eq!(lp.backwards.len(), 1);
-        assert_eq!(lp.backwards[0].scaling, Scaling::Unscaled);
+        assert_eq!(lp.backwards[0].scaling(&|_, _| None), Scaling::Unscaled);
     }
 
     #[test]

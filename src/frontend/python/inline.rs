@@ -1,0 +1,169 @@
+//! Helpers of the file, inlined at their call sites: a `self.backward(loss)`, a
+//! `self.optimizer_step()` or a `train_step(batch)` defined in the same file runs its training
+//! calls inside the loops and branches of the call, so the loop model sees them there.
+
+use super::provenance::Args;
+use super::{Invoke, Walker};
+use crate::facts::Prov;
+use crate::frontend::loops::{CallEvent, CallKind, Ctx};
+
+/// How many helpers deep calls are followed.
+const MAX_INLINE_DEPTH: usize = 4;
+
+/// One thing a function does, in source order: a training call, or a call of a helper.
+enum Item<'a> {
+    Event(&'a CallEvent),
+    Invoke(&'a Invoke),
+}
+
+impl<'s> Walker<'s> {
+    /// Every training call of the file with its provenance resolved, plus the calls of helpers
+    /// at each call site that reaches them.
+    pub(super) fn inlined_calls(&self) -> Vec<CallEvent> {
+        // A call site whose helper is found runs the helper's calls, not a framework's backward
+        // (`self.backward(loss)` is the class's own method).
+        let found: Vec<&Invoke> = self
+            .invokes
+            .iter()
+            .filter(|i| self.function(&i.callee).is_some())
+            .collect();
+        let mut out = Vec::new();
+        for scope in 0..self.scopes.len() {
+            self.expand(scope, None, None, 0, &mut Vec::new(), &found, &mut out);
+        }
+        out.sort_by_key(|e| e.order);
+        out
+    }
+
+    /// The calls of `scope`, seen from `site` (the call of it being inlined), with `env` the
+    /// arguments it was given.
+    #[allow(clippy::too_many_arguments)]
+    fn expand(
+        &self,
+        scope: usize,
+        env: Option<(&[String], &Args)>,
+        site: Option<&Site>,
+        depth: usize,
+        visiting: &mut Vec<usize>,
+        found: &[&Invoke],
+        out: &mut Vec<CallEvent>,
+    ) {
+        let mut items: Vec<(usize, Item)> = self
+            .calls
+            .iter()
+            .filter(|e| e.ctx.scope == scope)
+            .filter(|e| !found.iter().any(|i| i.call == e.call.span))
+            .map(|e| (e.call.span.start, Item::Event(e)))
+            .chain(
+                found
+                    .iter()
+                    .filter(|i| i.ctx.scope == scope)
+                    .map(|i| (i.call.start, Item::Invoke(i))),
+            )
+            .collect();
+        items.sort_by_key(|(at, _)| *at);
+        visiting.push(scope);
+        for (sub, (_, item)) in items.into_iter().enumerate() {
+            let order = site.map(|s| (s.order.0, s.order.1 * 1024 + sub));
+            match item {
+                Item::Event(e) => {
+                    let mut ev = e.clone();
+                    if let CallKind::Backward {
+                        loss,
+                        loss_text,
+                        prov,
+                        in_helper,
+                        ..
+                    } = &mut ev.kind
+                    {
+                        // A loss the loop's own call handed in is judged, and fixed, there.
+                        let handed = match (&*prov, site) {
+                            (Prov::Param(name), Some(s)) if std::ptr::eq(s.call, s.outer) => {
+                                env.and_then(|(params, _)| handed(s.call, params, name))
+                            }
+                            _ => None,
+                        };
+                        *prov = self.resolve(prov, env, 0);
+                        match handed {
+                            Some((span, text)) => {
+                                *loss = span;
+                                *loss_text = text;
+                            }
+                            None => *in_helper = site.is_some(),
+                        }
+                    }
+                    if let (Some(s), Some(order)) = (site, order) {
+                        ev.ctx = e.ctx.inside(&s.ctx);
+                        ev.order = order;
+                        ev.inlined = true;
+                        ev.site_loops = s.ctx.loops.len();
+                        // The calls stay where the helper has them: nothing may be moved there
+                        // on behalf of one caller.
+                        ev.call.statement = None;
+                        if matches!(ev.kind, CallKind::Backward { .. }) {
+                            ev.call.span = s.outer.call.clone();
+                        }
+                    }
+                    out.push(ev);
+                }
+                Item::Invoke(inv) => {
+                    let Some(target) = self.function(&inv.callee) else {
+                        continue;
+                    };
+                    if depth >= MAX_INLINE_DEPTH || visiting.contains(&target) {
+                        continue;
+                    }
+                    let args: Args = inv
+                        .args
+                        .iter()
+                        .map(|(k, p, ..)| (k.clone(), self.resolve(p, env, 0)))
+                        .collect();
+                    let inner = Site {
+                        ctx: match site {
+                            Some(s) => inv.ctx.inside(&s.ctx),
+                            None => inv.ctx.clone(),
+                        },
+                        order: order.unwrap_or((inv.call.start, 0)),
+                        call: inv,
+                        outer: site.map_or(inv, |s| s.outer),
+                    };
+                    let params = &self.scopes[target].params;
+                    self.expand(
+                        target,
+                        Some((params, &args)),
+                        Some(&inner),
+                        depth + 1,
+                        visiting,
+                        found,
+                        out,
+                    );
+                }
+            }
+        }
+        visiting.pop();
+    }
+}
+
+/// Where a helper is being inlined.
+struct Site<'a> {
+    ctx: Ctx,
+    order: (usize, usize),
+    /// The call of the helper.
+    call: &'a Invoke,
+    /// The call in the code being analysed that led here.
+    outer: &'a Invoke,
+}
+
+/// The argument `call` gave for parameter `name`: its span and text.
+fn handed(
+    call: &Invoke,
+    params: &[String],
+    name: &str,
+) -> Option<(std::ops::Range<usize>, String)> {
+    let index = params.iter().position(|p| p == name);
+    let keyword = call.args.iter().find(|(k, ..)| k.as_deref() == Some(name));
+    let positional = || call.args.iter().filter(|(k, ..)| k.is_none()).nth(index?);
+    keyword
+        .or_else(positional)
+        .map(|(_, _, span, text)| (span.clone(), text.clone()))
+}

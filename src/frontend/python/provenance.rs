@@ -1,0 +1,537 @@
+//! Loss provenance: how the value that reaches a `backward()` was produced, under the policy
+//! written on [`Prov`]: a loss is a per-micro-batch mean unless the code shows otherwise.
+//!
+//! While the file is read, a value may depend on a function of the same file ([`Prov::Local`],
+//! defined anywhere in the file) or on a parameter of the function being read
+//! ([`Prov::Param`]); once the whole file is read, [`Walker::resolve`] replaces both. Helpers
+//! imported from other modules stay [`Prov::Imported`]: the pipeline judges them with the
+//! project's files.
+
+use super::{last_segment, names_accumulation, unparen, Walker};
+use crate::facts::{Callee, Prov, Scaling};
+use tree_sitter::Node;
+
+/// How deep an expression is followed, and how many helpers deep a value is followed.
+const MAX_DEPTH: usize = 8;
+
+/// Arguments of a call as the callee sees them: keyword or positional, with their provenance.
+pub type Args = Vec<(Option<String>, Prov)>;
+
+/// Calls that hand a value through unchanged (`loss.float()`, `torch.stack(losses)`).
+const TRANSPARENT: &[&str] = &[
+    "float",
+    "double",
+    "squeeze",
+    "to",
+    "clone",
+    "contiguous",
+    "view",
+    "reshape",
+    "flatten",
+    "cuda",
+    "stack",
+    "cat",
+    "tensor",
+    "as_tensor",
+];
+
+impl<'s> Walker<'s> {
+    /// The provenance of an expression, with the names it reads followed to their assignments.
+    pub(super) fn prov(&self, node: Node, depth: usize) -> Prov {
+        let node = unparen(node);
+        if depth > MAX_DEPTH {
+            return Prov::UNKNOWN;
+        }
+        match node.kind() {
+            "binary_operator" => {
+                let op = node
+                    .child_by_field_name("operator")
+                    .map(|o| self.text(o))
+                    .unwrap_or("");
+                let (Some(left), Some(right)) = (
+                    node.child_by_field_name("left"),
+                    node.child_by_field_name("right"),
+                ) else {
+                    return Prov::UNKNOWN;
+                };
+                match op {
+                    "/" | "//" => Prov::SCALED,
+                    // `loss * num_tokens`: normalised by a count (the division comes elsewhere).
+                    "*" if super::is_count_like(self.text(right))
+                        || super::is_count_like(self.text(left)) =>
+                    {
+                        Prov::SCALED
+                    }
+                    _ => Prov::Combined(vec![
+                        self.prov(left, depth + 1),
+                        self.prov(right, depth + 1),
+                    ]),
+                }
+            }
+            "unary_operator" => node
+                .child_by_field_name("argument")
+                .map_or(Prov::UNKNOWN, |a| self.prov(a, depth + 1)),
+            "conditional_expression" | "tuple" | "list" | "expression_list" => {
+                let mut c = node.walk();
+                let parts: Vec<Prov> = node
+                    .named_children(&mut c)
+                    .filter(|n| n.kind() != "comment")
+                    .take(8)
+                    .map(|n| self.prov(n, depth + 1))
+                    .collect();
+                Prov::Combined(parts)
+            }
+            "generator_expression" | "list_comprehension" => node
+                .child_by_field_name("body")
+                .map_or(Prov::ASSUMED, |b| self.prov(b, depth + 1)),
+            "identifier" | "attribute" => {
+                let text = self.text(node);
+                if node.kind() == "attribute" && last_segment(text) == "loss" && text != "self.loss"
+                {
+                    // `outputs.loss`: a model output's mean loss, unless the model was handed a
+                    // count to divide by.
+                    let of = node
+                        .child_by_field_name("object")
+                        .map_or(Prov::ASSUMED, |o| self.prov(o, depth + 1));
+                    return match of {
+                        Prov::Known(Scaling::Unknown) => Prov::UNKNOWN,
+                        _ => Prov::UNSCALED,
+                    };
+                }
+                self.loss_def(text, node.start_byte())
+                    .or_else(|| self.param(text))
+                    .unwrap_or(Prov::ASSUMED)
+            }
+            // `outputs[0]`, `outputs[:2]`, `out["loss"]`: part of what produced the value.
+            "subscript" => {
+                let key = node
+                    .child_by_field_name("subscript")
+                    .map(|k| self.text(k))
+                    .unwrap_or("");
+                match node.child_by_field_name("value") {
+                    Some(v) => match self.prov(v, depth + 1) {
+                        Prov::Known(Scaling::AssumedMean)
+                            if super::string_key(key) == "loss" && key != "loss" =>
+                        {
+                            Prov::UNSCALED
+                        }
+                        p => p,
+                    },
+                    None => Prov::ASSUMED,
+                }
+            }
+            "call" => self.call_prov(node, depth),
+            _ => Prov::ASSUMED,
+        }
+    }
+
+    fn call_prov(&self, node: Node, depth: usize) -> Prov {
+        let Some(func) = node.child_by_field_name("function") else {
+            return Prov::UNKNOWN;
+        };
+        let f = self.text(func);
+        let last = last_segment(f);
+        let lower = last.to_ascii_lowercase();
+        let object = (func.kind() == "attribute")
+            .then(|| func.child_by_field_name("object"))
+            .flatten();
+        let args = node.child_by_field_name("arguments");
+        let first_arg = args.and_then(|a| {
+            let mut c = a.walk();
+            let first = a
+                .named_children(&mut c)
+                .find(|n| !matches!(n.kind(), "keyword_argument" | "comment"));
+            first
+        });
+        // Reductions and conversions: what they are applied to.
+        let inner = |of: Option<Node>| of.map_or(Prov::ASSUMED, |n| self.prov(n, depth + 1));
+        match (last, object) {
+            ("mean", Some(o)) => return Prov::Averaged(Box::new(inner(Some(o)))),
+            ("sum", Some(o)) if f != "torch.sum" => return Prov::Summed(Box::new(inner(Some(o)))),
+            ("mean", None) => return Prov::Averaged(Box::new(inner(first_arg))),
+            // The builtin adds up a list of losses: what they are, added.
+            ("sum", None) => return inner(first_arg),
+            _ => {}
+        }
+        if f == "torch.mean" {
+            return Prov::Averaged(Box::new(inner(first_arg)));
+        }
+        if f == "torch.sum" {
+            return Prov::Summed(Box::new(inner(first_arg)));
+        }
+        if TRANSPARENT.contains(&last) {
+            return match object {
+                Some(o) if !f.starts_with("torch.") => inner(Some(o)),
+                _ => inner(first_arg),
+            };
+        }
+        // A producer handed the accumulation factor or an item count may divide by it.
+        let mut given: Args = Vec::new();
+        if let Some(a) = args {
+            let mut c = a.walk();
+            for arg in a.named_children(&mut c) {
+                if names_count(self.text(arg)) {
+                    return Prov::UNKNOWN;
+                }
+                match arg.kind() {
+                    "keyword_argument" => {
+                        let k = arg.child_by_field_name("name").map(|n| self.text(n));
+                        let v = arg.child_by_field_name("value");
+                        if k == Some("reduction") {
+                            match v.map(|v| super::string_key(self.text(v))).as_deref() {
+                                // A sum adds up across micro-batches as a full batch would.
+                                Some("sum") => return Prov::UNKNOWN,
+                                Some("none") => return Prov::PerElement,
+                                _ => {}
+                            }
+                        }
+                        if let (Some(k), Some(v)) = (k, v) {
+                            given.push((Some(k.to_string()), self.prov(v, depth + 1)));
+                        }
+                    }
+                    "comment" => {}
+                    "list_splat" | "dictionary_splat" => given.push((None, Prov::ASSUMED)),
+                    _ => given.push((None, self.prov(arg, depth + 1))),
+                }
+            }
+        }
+        let known_loss = lower.contains("criterion")
+            || lower.contains("loss_fn")
+            || lower.contains("loss_func")
+            || lower.ends_with("loss")
+            || lower.contains("cross_entropy")
+            || f.starts_with("F.")
+            || f.starts_with("nn.functional.")
+            || f.starts_with("torch.nn.functional.");
+        // What the call returns when the file defines no such function: a torch loss or a
+        // criterion is a mean; a helper imported from the project is judged with its module; a
+        // model or anything else returns a mean by the policy.
+        let otherwise = match self.imported(f) {
+            // torch's own losses are means; a helper of the project is judged with its module.
+            Some((module, _)) if known_loss && module.starts_with("torch") => Prov::UNSCALED,
+            Some((module, name)) => Prov::Imported { module, name },
+            None if known_loss => Prov::UNSCALED,
+            None => Prov::ASSUMED,
+        };
+        match self.callee(func) {
+            Some(callee) => Prov::Local {
+                callee,
+                args: given,
+                otherwise: Box::new(otherwise),
+            },
+            None => otherwise,
+        }
+    }
+
+    /// The function of this file a call may name: `f(...)`, `self.f(...)`, or an instance
+    /// `crit(...)` of a class built in the same scope (`crit = MyLoss()`).
+    pub(super) fn callee(&self, func: Node) -> Option<Callee> {
+        match func.kind() {
+            "identifier" => {
+                let name = self.text(func);
+                if let Some(class) = self.instance_of(name) {
+                    return Some(Callee {
+                        name: class,
+                        class: None,
+                        instance: true,
+                    });
+                }
+                Some(Callee {
+                    name: name.to_string(),
+                    class: None,
+                    instance: false,
+                })
+            }
+            "attribute" => {
+                let object = func.child_by_field_name("object")?;
+                let attr = func.child_by_field_name("attribute")?;
+                if self.text(object) != "self" {
+                    // `self.crit(x)` where `self.crit = MyLoss()`.
+                    let name = self.text(func);
+                    return self.instance_of(name).map(|class| Callee {
+                        name: class,
+                        class: None,
+                        instance: true,
+                    });
+                }
+                if let Some(class) = self.instance_of(self.text(func)) {
+                    return Some(Callee {
+                        name: class,
+                        class: None,
+                        instance: true,
+                    });
+                }
+                let class = self.scopes.get(self.scope()).and_then(|s| s.class)?;
+                Some(Callee {
+                    name: self.text(attr).to_string(),
+                    class: Some(class),
+                    instance: false,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The class a name was built from (`crit = MyLoss()`, `self.crit = MyLoss()`).
+    fn instance_of(&self, name: &str) -> Option<String> {
+        let mut scope = Some(super::scope_of_name(self, name));
+        while let Some(s) = scope {
+            if let Some(class) = self.instances.get(&(s, name.to_string())) {
+                return Some(class.clone());
+            }
+            scope = self.scopes.get(s).and_then(|sc| sc.parent);
+        }
+        None
+    }
+
+    /// `name` or `alias.name` imported from another module: the module and the name in it.
+    /// An instance of an imported class is called through the class (`Class()`).
+    pub(super) fn imported(&self, callee: &str) -> Option<(String, String)> {
+        if let Some(class) = self.instance_of(callee) {
+            return self
+                .imports
+                .get(&class)
+                .map(|(m, n)| (m.clone(), format!("{}()", n.as_deref().unwrap_or(&class))));
+        }
+        if let Some((m, n)) = self.imports.get(callee) {
+            return Some((m.clone(), n.clone().unwrap_or_default()));
+        }
+        // `losses.compute(...)`, `import my.losses as L; L.compute(...)`.
+        let (alias, name) = callee.rsplit_once('.')?;
+        let (module, sub) = self.imports.get(alias)?;
+        let module = match sub {
+            Some(sub) => format!("{module}.{sub}"),
+            None => module.clone(),
+        };
+        Some((module, name.to_string()))
+    }
+
+    /// The latest definition of `name` in scope before `before`.
+    pub(super) fn loss_def(&self, name: &str, before: usize) -> Option<Prov> {
+        let mut scope = Some(self.scope());
+        while let Some(s) = scope {
+            if let Some(defs) = self.loss_defs.get(&(s, name.to_string())) {
+                // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`).
+                let prior: Vec<_> = defs.iter().filter(|(at, _)| *at < before).collect();
+                if prior.iter().any(|(_, p)| *p == Prov::SCALED) {
+                    return Some(Prov::SCALED);
+                }
+                if let Some((_, last)) = prior.last() {
+                    return Some(last.clone());
+                }
+            }
+            // A parameter shadows the names around its function.
+            if self
+                .scopes
+                .get(s)
+                .is_some_and(|sc| sc.params.iter().any(|p| p == name))
+            {
+                return None;
+            }
+            scope = self.scopes.get(s).and_then(|sc| sc.parent);
+        }
+        None
+    }
+
+    /// `name` is a parameter of the function being read.
+    fn param(&self, name: &str) -> Option<Prov> {
+        let mut scope = Some(self.scope());
+        while let Some(s) = scope {
+            let sc = self.scopes.get(s)?;
+            if sc.params.iter().any(|p| p == name) {
+                return Some(Prov::Param(name.to_string()));
+            }
+            if sc.is_class {
+                return None;
+            }
+            scope = sc.parent;
+        }
+        None
+    }
+
+    /// Remember what `target` now holds.
+    pub(super) fn define(&mut self, target: &str, at: usize, prov: Prov) {
+        let scope = self.scope();
+        self.loss_defs
+            .entry((scope, target.to_string()))
+            .or_default()
+            .push((at, prov));
+    }
+
+    /// `a, b = rhs`: each name gets its element when the right side is written as a tuple of
+    /// the same length, else what the whole right side is (`logits, loss = model(x, y)`).
+    pub(super) fn define_pattern(&mut self, left: Node, right: Node, at: usize) {
+        let mut c = left.walk();
+        let targets: Vec<Node> = left.named_children(&mut c).collect();
+        let right = unparen(right);
+        let mut rc = right.walk();
+        let elements: Vec<Node> = match right.kind() {
+            "expression_list" | "tuple" | "list" => right.named_children(&mut rc).collect(),
+            _ => Vec::new(),
+        };
+        let whole = (elements.len() != targets.len()).then(|| self.prov(right, 0));
+        for (i, t) in targets.iter().enumerate() {
+            let t = if t.kind() == "list_splat_pattern" {
+                match t.named_child(0) {
+                    Some(n) => n,
+                    None => continue,
+                }
+            } else {
+                *t
+            };
+            if !matches!(t.kind(), "identifier" | "attribute") {
+                continue;
+            }
+            let prov = match (&whole, elements.get(i)) {
+                (Some(p), _) => p.clone(),
+                (None, Some(e)) => self.prov(*e, 0),
+                (None, None) => continue,
+            };
+            let name = self.text(t).to_string();
+            self.define(&name, at, prov);
+        }
+    }
+
+    /// Replace the file's own helpers and the parameters of the function being read by what
+    /// they stand for. `env` holds the arguments a call site gave the function whose values
+    /// are being resolved, with its parameter names.
+    pub(super) fn resolve(&self, p: &Prov, env: Option<(&[String], &Args)>, depth: usize) -> Prov {
+        if depth > MAX_DEPTH {
+            return Prov::UNKNOWN;
+        }
+        match p {
+            Prov::Known(_) | Prov::PerElement | Prov::Imported { .. } => p.clone(),
+            Prov::Summed(inner) => Prov::Summed(Box::new(self.resolve(inner, env, depth + 1))),
+            Prov::Averaged(inner) => Prov::Averaged(Box::new(self.resolve(inner, env, depth + 1))),
+            Prov::Combined(parts) => Prov::Combined(
+                parts
+                    .iter()
+                    .map(|q| self.resolve(q, env, depth + 1))
+                    .collect(),
+            ),
+            Prov::Param(name) => env
+                .and_then(|(params, args)| argument(params, args, name))
+                .unwrap_or(Prov::ASSUMED),
+            Prov::Local {
+                callee,
+                args,
+                otherwise,
+            } => {
+                let Some(scope) = self.function(callee) else {
+                    return self.resolve(otherwise, env, depth + 1);
+                };
+                let given: Args = args
+                    .iter()
+                    .map(|(k, v)| (k.clone(), self.resolve(v, env, depth + 1)))
+                    .collect();
+                let params = &self.scopes[scope].params;
+                let returns = self.returns.get(&scope).map_or(&[][..], |r| r.as_slice());
+                if returns.is_empty() {
+                    // A function that returns nothing gives no loss to judge.
+                    return Prov::UNKNOWN;
+                }
+                Prov::Combined(
+                    returns
+                        .iter()
+                        .map(|r| self.resolve(r, Some((params, &given)), depth + 1))
+                        .collect(),
+                )
+            }
+        }
+    }
+
+    /// The function scope a call names: a method of the class, a function of the file, or the
+    /// `__call__`/`forward` of a class of the file.
+    pub(super) fn function(&self, callee: &Callee) -> Option<usize> {
+        if callee.instance {
+            let class = self
+                .scopes
+                .iter()
+                .position(|s| s.is_class && s.name == callee.name)?;
+            return ["__call__", "forward"].iter().find_map(|m| {
+                self.scopes
+                    .iter()
+                    .position(|s| !s.is_class && s.name == *m && s.parent == Some(class))
+            });
+        }
+        self.scopes.iter().position(|s| {
+            !s.is_class
+                && s.name == callee.name
+                && match callee.class {
+                    Some(class) => s.parent == Some(class),
+                    None => s
+                        .parent
+                        .and_then(|p| self.scopes.get(p))
+                        .is_some_and(|p| !p.is_class),
+                }
+        })
+    }
+
+    /// What each module-level function, and each class when called, returns: for the files that
+    /// import them.
+    pub(super) fn exports(&self) -> Vec<(String, Prov)> {
+        let mut out = Vec::new();
+        for (id, s) in self.scopes.iter().enumerate() {
+            if s.parent != Some(0) {
+                continue;
+            }
+            let callee = Callee {
+                name: s.name.clone(),
+                class: None,
+                instance: s.is_class,
+            };
+            let Some(scope) = self.function(&callee) else {
+                continue;
+            };
+            let Some(returns) = self.returns.get(&scope) else {
+                continue;
+            };
+            let _ = id;
+            let resolved =
+                Prov::Combined(returns.iter().map(|r| self.resolve(r, None, 0)).collect());
+            let name = if s.is_class {
+                format!("{}()", s.name)
+            } else {
+                s.name.clone()
+            };
+            out.push((name, resolved));
+        }
+        out
+    }
+}
+
+/// An argument that hands a producer the accumulation factor or a count to normalise by
+/// (`num_items_in_batch=n`, `n_tokens`, `accum_steps`); the tokens themselves are no count.
+fn names_count(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    names_accumulation(&t)
+        || [
+            "num_items",
+            "n_items",
+            "num_tokens",
+            "n_tokens",
+            "ntokens",
+            "token_count",
+            "tokens_count",
+            "count",
+            "numel",
+            "normali",
+            "num_valid",
+            "n_valid",
+            "denom",
+        ]
+        .iter()
+        .any(|w| t.contains(w))
+}
+
+/// The argument a call gave for parameter `name`.
+fn argument(params: &[String], args: &Args, name: &str) -> Option<Prov> {
+    if let Some((_, v)) = args.iter().find(|(k, _)| k.as_deref() == Some(name)) {
+        return Some(v.clone());
+    }
+    let index = params.iter().position(|p| p == name)?;
+    args.iter()
+        .filter(|(k, _)| k.is_none())
+        .nth(index)
+        .map(|(_, v)| v.clone())
+}
