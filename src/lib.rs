@@ -16,7 +16,6 @@ pub mod fix;
 pub mod frontend;
 pub mod knowledge;
 pub mod lint;
-pub mod notebook;
 pub mod prefilter;
 pub mod project;
 pub mod report;

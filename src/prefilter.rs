@@ -25,8 +25,8 @@
 //! this scan: a skipped script that a run reaches is analysed when the run is joined. A rule the
 //! scan does not know about makes every file of its language parse.
 
-use crate::config::python::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::expr::{role_of, Role};
+use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::knowledge::{knowledge, normalize as optimizer_name};
 use crate::project::MODEL_KEYS;
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};

@@ -366,14 +366,14 @@ impl<'s> Walker<'s> {
             }),
             "function_definition" | "class_definition" => {
                 if node.kind() == "class_definition" {
-                    crate::config::python::class_defaults(node, self.src, &mut self.facts);
+                    super::python_config::class_defaults(node, self.src, &mut self.facts);
                 }
                 self.enter_scope(node)
             }
             // Only a dict on the right of an assignment can be a named config; asking any other
             // dict for its parent would walk down from the root each time.
             "dictionary" if field == Some("right") => {
-                crate::config::python::dict(node, self.src, &mut self.facts);
+                super::python_config::dict(node, self.src, &mut self.facts);
                 self.dictionary(node, true);
             }
             "dictionary" => self.dictionary(node, false),
@@ -1393,7 +1393,7 @@ impl<'s> Walker<'s> {
         let args = node.child_by_field_name("arguments");
         if last == "add_argument" {
             self.argparse_default(node);
-            crate::config::python::argparse_default(node, self.src, &mut self.facts);
+            super::python_config::argparse_default(node, self.src, &mut self.facts);
         }
         let src = self.src;
         let t = |n: Node| src.get(n.byte_range()).unwrap_or("");
