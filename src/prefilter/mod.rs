@@ -3,7 +3,7 @@
 //! frontends record, so skipping a file never changes a result:
 //! - memory formulas (MEM001, MEM002's assignments, MEM005's constants, MEM006) are recorded only
 //!   with a term whose role is a model size or a parameter count, and a term's role is
-//!   [`role_of`] of an identifier written in the file: the scan asks `role_of` about every
+//!   [`role_of`](crate::expr::role_of) of an identifier written in the file: the scan asks `role_of` about every
 //!   identifier that contains `model`, `weight` or `param`. A parameter count counts only where
 //!   a rule can use one: assigned a possible constant, as a config key, or multiplied where an
 //!   optimizer-state `*byte*` name is assigned;
@@ -25,9 +25,9 @@
 //! this scan: a skipped script that a run reaches is analysed when the run is joined. A rule the
 //! scan does not know about makes every file of its language parse.
 //!
-//! The checks of the memory formulas are in [`memory`], of the unit conversions in [`units`], of
-//! the tables in [`tables`]; the batch keys, the training loop and the directives are checked
-//! here, and [`scan`] holds the text and what every check reads it with.
+//! The checks of the memory formulas are in `memory.rs`, of the unit conversions in `units.rs`, of
+//! the tables in `tables.rs`; the batch keys, the training loop and the directives are checked
+//! here, and `scan.rs` holds the text and what every check reads it with.
 
 mod memory;
 mod scan;

@@ -13,17 +13,17 @@
 //! The join is a function of what is loaded: it never reads a file itself. When a run names a
 //! file that is neither linted nor read yet, [`join`] says so ([`Join::Needs`]); the pipeline
 //! reads it into the [`ContextFiles`] and joins again. What it computes, rules read through
-//! [`crate::context`]: the training context of each file and its [`ProjectView`].
+//! [`crate::context`]: the training context of each file and its [`ProjectView`](crate::context::ProjectView).
 //!
-//! - [`files`]: the units and the files read for context, and path resolution;
-//! - [`launch`]: a command's words, split into launcher options, script flags and positionals;
-//! - [`lookup`]: which words name a config, and where that config is;
-//! - [`world`]: the processes a launch starts, and the data-parallel degree;
-//! - [`trainer`]: the HF Trainer arguments a run passes with its DeepSpeed config;
-//! - [`runs`]: one run per launch, recipe, or file no run reaches;
-//! - [`names`]: parameter counts in model names, and the keys that state quantities;
-//! - [`memory`]: the memory case of a run, for MEM005;
-//! - [`join`](mod@join): the runs built, then each unit's view of them.
+//! - `files.rs`: the units and the files read for context, and path resolution;
+//! - `launch.rs`: a command's words, split into launcher options, script flags and positionals;
+//! - `lookup.rs`: which words name a config, and where that config is;
+//! - `world.rs`: the processes a launch starts, and the data-parallel degree;
+//! - `trainer.rs`: the HF Trainer arguments a run passes with its DeepSpeed config;
+//! - `runs.rs`: one run per launch, recipe, or file no run reaches;
+//! - `names.rs`: parameter counts in model names, and the keys that state quantities;
+//! - `memory.rs`: the memory case of a run, for MEM005;
+//! - `join.rs`: the runs built, then each unit's view of them.
 
 mod files;
 mod join;
@@ -39,6 +39,3 @@ pub use files::{ContextFile, ContextFiles, Unit};
 pub use join::{join, Join, Joined};
 pub use names::{is_gpu_memory_name, params_from_name, MODEL_KEYS};
 pub use trainer::{accelerate_deepspeed, TRAINER_ARGS};
-
-#[cfg(doc)]
-use crate::context::ProjectView;

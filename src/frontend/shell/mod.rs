@@ -1,16 +1,16 @@
 //! Shell: tree-sitter-bash, one parse and one iterative walk per file. Lowers `$(( ))` arithmetic
 //! into the shared expression form, and reads launch commands and their flags: words are expanded
-//! through the variables set earlier in the script (see [`expand`]), `eval "$CMD"` and `$OPTS`
+//! through the variables set earlier in the script (see `expand.rs`), `eval "$CMD"` and `$OPTS`
 //! are followed, branches whose condition is known are taken or skipped, and heredocs that write
 //! a config file become configs of their own.
 //!
 //! The walk (here) hands each node to the part that reads it:
-//! - [`assign`]: assignments, as arithmetic and as text;
-//! - [`arith`]: the arithmetic of `let` and `expr` words;
-//! - [`expand`]: words expanded through the variables, as the shell would;
-//! - [`flow`]: which statements run when the script runs as written;
-//! - [`launch`]: commands, the launchers among them, and `#SBATCH` directives;
-//! - [`heredoc`]: heredocs that write a config file.
+//! - `assign.rs`: assignments, as arithmetic and as text;
+//! - `arith.rs`: the arithmetic of `let` and `expr` words;
+//! - `expand.rs`: words expanded through the variables, as the shell would;
+//! - `flow.rs`: which statements run when the script runs as written;
+//! - `launch.rs`: commands, the launchers among them, and `#SBATCH` directives;
+//! - `heredoc.rs`: heredocs that write a config file.
 
 mod arith;
 mod assign;
