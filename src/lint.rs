@@ -294,6 +294,8 @@ struct Contexts {
 
 fn project_contexts(linted: &[Linted], context: &mut ContextFiles, cwd: &Path) -> Contexts {
     let units: Vec<&Unit> = linted.iter().map(|l| &l.unit).collect();
+    // A run reaches at most a script, the configs it names and the configs those name: a few
+    // rounds, each reading what the one before found named.
     let joined = loop {
         match project::join(&units, context, cwd) {
             Join::Joined(joined) => break joined,
