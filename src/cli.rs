@@ -3,7 +3,7 @@
 use crate::diagnostic::Applicability;
 use crate::fix;
 use crate::lint::{lint, LintOptions};
-use crate::report::{self, Format};
+use crate::report::{self, DocFormat, Format};
 use crate::rules::catalog;
 use crate::settings::{CliOverrides, Resolver};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -39,12 +39,6 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         output_format: DocFormat,
     },
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum DocFormat {
-    Text,
-    Json,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -133,93 +127,14 @@ fn rule(code: &str, format: DocFormat) -> i32 {
         eprintln!("memlint: error: unknown rule `{code}` (see `memlint rules`)");
         return 2;
     };
-    let out = match format {
-        DocFormat::Json => {
-            let v = serde_json::json!({
-                "code": page.code, "name": page.name, "severity": page.severity.as_str(),
-                "summary": page.summary, "fix": page.fix, "default_enabled": page.default_enabled,
-                "explanation": page.explanation, "references": page.references,
-                "example": {"path": page.example.path, "bad": page.example.bad, "good": page.example.good},
-                "url": catalog::url(&page.code),
-            });
-            format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
-        }
-        DocFormat::Text => {
-            let mut s = format!(
-                "# {} ({})\n\n{}\n\nSeverity: {}. Fix: {}.{}\n\n{}\n",
-                page.name,
-                page.code,
-                page.summary,
-                page.severity.as_str(),
-                page.fix,
-                if page.default_enabled {
-                    ""
-                } else {
-                    " Off unless selected."
-                },
-                page.explanation.trim()
-            );
-            s.push_str(&format!(
-                "\n## Example ({})\n\nFlagged:\n\n{}\n\nCorrect:\n\n{}\n",
-                page.example.path,
-                indent(&page.example.bad),
-                indent(&page.example.good)
-            ));
-            s.push_str("\n## References\n\n");
-            for r in &page.references {
-                s.push_str(&format!("- {r}\n"));
-            }
-            s
-        }
-    };
-    print_out(&out);
+    print_out(&report::render_rule_page(page, format));
     0
-}
-
-fn indent(code: &str) -> String {
-    code.trim_end()
-        .lines()
-        .map(|l| format!("    {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn rules(format: DocFormat) -> i32 {
     let codes = crate::rules::implemented_codes();
     let pages: Vec<_> = codes.iter().filter_map(|c| catalog::page(c)).collect();
-    let out = match format {
-        DocFormat::Json => {
-            let v: Vec<_> = pages
-                .iter()
-                .map(|p| {
-                    serde_json::json!({
-                        "code": p.code, "name": p.name, "severity": p.severity.as_str(),
-                        "summary": p.summary, "fix": p.fix, "default_enabled": p.default_enabled,
-                        "url": catalog::url(&p.code),
-                    })
-                })
-                .collect();
-            format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
-        }
-        DocFormat::Text => pages
-            .iter()
-            .map(|p| {
-                format!(
-                    "{:<7} {:<32} {:<8} {}{}\n",
-                    p.code,
-                    p.name,
-                    p.severity.as_str(),
-                    p.summary,
-                    if p.default_enabled {
-                        ""
-                    } else {
-                        " (off by default)"
-                    }
-                )
-            })
-            .collect(),
-    };
-    print_out(&out);
+    print_out(&report::render_rule_list(&pages, format));
     0
 }
 

@@ -1,9 +1,14 @@
-//! The training context of a file: its own evidence joined with what the project around it says
-//! (the launcher that runs it, the configs it is given, the project's `.memlint.toml` defaults).
+//! What rules know of a file beyond its own facts: its training context (its evidence joined with
+//! what the project around it says: the launcher that runs it, the configs it is given, the
+//! project's `.memlint.toml` defaults) and the project around it (the runs that use its configs,
+//! the launches it writes, the memory cases anchored in it). [`crate::project`] computes them.
 
-use crate::facts::{Evidence, Facts, Framework, Precision};
+use crate::config::{Node, Value};
+use crate::facts::{Binding, Evidence, Facts, Framework, Precision};
 use crate::knowledge::{knowledge, OptimizerRow};
 use crate::source::SourceFile;
+use std::ops::Range;
+use std::sync::Arc;
 
 /// Where a piece of context came from, for the message's evidence chain.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,11 +82,14 @@ pub struct TrainingContext {
     /// An optimizer name that is not in the knowledge table: nothing may be asserted about it.
     pub unknown_optimizer: bool,
     /// The launchers, scripts and configs around the file (see [`crate::project`]).
-    pub project: std::sync::Arc<crate::project::ProjectView>,
+    pub project: Arc<ProjectView>,
     /// What the helpers this file imports from other modules of the project return, by module
     /// as written and name (see [`crate::facts::Prov`]).
-    pub imported: std::sync::Arc<Vec<((String, String), crate::facts::Scaling)>>,
+    pub imported: Arc<ImportedReturns>,
 }
+
+/// What helpers imported from the project's modules return, by module as written and name.
+pub type ImportedReturns = Vec<((String, String), crate::facts::Scaling)>;
 
 impl TrainingContext {
     /// What an imported helper returns: `None` when its module is not part of the project.
@@ -97,6 +105,10 @@ impl TrainingContext {
 #[derive(Debug, Clone, Default)]
 pub struct Defaults {
     pub optimizer: Option<String>,
+    /// `world-size`: the number of processes, when no launcher says.
+    pub world_size: Option<u32>,
+    /// `gpu-memory-gb`: the GPU's memory, when no file says.
+    pub gpu_memory_gb: Option<f64>,
 }
 
 impl TrainingContext {
@@ -169,5 +181,144 @@ impl TrainingContext {
     /// multipliers do not apply.
     pub fn whole_model_multipliers_apply(&self) -> bool {
         !(self.lora || self.frozen || self.sharded)
+    }
+}
+
+// ---- the project around a file ---------------------------------------------------------------
+
+/// Which config document of a file: a root of the file itself, or an inline config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigRef {
+    Root(usize),
+    Inline(usize),
+}
+
+/// The number of processes a launch starts, and how many of them hold a data-parallel replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct World {
+    pub processes: u64,
+    /// `processes / (tensor x pipeline x context/sequence parallel)`.
+    pub data_parallel: u64,
+    /// Where the numbers come from, for messages.
+    pub why: String,
+}
+
+/// An HF Trainer argument a run passes (a launcher flag or a recipe key).
+#[derive(Debug, Clone)]
+pub struct TrainerArg {
+    /// The `TrainingArguments` name (`per_device_train_batch_size`).
+    pub name: String,
+    pub value: Value,
+    /// As written (`--gradient_accumulation_steps 8`).
+    pub written: String,
+    /// `launch.sh:9`.
+    pub at: String,
+    /// Where it is written in the launcher or recipe file.
+    pub span: Range<usize>,
+}
+
+/// One run as the configs it uses see it.
+#[derive(Debug, Clone, Default)]
+pub struct RunInfo {
+    /// Where the run starts (`launch.sh:12`).
+    pub at: String,
+    /// The command or recipe, shortened (`deepspeed --num_gpus 8 train.py`).
+    pub command: String,
+    pub world: Option<World>,
+    /// HF Trainer arguments, when the run passes them to a Trainer script along with
+    /// `--deepspeed cfg.json` (or a recipe with `deepspeed:`); `None` otherwise.
+    pub trainer: Option<Vec<TrainerArg>>,
+    /// `--auto_find_batch_size`: the Trainer does not compare batch sizes.
+    pub auto_find_batch_size: bool,
+}
+
+/// A config this file holds, and a run that uses it.
+#[derive(Debug, Clone)]
+pub struct ConfigUse {
+    pub config: ConfigRef,
+    pub run: Arc<RunInfo>,
+}
+
+/// A config a launcher in this file names but that is not linted in this run: rules report at
+/// the launcher instead.
+#[derive(Debug, Clone)]
+pub struct ExternalConfig {
+    pub display: String,
+    pub root: Node,
+    /// The word that names it in the launcher (`--deepspeed ds.json`).
+    pub named_at: Range<usize>,
+}
+
+/// A launch command (or recipe) written in this file.
+#[derive(Debug, Clone)]
+pub struct LaunchView {
+    pub span: Range<usize>,
+    pub run: Arc<RunInfo>,
+    /// The options given to the script (or the recipe's keys), last one winning, keyed without
+    /// dashes and with `-` as `_`.
+    pub flags: Node,
+    /// Bindings behind each flag value, by the value's span.
+    pub via: Vec<(Range<usize>, Binding)>,
+    pub external: Vec<ExternalConfig>,
+    /// The flags are a recipe file's keys, not a command line.
+    pub recipe: bool,
+}
+
+/// A quantity found somewhere in a run, with where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quantity {
+    pub value: f64,
+    pub why: String,
+}
+
+/// What a DeepSpeed config of a run says about memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeepSpeedMemory {
+    pub stage: Option<u8>,
+    /// `offload_optimizer` or `offload_param` to a device other than `none`.
+    pub offload: bool,
+    /// `bf16.enabled` or `fp16.enabled`: 16-bit weights with fp32 master weights and states.
+    pub mixed: bool,
+    pub why: String,
+}
+
+/// Everything MEM005 needs about one run, anchored at the parameter count in this file.
+#[derive(Debug, Clone)]
+pub struct MemoryCase {
+    pub anchor: Range<usize>,
+    pub params: Quantity,
+    /// The count was read from a model name (`Llama-2-7b`): a nominal size.
+    pub nominal: bool,
+    /// GPU memory in GB as written (read as GiB when comparing, the larger reading).
+    pub gpu: Quantity,
+    /// The run's evidence joined (optimizer, precision, LoRA, sharding, inference).
+    pub training: TrainingContext,
+    /// Where each precision mention is (parallel to `training.precision`).
+    pub precision_sites: Vec<String>,
+    pub deepspeed: Option<DeepSpeedMemory>,
+    pub world: Option<World>,
+    /// A `fsdp_*` key or an FSDP launcher option: parameters are sharded by FSDP.
+    pub fsdp: bool,
+    /// Optimizer states or gradients need not stay on the GPU: a paged optimizer (states in
+    /// unified memory, evicted under pressure) or `optimizer_in_bwd` (no gradients kept).
+    pub off_gpu: Option<String>,
+}
+
+/// What rules see of the project around one file.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectView {
+    pub config_uses: Vec<ConfigUse>,
+    pub launches: Vec<LaunchView>,
+    pub memory: Vec<MemoryCase>,
+    /// `world-size` from the memlint configuration.
+    pub world_setting: Option<u32>,
+}
+
+impl ProjectView {
+    pub fn uses_of(&self, config: ConfigRef) -> impl Iterator<Item = &Arc<RunInfo>> {
+        self.config_uses
+            .iter()
+            .filter(move |u| u.config == config)
+            .map(|u| &u.run)
     }
 }

@@ -3,7 +3,7 @@
 //! file in the same folder, then a rename) with their permissions kept; a file that does not parse
 //! is never rewritten.
 
-use crate::diagnostic::{Applicability, Diagnostic, Edit};
+use crate::diagnostic::{apply_edits, select_edits, splice, Applicability, Diagnostic, Edit};
 use crate::lint::{analyse, check, FileResult};
 use crate::source::SourceFile;
 use std::io::Write;
@@ -11,54 +11,6 @@ use std::path::Path;
 
 /// Rounds of fixing before giving up on convergence.
 const MAX_ROUNDS: usize = 10;
-
-/// Apply non-overlapping edits to `text` (sorted by position; an edit overlapping an earlier one
-/// is skipped). Returns the new text and how many fixes were applied in full.
-pub fn apply_edits(text: &str, fixes: &[&[Edit]]) -> (String, usize) {
-    let (chosen, applied) = select_edits(text, fixes);
-    (splice(text, &chosen), applied)
-}
-
-/// The edits of the fixes that apply together (whole fixes, first come first served), sorted.
-fn select_edits<'a>(text: &str, fixes: &[&'a [Edit]]) -> (Vec<&'a Edit>, usize) {
-    let mut chosen: Vec<&Edit> = Vec::new();
-    let mut applied = 0;
-    let mut sorted: Vec<&[Edit]> = fixes.to_vec();
-    sorted.sort_by_key(|edits| edits.iter().map(|e| e.range.start).min().unwrap_or(0));
-    for edits in sorted {
-        let clashes = edits.iter().any(|e| {
-            e.range.end > text.len()
-                || e.range.start > e.range.end
-                || !text.is_char_boundary(e.range.start)
-                || !text.is_char_boundary(e.range.end)
-                || chosen.iter().any(|c| overlaps(&c.range, &e.range))
-        });
-        if clashes {
-            continue;
-        }
-        chosen.extend(edits.iter());
-        applied += 1;
-    }
-    chosen.sort_by_key(|e| (e.range.start, e.range.end));
-    (chosen, applied)
-}
-
-/// `text` with sorted, non-overlapping edits applied.
-fn splice(text: &str, edits: &[&Edit]) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for e in edits {
-        out.push_str(&text[at..e.range.start]);
-        out.push_str(&e.content);
-        at = e.range.end;
-    }
-    out.push_str(&text[at..]);
-    out
-}
-
-fn overlaps(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
-    a.start < b.end && b.start < a.end || (a.start == b.start && (a.is_empty() || b.is_empty()))
-}
 
 /// The outcome of fixing one file.
 pub struct Fixed {
@@ -157,20 +109,4 @@ pub fn unified_diff(display: &str, old: &str, new: &str) -> String {
         .context_radius(3)
         .header(&format!("a/{display}"), &format!("b/{display}"))
         .to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn overlapping_edits_are_skipped() {
-        let text = "abcdef";
-        let a = [Edit::replace(1..3, "X")];
-        let b = [Edit::replace(2..4, "Y")];
-        let c = [Edit::replace(4..5, "Z")];
-        let (out, n) = apply_edits(text, &[&a, &b, &c]);
-        assert_eq!(out, "aXdZf");
-        assert_eq!(n, 2);
-    }
 }

@@ -1,26 +1,49 @@
 //! memlint: a linter for GPU-memory formulas, gradient-accumulation loops and batch-size settings
 //! in ML training code and configs.
 //!
-//! The flow: [`discover`] → [`prefilter`] → [`frontend`] / [`config`] (parse and lower into
-//! [`facts`]) → [`context`] (join files of a project) → [`rules`] → [`suppress`] → [`report`] or
-//! [`fix`]. [`lint`] drives it.
+//! The flow: [`discover`] → [`prefilter`] → [`config`] / [`frontend`] (read, parse and lower into
+//! [`facts`]) → [`project`] (join the files of a project into each file's [`context`]) →
+//! [`rules`] → [`suppress`] → [`report`] or [`fix`]. [`lint`] drives it.
+//!
+//! The modules below are grouped by layer, bottom to top: each imports only from its own layer
+//! and the layers below (see `ARCHITECTURE.md`; `tests/architecture.rs` checks it).
 
-pub mod cli;
-pub mod config;
-pub mod context;
+// foundation
 pub mod diagnostic;
-pub mod discover;
+pub mod knowledge;
+
+// sources
+pub mod source;
+
+// readers
+pub mod config;
+
+// facts
 pub mod expr;
 pub mod facts;
-pub mod fix;
+
+// frontends
 pub mod frontend;
-pub mod knowledge;
-pub mod lint;
-pub mod notebook;
-pub mod prefilter;
+
+// model
+pub mod context;
 pub mod project;
-pub mod report;
+
+// rules
 pub mod rules;
-pub mod settings;
-pub mod source;
+
+// suppression
 pub mod suppress;
+
+// pipeline
+pub mod discover;
+pub mod lint;
+pub mod prefilter;
+pub mod settings;
+
+// output
+pub mod fix;
+pub mod report;
+
+// cli
+pub mod cli;

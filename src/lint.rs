@@ -8,6 +8,8 @@ use crate::discover::{discover, io_message, Candidate, PathError};
 use crate::facts::Facts;
 use crate::frontend::{python, shell};
 use crate::prefilter::Wanted;
+use crate::project::helpers::{self, Looked};
+use crate::project::{self, ContextFile, ContextFiles, Join, Unit};
 use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
 use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
@@ -40,12 +42,10 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// One file, read and lowered.
-pub struct Unit {
-    pub file: Arc<SourceFile>,
-    pub facts: Facts,
-    pub settings: Arc<Settings>,
-    pub abs: PathBuf,
+/// One linted file, read and lowered, with the settings that apply to it.
+struct Linted {
+    unit: Unit,
+    settings: Arc<Settings>,
 }
 
 pub struct FileResult {
@@ -73,7 +73,8 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
     };
     let all: Vec<&Candidate> = candidates.iter().collect();
     got.load(&all, resolver, &cwd, opts);
-    let mut contexts = project_contexts(&got.units, &cwd);
+    let mut context = ContextFiles::default();
+    let mut contexts = project_contexts(&got.units, &mut context, &cwd);
     // A script the prefilter ruled out but a run reaches may get the run's diagnostics (its
     // argparse defaults against the launcher's world size, a parameter count in its name): it
     // is analysed whole, and the runs joined again.
@@ -92,7 +93,7 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
             ..opts
         };
         got.load(&reached, resolver, &cwd, whole);
-        contexts = project_contexts(&got.units, &cwd);
+        contexts = project_contexts(&got.units, &mut context, &cwd);
     }
     let Loading {
         units,
@@ -104,13 +105,13 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
     let mut results: Vec<FileResult> = units
         .into_par_iter()
         .zip(contexts.into_par_iter())
-        .map(|(unit, training)| {
-            let diagnostics = check(&unit.file, &unit.facts, &training, &unit.settings);
+        .map(|(Linted { unit, settings }, training)| {
+            let diagnostics = check(&unit.file, &unit.facts, &training, &settings);
             FileResult {
                 syntax_error: unit.facts.syntax_error,
                 file: unit.file,
                 diagnostics,
-                settings: unit.settings,
+                settings,
                 training,
             }
         })
@@ -129,7 +130,7 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
 #[derive(Default)]
 struct Loading<'c> {
     /// In path order: the join reads them so, whichever pass analysed them.
-    units: Vec<Unit>,
+    units: Vec<Linted>,
     /// Read but not analysed (ruled out by the prefilter, or a notebook in another language).
     ruled_out: Vec<&'c Candidate>,
     errors: Vec<PathError>,
@@ -144,7 +145,7 @@ impl<'c> Loading<'c> {
         cwd: &Path,
         opts: LintOptions,
     ) {
-        let loaded: Vec<Result<Option<Unit>, Loaded>> = candidates
+        let loaded: Vec<Result<Option<Linted>, Loaded>> = candidates
             .par_iter()
             .map(|c| load(c, resolver, cwd, opts))
             .collect();
@@ -156,7 +157,7 @@ impl<'c> Loading<'c> {
                 Err(Loaded::Skipped(s)) => self.skipped.push(s),
             }
         }
-        self.units.sort_by(|a, b| a.abs.cmp(&b.abs));
+        self.units.sort_by(|a, b| a.unit.abs.cmp(&b.unit.abs));
     }
 }
 
@@ -170,7 +171,7 @@ fn load(
     resolver: &Resolver,
     cwd: &Path,
     opts: LintOptions,
-) -> Result<Option<Unit>, Loaded> {
+) -> Result<Option<Linted>, Loaded> {
     let display = display_path(&c.path, cwd);
     let bytes = read_bounded(&c.path).map_err(|e| {
         Loaded::Error(PathError {
@@ -220,10 +221,18 @@ fn load(
         return Ok(None);
     };
     let facts = analyse(&file).map_err(|reason| skip(&reason))?;
-    Ok(Some(Unit {
-        abs,
-        file: Arc::new(file),
-        facts,
+    let defaults = Defaults {
+        optimizer: settings.options.optimizer.clone(),
+        world_size: settings.options.world_size,
+        gpu_memory_gb: settings.options.gpu_memory_gb,
+    };
+    Ok(Some(Linted {
+        unit: Unit {
+            abs,
+            file: Arc::new(file),
+            facts,
+            defaults,
+        },
         settings,
     }))
 }
@@ -253,7 +262,7 @@ pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
         Language::Yaml | Language::Json | Language::Toml => {
             match config::parse(file.language, &file.text) {
                 Ok(doc) => {
-                    let evidence = config::evidence(&doc);
+                    let evidence = crate::frontend::config::evidence(&doc);
                     Facts {
                         evidence,
                         config: Some(doc),
@@ -276,36 +285,115 @@ pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
 }
 
 /// Join each file's evidence with its launchers' and configs', and give each file the view of
-/// the project around it (see [`crate::project`]).
+/// the project around it (see [`crate::project`]). The join reads only what is loaded: the files
+/// it needs that are neither linted nor read yet are read for context here, and it runs again.
 struct Contexts {
     contexts: Vec<TrainingContext>,
     /// Files outside the units that runs reached, sorted.
     outside: Vec<PathBuf>,
 }
 
-fn project_contexts(units: &[Unit], cwd: &Path) -> Contexts {
-    let defaults: Vec<Defaults> = units
-        .iter()
-        .map(|u| Defaults {
-            optimizer: u.settings.options.optimizer.clone(),
-        })
-        .collect();
-    let joined = crate::project::join(units, cwd, &defaults);
+fn project_contexts(linted: &[Linted], context: &mut ContextFiles, cwd: &Path) -> Contexts {
+    let units: Vec<&Unit> = linted.iter().map(|l| &l.unit).collect();
+    // A run reaches at most a script, the configs it names and the configs those name: a few
+    // rounds, each reading what the one before found named.
+    let joined = loop {
+        match project::join(&units, context, cwd) {
+            Join::Joined(joined) => break joined,
+            Join::Needs(paths) => {
+                let read: Vec<(PathBuf, Option<ContextFile>)> = paths
+                    .into_par_iter()
+                    .map(|p| {
+                        let file = load_for_context(&p, cwd);
+                        (p, file)
+                    })
+                    .collect();
+                for (path, file) in read {
+                    context.insert(path, file);
+                }
+            }
+        }
+    };
     let contexts = joined
         .located
         .into_iter()
         .zip(joined.views)
-        .zip(&defaults)
-        .map(|((located, view), defaults)| {
-            let mut cx = TrainingContext::build(&located, defaults);
+        .zip(&units)
+        .map(|((located, view), unit)| {
+            let mut cx = TrainingContext::build(&located, &unit.defaults);
             cx.project = Arc::new(view);
             cx
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let contexts = with_imported_helpers(contexts, &units, context, cwd);
     Contexts {
         contexts,
         outside: joined.outside,
     }
+}
+
+/// What the helpers each file imports from the project return: the modules are read for context
+/// as the join's files are (see [`project::helpers`]).
+fn with_imported_helpers(
+    mut contexts: Vec<TrainingContext>,
+    units: &[&Unit],
+    context: &mut ContextFiles,
+    cwd: &Path,
+) -> Vec<TrainingContext> {
+    for (cx, unit) in contexts.iter_mut().zip(units) {
+        if helpers::needed(&unit.facts).is_empty() {
+            continue;
+        }
+        // Each round reads the candidates the one before found missing: a few at most.
+        for _ in 0..8 {
+            let read: &ContextFiles = context;
+            let look = |p: &Path| match units.iter().find(|u| u.abs == p) {
+                Some(u) => Looked::Python(&u.facts),
+                None => match read.get(p) {
+                    Some(Some(c)) => Looked::Python(&c.facts),
+                    Some(None) => Looked::Unreadable,
+                    None if !p.is_file() => Looked::Absent,
+                    None => Looked::NotRead,
+                },
+            };
+            let judged = helpers::imported_returns(unit, &look);
+            match judged {
+                Ok(found) => {
+                    cx.imported = Arc::new(found);
+                    break;
+                }
+                Err(paths) => {
+                    for p in paths {
+                        let file = load_for_context(&p, cwd);
+                        context.insert(p, file);
+                    }
+                }
+            }
+        }
+    }
+    contexts
+}
+
+/// Files larger than this are not read for context.
+const MAX_CONTEXT_FILE: u64 = 2 * 1024 * 1024;
+
+/// A file a run names that is not linted, read for its context: `None` when it is not a file
+/// memlint reads (by its extension), is larger than [`MAX_CONTEXT_FILE`], binary, not UTF-8, or
+/// does not analyse.
+fn load_for_context(path: &Path, cwd: &Path) -> Option<ContextFile> {
+    let language = Language::from_path(path)?;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_CONTEXT_FILE {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    if bytes.contains(&0) {
+        return None;
+    }
+    let text = String::from_utf8(bytes).ok()?;
+    let file = SourceFile::new(path.to_path_buf(), display_path(path, cwd), language, text);
+    let facts = analyse(&file).ok()?;
+    Some(ContextFile { file, facts })
 }
 
 /// Run the rules over one file's facts, then selection and suppression.

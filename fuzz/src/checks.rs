@@ -51,6 +51,7 @@ fn source(language: Language, text: &str) -> SourceFile {
 fn result_of(file: SourceFile, facts: &Facts, optimizer: Option<&str>) -> FileResult {
     let defaults = Defaults {
         optimizer: optimizer.map(str::to_string),
+        ..Defaults::default()
     };
     let training = TrainingContext::build(&Located::from_file(&file, facts), &defaults);
     let settings = settings();

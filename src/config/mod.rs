@@ -2,12 +2,9 @@
 //! `"auto"`, interpolations (`${...}`) and YAML aliases are unknowns, never numbers.
 
 mod json;
-pub mod python;
 mod toml;
 mod yaml;
 
-use crate::facts::{Evidence, Framework, Mention, OptimizerMention, Precision};
-use crate::frontend::flag_evidence;
 use crate::source::Language;
 use std::ops::Range;
 
@@ -109,7 +106,7 @@ pub fn scalar(text: &str, quoted: bool) -> Value {
         "null" | "~" | "" | "None" => return Value::Null,
         _ => {}
     }
-    match crate::frontend::parse_number(t) {
+    match parse_number(t) {
         Some(n)
             if t.chars()
                 .next()
@@ -121,82 +118,12 @@ pub fn scalar(text: &str, quoted: bool) -> Value {
     }
 }
 
-/// What a config says about training: optimizer, precision, sharding, adapters.
-pub fn evidence(doc: &ConfigDoc) -> Evidence {
-    let mut ev = Evidence::default();
-    let mut stack: Vec<(&str, &Node)> = doc.roots.iter().map(|r| ("", r)).collect();
-    while let Some((key, node)) = stack.pop() {
-        match &node.value {
-            Value::Map(entries) => {
-                let k = key.to_ascii_lowercase();
-                if k == "optimizer" || k == "optim" {
-                    let name = ["type", "name", "_component_", "_target_", "class_path"]
-                        .iter()
-                        .find_map(|f| node.get(f).and_then(Node::as_str));
-                    if let Some(name) = name {
-                        ev.optimizers.push(Mention {
-                            value: OptimizerMention {
-                                name: name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase(),
-                                momentum: node
-                                    .get("params")
-                                    .unwrap_or(node)
-                                    .get("momentum")
-                                    .and_then(Node::as_number),
-                                amsgrad: false,
-                                beta1: false,
-                            },
-                            span: node.span.clone(),
-                        });
-                    }
-                }
-                if k == "zero_optimization" {
-                    let stage = node.get("stage").and_then(Node::as_number).unwrap_or(0.0);
-                    if stage >= 1.0 {
-                        ev.sharding.push(node.span.clone());
-                    }
-                    ev.frameworks.push(Mention {
-                        value: Framework::DeepSpeed,
-                        span: node.span.clone(),
-                    });
-                }
-                if (k == "bf16" || k == "fp16")
-                    && node
-                        .get("enabled")
-                        .is_some_and(|e| e.value == Value::Bool(true))
-                {
-                    ev.precision.push(Mention {
-                        value: Precision::Amp,
-                        span: node.span.clone(),
-                    });
-                }
-                for (k, v) in entries {
-                    stack.push((&k.name, v));
-                }
-            }
-            Value::List(items) => stack.extend(items.iter().map(|i| (key, i))),
-            _ => {
-                if let Some(text) = node.scalar_text() {
-                    flag_evidence(key, &text, node.span.clone(), &mut ev);
-                    // `dtype: bf16` (torchtune) trains in that dtype; `fp32` keeps fp32 weights.
-                    if matches!(key, "dtype" | "torch_dtype") {
-                        let t = text.to_ascii_lowercase();
-                        let value = match t.trim_start_matches("torch.") {
-                            "bf16" | "bfloat16" | "fp16" | "float16" | "half" => {
-                                Some(Precision::Pure16)
-                            }
-                            "fp32" | "float32" | "float" => Some(Precision::Fp32),
-                            _ => None,
-                        };
-                        if let Some(value) = value {
-                            ev.precision.push(Mention {
-                                value,
-                                span: node.span.clone(),
-                            });
-                        }
-                    }
-                }
-            }
-        }
+/// Parse a numeric literal as Python, shell and configs write them (`1_000`, `1e9`, `0x10`).
+pub fn parse_number(text: &str) -> Option<f64> {
+    let t = text.replace('_', "");
+    let t = t.trim_end_matches(['j', 'J', 'l', 'L']);
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return i64::from_str_radix(hex, 16).ok().map(|v| v as f64);
     }
-    ev
+    t.parse::<f64>().ok().filter(|v| v.is_finite())
 }

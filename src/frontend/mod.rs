@@ -1,9 +1,14 @@
 //! Frontends own everything about one language: parsing, and lowering what rules need into
 //! [`Facts`](crate::facts::Facts).
 
+pub mod config;
 mod loops;
 pub mod python;
+pub mod python_config;
 pub mod shell;
+
+/// Numbers read the same in every language memlint reads.
+pub use crate::config::parse_number;
 
 use crate::facts::{Evidence, Mention, OptimizerMention, Precision};
 use std::cell::RefCell;
@@ -56,16 +61,6 @@ pub fn parse_with(
 /// Recursion bound for expression lowering: deeper expressions are left opaque, so nested input of
 /// any depth cannot overflow the stack.
 pub const MAX_EXPR_DEPTH: usize = 200;
-
-/// Parse a numeric literal as Python and shell write them (`1_000`, `1e9`, `0x10`).
-pub fn parse_number(text: &str) -> Option<f64> {
-    let t = text.replace('_', "");
-    let t = t.trim_end_matches(['j', 'J', 'l', 'L']);
-    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        return i64::from_str_radix(hex, 16).ok().map(|v| v as f64);
-    }
-    t.parse::<f64>().ok().filter(|v| v.is_finite())
-}
 
 /// Values of a CLI flag or config key that name an optimizer (`--optim adamw_torch`).
 pub fn is_optimizer_key(key: &str) -> bool {

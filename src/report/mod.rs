@@ -1,11 +1,14 @@
-//! Reporters turn diagnostics into each output format. Only `full` knows miette.
+//! Reporters turn diagnostics into each output format (and the rule pages into text or JSON).
+//! Only `full` knows miette.
 
 mod full;
 mod github;
+mod pages;
 mod sarif;
 
 pub use full::render_full;
 pub use github::render_github;
+pub use pages::{render_rule_list, render_rule_page, DocFormat};
 pub use sarif::render_sarif;
 
 use crate::diagnostic::{Diagnostic, Severity};

@@ -3,8 +3,8 @@
 
 use super::Checker;
 use crate::config::{Node, Value};
+use crate::context::{ConfigRef, World};
 use crate::facts::{Binding, InlineKind};
-use crate::project::{ConfigRef, World};
 use crate::source::SourceFile;
 use std::ops::Range;
 

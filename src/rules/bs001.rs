@@ -7,9 +7,9 @@
 use super::batch::{docs, looks_deepspeed, ranks, val, via_note, worlds, Val};
 use super::{Checker, Rule};
 use crate::config::{Node, Value};
+use crate::context::World;
 use crate::diagnostic::Diagnostic;
 use crate::facts::Binding;
-use crate::project::World;
 use std::ops::Range;
 
 pub struct DeepSpeedBatchMismatch;

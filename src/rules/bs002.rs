@@ -5,9 +5,9 @@
 use super::batch::{docs, looks_deepspeed, ranks, val, via_note, worlds, Val};
 use super::{Checker, Rule};
 use crate::config::{Key, Node, Value};
+use crate::context::World;
 use crate::diagnostic::Diagnostic;
 use crate::facts::{Binding, InlineKind};
-use crate::project::World;
 use std::ops::Range;
 
 pub struct EffectiveBatchMismatch;

@@ -6,9 +6,9 @@
 use super::batch::{docs, looks_deepspeed, Val};
 use super::{Checker, Rule};
 use crate::config::{Node, Value};
+use crate::context::{RunInfo, TrainerArg};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::facts::InlineKind;
-use crate::project::{RunInfo, TrainerArg};
 use crate::source::Language;
 
 pub struct TrainerDeepSpeedMismatch;
@@ -140,7 +140,7 @@ fn show(v: &Value) -> String {
 }
 
 fn fmt_value(n: f64) -> String {
-    crate::project::show_number(n)
+    crate::diagnostic::show_number(n)
 }
 
 /// The two values differ the way Python's `!=` sees them.
@@ -151,7 +151,7 @@ fn differ(ds: &Value, hf: &Value) -> Option<bool> {
         }
         (Value::Bool(a), Value::Bool(b)) => Some(a != b),
         // A quoted number (`"8"`) is a string: Python finds it unequal to the Trainer's 8.
-        (Value::String(s), Value::Number(_)) => Some(crate::frontend::parse_number(s).is_some()),
+        (Value::String(s), Value::Number(_)) => Some(crate::config::parse_number(s).is_some()),
         _ => None,
     }
 }

@@ -5,11 +5,11 @@
 //! Documentation: `rules/MEM005.toml`.
 
 use super::{fmt_num, Checker, Rule};
+use crate::context::MemoryCase;
 use crate::context::{OptimizerChoice, Origin};
 use crate::diagnostic::Diagnostic;
 use crate::facts::{Framework, Precision};
 use crate::knowledge::{knowledge, OptimizerRow};
-use crate::project::MemoryCase;
 
 pub struct TrainingDoesNotFit;
 

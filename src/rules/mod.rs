@@ -18,6 +18,8 @@ mod mem004;
 mod mem005;
 mod mem006;
 
+pub use crate::diagnostic::fmt_num;
+
 use crate::context::TrainingContext;
 use crate::diagnostic::Diagnostic;
 use crate::facts::Facts;
@@ -61,14 +63,4 @@ pub fn implemented_codes() -> Vec<&'static str> {
     codes.push(UNUSED_SUPPRESSION);
     codes.sort();
     codes
-}
-
-/// Format a multiplier the way people write it: `4`, `2.5`.
-pub fn fmt_num(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{}", v.round() as i64)
-    } else {
-        let s = format!("{v:.2}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
 }

@@ -1,8 +1,13 @@
 //! A file as memlint sees it: its text, its language and a precomputed line index, so that every
 //! position lookup (for reports, for miette, for fixes) is a binary search rather than a rescan.
 
+pub mod lines;
+pub mod notebook;
+
+pub use lines::{floor_char_boundary, LineIndex, Position};
+
 use crate::diagnostic::Edit;
-use crate::notebook::{self, Notebook};
+use notebook::Notebook;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -66,51 +71,8 @@ impl Language {
     }
 }
 
-/// Byte offsets of line starts, for O(log n) offset → (row, column) lookups.
-#[derive(Debug, Clone)]
-pub struct LineIndex {
-    starts: Vec<usize>,
-}
-
-impl LineIndex {
-    pub fn new(text: &str) -> Self {
-        let mut starts = vec![0];
-        starts.extend(memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1));
-        LineIndex { starts }
-    }
-
-    /// 0-based line of a byte offset.
-    pub fn line_of(&self, offset: usize) -> usize {
-        match self.starts.binary_search(&offset) {
-            Ok(line) => line,
-            Err(next) => next - 1,
-        }
-    }
-
-    pub fn line_start(&self, line: usize) -> usize {
-        self.starts.get(line).copied().unwrap_or(usize::MAX)
-    }
-
-    pub fn line_count(&self) -> usize {
-        self.starts.len()
-    }
-}
-
-fn memchr_iter(needle: u8, hay: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    hay.iter()
-        .enumerate()
-        .filter_map(move |(i, &b)| (b == needle).then_some(i))
-}
-
-/// A 1-based row and a 1-based column counted in characters, as every output format reports them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Position {
-    pub row: usize,
-    pub column: usize,
-}
-
 /// A file read into memory. For a notebook, `text` is the virtual Python text of its code cells
-/// (see [`crate::notebook`]): everything that analyses the file reads it, and the positions users
+/// (see [`notebook`]): everything that analyses the file reads it, and the positions users
 /// see go through [`SourceFile::locate`] and [`SourceFile::disk_position`].
 #[derive(Debug)]
 pub struct SourceFile {
@@ -257,13 +219,6 @@ impl SourceFile {
         let trimmed = text.trim_start_matches([' ', '\t']);
         &text[..text.len() - trimmed.len()]
     }
-}
-
-pub fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
-    while offset > 0 && !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    offset
 }
 
 /// How a path is reported: relative to `cwd` when under it, as given otherwise.

@@ -2,7 +2,8 @@
 //! `argparse` defaults, lowered into the same config model as YAML/JSON/TOML. Only literals are
 //! values; a name, a call or arithmetic is an unknown.
 
-use super::{Key, Node, Value, MAX_DEPTH};
+use super::parse_number;
+use crate::config::{scalar, Key, Node, Value, MAX_DEPTH};
 use crate::facts::{Facts, InlineConfig, InlineKind};
 use tree_sitter::Node as TsNode;
 
@@ -33,7 +34,7 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
         Value::Unknown(String::new())
     } else {
         match n.kind() {
-            "integer" | "float" => match crate::frontend::parse_number(t) {
+            "integer" | "float" => match parse_number(t) {
                 Some(v) => Value::Number(v),
                 None => Value::Unknown(t.to_string()),
             },
@@ -53,7 +54,7 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
             "false" => Value::Bool(false),
             "none" => Value::Null,
             "string" => match string_value(n, src) {
-                Some(s) => super::scalar(&s, true),
+                Some(s) => scalar(&s, true),
                 None => Value::Unknown(t.to_string()),
             },
             "dictionary" => {

@@ -12,8 +12,8 @@
 //! reports need (virtual offset → cell and row; → line and column of the `.ipynb` file) and lets a
 //! fix rewrite only the JSON string contents it touches, escaped, leaving every other byte as is.
 
+use super::lines::{floor_char_boundary, LineIndex, Position};
 use crate::diagnostic::Edit;
-use crate::source::{floor_char_boundary, LineIndex, Position};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::ops::Range;
@@ -687,7 +687,7 @@ mod tests {
         let edits = nb
             .raw_edits(&[Edit::replace(at..at + 6, "from \"x\" import")])
             .unwrap();
-        let (new, _) = crate::fix::apply_edits(nb.raw(), &[&edits]);
+        let (new, _) = crate::diagnostic::apply_edits(nb.raw(), &[&edits]);
         assert_eq!(
             new,
             NB.replace(r#""import torch\n""#, r#""from \"x\" import torch\n""#)
@@ -695,7 +695,7 @@ mod tests {
         // A new line in a list element becomes a new element.
         let end = text.find("torch").unwrap() + 5;
         let edits = nb.raw_edits(&[Edit::insert(end, "\nimport math")]).unwrap();
-        let (new, _) = crate::fix::apply_edits(nb.raw(), &[&edits]);
+        let (new, _) = crate::diagnostic::apply_edits(nb.raw(), &[&edits]);
         assert!(
             new.contains("    \"import torch\\n\",\n    \"import math\\n\",\n"),
             "{new}"
@@ -705,7 +705,7 @@ mod tests {
         // A string source takes the edit inside its one string.
         let y = text.find("y = 1").unwrap();
         let edits = nb.raw_edits(&[Edit::replace(y + 4..y + 5, "10")]).unwrap();
-        let (new, _) = crate::fix::apply_edits(nb.raw(), &[&edits]);
+        let (new, _) = crate::diagnostic::apply_edits(nb.raw(), &[&edits]);
         assert!(new.contains(r#""source": "y = 10\nz = 2\n""#), "{new}");
         // Masked lines and the joint between cells are never rewritten.
         assert!(nb.raw_edits(&[Edit::replace(0..1, "1")]).is_none());

@@ -1,0 +1,85 @@
+//! Configs: what a YAML, JSON or TOML document (read by [`crate::config`]) says about training.
+
+use super::flag_evidence;
+use crate::config::{ConfigDoc, Node, Value};
+use crate::facts::{Evidence, Framework, Mention, OptimizerMention, Precision};
+
+/// What a config says about training: optimizer, precision, sharding, adapters.
+pub fn evidence(doc: &ConfigDoc) -> Evidence {
+    let mut ev = Evidence::default();
+    let mut stack: Vec<(&str, &Node)> = doc.roots.iter().map(|r| ("", r)).collect();
+    while let Some((key, node)) = stack.pop() {
+        match &node.value {
+            Value::Map(entries) => {
+                let k = key.to_ascii_lowercase();
+                if k == "optimizer" || k == "optim" {
+                    let name = ["type", "name", "_component_", "_target_", "class_path"]
+                        .iter()
+                        .find_map(|f| node.get(f).and_then(Node::as_str));
+                    if let Some(name) = name {
+                        ev.optimizers.push(Mention {
+                            value: OptimizerMention {
+                                name: name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase(),
+                                momentum: node
+                                    .get("params")
+                                    .unwrap_or(node)
+                                    .get("momentum")
+                                    .and_then(Node::as_number),
+                                amsgrad: false,
+                                beta1: false,
+                            },
+                            span: node.span.clone(),
+                        });
+                    }
+                }
+                if k == "zero_optimization" {
+                    let stage = node.get("stage").and_then(Node::as_number).unwrap_or(0.0);
+                    if stage >= 1.0 {
+                        ev.sharding.push(node.span.clone());
+                    }
+                    ev.frameworks.push(Mention {
+                        value: Framework::DeepSpeed,
+                        span: node.span.clone(),
+                    });
+                }
+                if (k == "bf16" || k == "fp16")
+                    && node
+                        .get("enabled")
+                        .is_some_and(|e| e.value == Value::Bool(true))
+                {
+                    ev.precision.push(Mention {
+                        value: Precision::Amp,
+                        span: node.span.clone(),
+                    });
+                }
+                for (k, v) in entries {
+                    stack.push((&k.name, v));
+                }
+            }
+            Value::List(items) => stack.extend(items.iter().map(|i| (key, i))),
+            _ => {
+                if let Some(text) = node.scalar_text() {
+                    flag_evidence(key, &text, node.span.clone(), &mut ev);
+                    // `dtype: bf16` (torchtune) trains in that dtype; `fp32` keeps fp32 weights.
+                    if matches!(key, "dtype" | "torch_dtype") {
+                        let t = text.to_ascii_lowercase();
+                        let value = match t.trim_start_matches("torch.") {
+                            "bf16" | "bfloat16" | "fp16" | "float16" | "half" => {
+                                Some(Precision::Pure16)
+                            }
+                            "fp32" | "float32" | "float" => Some(Precision::Fp32),
+                            _ => None,
+                        };
+                        if let Some(value) = value {
+                            ev.precision.push(Mention {
+                                value,
+                                span: node.span.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    ev
+}

@@ -1,0 +1,377 @@
+//! Memory arithmetic: expressions lowered into [`Lin`], the formulas and comparisons recorded,
+//! tables of numbers keyed by dtype or optimizer, and unit conversions.
+
+use super::*;
+
+impl<'s> Walker<'s> {
+    /// `{"bf16": 2, "fp32": 4}`: a table when at least two values are numbers.
+    pub(super) fn dictionary(&mut self, node: Node, assigned: bool) {
+        let mut c = node.walk();
+        let mut entries = Vec::new();
+        for pair in node.named_children(&mut c) {
+            if pair.kind() != "pair" {
+                continue;
+            }
+            let (Some(k), Some(v)) = (
+                pair.child_by_field_name("key"),
+                pair.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            let key = match k.kind() {
+                "string" => string_key(self.text(k)),
+                "attribute" => self.text(k).to_string(),
+                _ => continue,
+            };
+            if let Some(value) = self.number(v) {
+                entries.push(TableEntry {
+                    key,
+                    value,
+                    value_span: v.byte_range(),
+                });
+            }
+        }
+        if entries.len() < 2 {
+            return;
+        }
+        let name = assigned
+            .then(|| node.parent())
+            .flatten()
+            .filter(|p| p.kind() == "assignment")
+            .and_then(|p| p.child_by_field_name("left"))
+            .map(|l| self.text(l).to_string());
+        self.facts.tables.push(Table { name, entries });
+    }
+
+    /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`).
+    pub(super) fn number(&self, node: Node) -> Option<f64> {
+        // Only arithmetic on literals is a number; lowering a nested container would copy its text.
+        let arithmetic = matches!(
+            node.kind(),
+            "integer" | "float" | "unary_operator" | "binary_operator" | "parenthesized_expression"
+        );
+        if !arithmetic || node.byte_range().len() > 64 {
+            return None;
+        }
+        let lin = self.lower(node, 0);
+        (lin.terms.is_empty() && lin.constant.is_finite()).then_some(lin.constant)
+    }
+
+    /// `if dtype == "bf16": nbytes = 2` and `nbytes = 2 if dtype == "bf16" else 4`: one entry of
+    /// the table the chain builds for `nbytes`.
+    pub(super) fn branch_entry(&mut self, target: &str, right: Node) {
+        let t = target.to_ascii_lowercase();
+        // The prefilter keeps files with a quoted key only when such a name may be assigned.
+        if !["byte", "multiplier"].iter().any(|w| t.contains(w)) {
+            return;
+        }
+        let mut found: Vec<(String, f64, Range<usize>)> = Vec::new();
+        if let Some(value) = self.number(right) {
+            let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
+                Frame::Branch(c, true) => Some(Some(*c)),
+                Frame::Branch(_, false) | Frame::Scope(_) | Frame::Loop(_) => Some(None),
+                Frame::With(..) => None,
+            });
+            if let Some(Some(cond)) = innermost {
+                for key in self.cond_keys.get(cond).cloned().unwrap_or_default() {
+                    found.push((key, value, right.byte_range()));
+                }
+            }
+        } else if right.kind() == "conditional_expression" {
+            let mut c = right.walk();
+            let kids: Vec<Node> = right.named_children(&mut c).collect();
+            if let [then, cond, _] = kids.as_slice() {
+                if let Some(value) = self.number(*then) {
+                    for key in self.compared_strings(*cond) {
+                        found.push((key, value, then.byte_range()));
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        let key = (self.scope(), target.to_string());
+        let index = match self.branch_tables.get(&key) {
+            Some(i) => *i,
+            None => {
+                self.facts.tables.push(Table {
+                    name: Some(target.to_string()),
+                    entries: Vec::new(),
+                });
+                let i = self.facts.tables.len() - 1;
+                self.branch_tables.insert(key, i);
+                i
+            }
+        };
+        if let Some(table) = self.facts.tables.get_mut(index) {
+            for (k, value, value_span) in found {
+                table.entries.push(TableEntry {
+                    key: k,
+                    value,
+                    value_span,
+                });
+            }
+        }
+    }
+
+    /// The unit a division converts to: `x / 1e9` (GB), `x / 1024**3`, `x / 2**30`,
+    /// `x / 1024 / 1024 / 1024`, `x >> 30` (GiB), `x * 1e-9`; searched through the expression.
+    /// Also the divisor as written when it is a single operand.
+    pub(super) fn unit_division(&self, node: Node, depth: usize) -> Option<UnitDivision> {
+        let node = unparen(node);
+        if depth > 8 {
+            return None;
+        }
+        match node.kind() {
+            "binary_operator" => {
+                let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
+                let left = node.child_by_field_name("left")?;
+                let right = node.child_by_field_name("right")?;
+                let found = match op {
+                    "/" => {
+                        // Along the chain of divisions: `x / 1024 / 1024 / 1024`.
+                        let mut divisor = 1.0;
+                        let mut at = node;
+                        let mut single = None;
+                        let mut count = 0;
+                        while at.kind() == "binary_operator"
+                            && at.child_by_field_name("operator").map(|o| self.text(o)) == Some("/")
+                        {
+                            let Some(r) = at.child_by_field_name("right") else {
+                                break;
+                            };
+                            let Some(d) = self.number(r) else { break };
+                            divisor *= d;
+                            count += 1;
+                            single = Some((self.text(r).to_string(), r.byte_range()));
+                            match at.child_by_field_name("left") {
+                                Some(l) => at = unparen(l),
+                                None => break,
+                            }
+                        }
+                        unit_of_divisor(divisor)
+                            .map(|u| (u, if count == 1 { single } else { None }))
+                    }
+                    "*" => self
+                        .number(right)
+                        .or_else(|| self.number(left))
+                        .filter(|f| *f > 0.0 && *f < 1.0)
+                        .and_then(|f| unit_of_divisor(1.0 / f))
+                        .map(|u| (u, None)),
+                    ">>" => match self.number(right) {
+                        Some(30.0) => Some((
+                            Unit {
+                                binary: true,
+                                power: 3,
+                            },
+                            None,
+                        )),
+                        Some(20.0) => Some((
+                            Unit {
+                                binary: true,
+                                power: 2,
+                            },
+                            None,
+                        )),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                found
+                    .or_else(|| self.unit_division(left, depth + 1))
+                    .or_else(|| self.unit_division(right, depth + 1))
+            }
+            "call" => {
+                let arg = node
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))?;
+                self.unit_division(arg, depth + 1)
+            }
+            _ => None,
+        }
+    }
+
+    /// The unit of one side of a comparison: converted there, or a name converted earlier.
+    pub(super) fn unit_of(&self, node: Node) -> Option<Unit> {
+        if let Some((u, _)) = self.unit_division(node, 0) {
+            return Some(u);
+        }
+        let node = unparen(node);
+        if !matches!(node.kind(), "identifier" | "attribute") {
+            return None;
+        }
+        let name = self.text(node);
+        self.name_units
+            .get(&(scope_of_name(self, name), name.to_string()))
+            .copied()
+    }
+
+    // ---- expressions ----------------------------------------------------------------------
+
+    pub(super) fn lower(&self, node: Node, depth: usize) -> Lin {
+        let span = node.byte_range();
+        if depth > MAX_EXPR_DEPTH {
+            return Lin::opaque(self.text(node), span, &[]);
+        }
+        match node.kind() {
+            "integer" | "float" => match parse_number(self.text(node)) {
+                Some(v) => Lin::constant(v, Some(span)),
+                None => Lin::opaque(self.text(node), span, &[]),
+            },
+            "parenthesized_expression" => match node.named_child(0) {
+                Some(inner) => self.lower(inner, depth + 1),
+                None => Lin::opaque("()", span, &[]),
+            },
+            "identifier" | "attribute" => self.name(node),
+            "unary_operator" => {
+                let arg = node
+                    .child_by_field_name("argument")
+                    .map(|a| self.lower(a, depth + 1))
+                    .unwrap_or_default();
+                let op = node.child_by_field_name("operator").map(|o| self.text(o));
+                if op == Some("-") {
+                    arg.negated()
+                } else {
+                    arg
+                }
+            }
+            "binary_operator" => self.binary(node, depth),
+            "call" => {
+                // Numeric wrappers are transparent: `int(x)`, `float(x)`, `math.ceil(x)`, `round(x, 1)`.
+                let func = node
+                    .child_by_field_name("function")
+                    .map(|f| self.text(f))
+                    .unwrap_or("");
+                let transparent = matches!(
+                    func,
+                    "int"
+                        | "float"
+                        | "round"
+                        | "math.ceil"
+                        | "math.floor"
+                        | "ceil"
+                        | "floor"
+                        | "abs"
+                );
+                let first = node
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))
+                    .filter(|a| a.kind() != "keyword_argument");
+                match (transparent, first) {
+                    (true, Some(arg)) => self.lower(arg, depth + 1),
+                    _ => Lin::opaque(self.text(node), span, &[]),
+                }
+            }
+            _ => Lin::opaque(self.text(node), span, &[]),
+        }
+    }
+
+    pub(super) fn binary(&self, node: Node, depth: usize) -> Lin {
+        let span = node.byte_range();
+        let (Some(l), Some(r), Some(op)) = (
+            node.child_by_field_name("left"),
+            node.child_by_field_name("right"),
+            node.child_by_field_name("operator"),
+        ) else {
+            return Lin::opaque(self.text(node), span, &[]);
+        };
+        let a = self.lower(l, depth + 1);
+        let b = self.lower(r, depth + 1);
+        Lin::binary(self.text(op), a, b, self.text(node), span)
+    }
+
+    /// A name, replaced by its lowered value when it was assigned a linear value in scope.
+    pub(super) fn name(&self, node: Node) -> Lin {
+        let text = self.text(node);
+        let span = node.byte_range();
+        if let Some(value) = self.lookup(text) {
+            return Lin::read(text, span, Some(&value));
+        }
+        let scope = self.scope();
+        if self
+            .gpu_names
+            .iter()
+            .any(|(s, n)| n == text && (*s == scope || n.starts_with("self.")))
+        {
+            return Lin::symbol(text, span).with_role(Role::Gpu);
+        }
+        Lin::symbol(text, span)
+    }
+
+    pub(super) fn lookup(&self, name: &str) -> Option<Lin> {
+        let mut scope = Some(self.scope());
+        if name.starts_with("self.") {
+            let class = self.scopes.get(self.scope()).and_then(|s| s.class)?;
+            return self.env.get(&(class, name.to_string())).cloned();
+        }
+        while let Some(s) = scope {
+            if let Some(v) = self.env.get(&(s, name.to_string())) {
+                return Some(v.clone());
+            }
+            scope = self.scopes.get(s).and_then(|sc| sc.parent);
+        }
+        None
+    }
+
+    pub(super) fn bind(&mut self, name: &str, value: &Lin) {
+        let key_scope = if name.starts_with("self.") {
+            match self.scopes.get(self.scope()).and_then(|s| s.class) {
+                Some(c) => c,
+                None => return,
+            }
+        } else {
+            self.scope()
+        };
+        let key = (key_scope, name.to_string());
+        if value.is_linear() {
+            self.env.insert(key, value.clone());
+        } else {
+            self.env.remove(&key);
+        }
+    }
+
+    pub(super) fn comparison(&mut self, node: Node) {
+        let mut cur = node.walk();
+        let kids: Vec<Node> = node.children(&mut cur).collect();
+        if kids.len() != 3 || !matches!(self.text(kids[1]), "<" | "<=" | ">" | ">=") {
+            return;
+        }
+        if let (Some(l), Some(r)) = (self.unit_of(kids[0]), self.unit_of(kids[2])) {
+            if l.power == r.power && l.binary != r.binary {
+                self.facts.unit_comparisons.push(UnitComparison {
+                    span: node.byte_range(),
+                    left: l,
+                    right: r,
+                });
+            }
+        }
+        let a = self.lower(kids[0], 0);
+        let b = self.lower(kids[2], 0);
+        self.record_formula(
+            FormulaKind::Compare { other: b.clone() },
+            &a,
+            kids[0].byte_range(),
+        );
+        self.record_formula(FormulaKind::Compare { other: a }, &b, kids[2].byte_range());
+    }
+
+    /// Keep only what could be memory arithmetic: something sized by the model.
+    pub(super) fn record_formula(&mut self, kind: FormulaKind, lin: &Lin, span: Range<usize>) {
+        if lin.is_sized() {
+            let inference = self.stack.iter().any(|(_, f)| match f {
+                Frame::With(_, no_grad) => *no_grad,
+                Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
+                _ => false,
+            });
+            self.facts.formulas.push(Formula {
+                kind,
+                lin: lin.clone(),
+                span,
+                inference,
+            });
+        }
+    }
+
+    // ---- calls and evidence ------------------------------------------------------------------
+}

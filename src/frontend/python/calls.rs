@@ -1,0 +1,530 @@
+//! Calls: optimizer, framework and precision evidence, the training calls the loop model reads
+//! (steps, backwards, zeroing, schedulers, clips, unscales), helpers' call sites, and divisions of
+//! a loss by the accumulation factor.
+
+use super::*;
+
+impl<'s> Walker<'s> {
+    // ---- calls and evidence ------------------------------------------------------------------
+
+    pub(super) fn keyword(&mut self, node: Node) {
+        let (Some(name), Some(value)) = (
+            node.child_by_field_name("name"),
+            node.child_by_field_name("value"),
+        ) else {
+            return;
+        };
+        let key = self.text(name);
+        let v = self.text(value);
+        if value.kind() == "string" || matches!(v, "True" | "False") {
+            flag_evidence(
+                key,
+                &v.to_ascii_lowercase(),
+                node.byte_range(),
+                &mut self.facts.evidence,
+            );
+        }
+        // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
+        let in_autocast = node
+            .parent()
+            .and_then(|args| args.parent())
+            .and_then(|call| call.child_by_field_name("function"))
+            .is_some_and(|f| self.text(f).ends_with("autocast"));
+        if matches!(key, "torch_dtype" | "dtype")
+            && !in_autocast
+            && (v.contains("bfloat16") || v.contains("float16"))
+        {
+            self.facts.evidence.precision.push(Mention {
+                value: Precision::Pure16,
+                span: node.byte_range(),
+            });
+        }
+        if matches!(key, "torch_dtype" | "dtype") && v.ends_with("float32") {
+            self.facts.evidence.precision.push(Mention {
+                value: Precision::Fp32,
+                span: node.byte_range(),
+            });
+        }
+        if key == "load_in_4bit" || key == "load_in_8bit" {
+            self.facts.evidence.lora.push(node.byte_range());
+        }
+    }
+
+    pub(super) fn call(&mut self, node: Node) {
+        let Some(func) = node.child_by_field_name("function") else {
+            return;
+        };
+        let callee = self.text(func);
+        // Names are compared with short words: read from the callee's end (`f(1)(1)(1)...` has no
+        // dot, and each level reading its whole callee is quadratic).
+        let last = last_segment(clip_tail(callee));
+        let lower = last.to_ascii_lowercase();
+        let span = node.byte_range();
+        let args = node.child_by_field_name("arguments");
+        if last == "add_argument" {
+            self.argparse_default(node);
+            crate::frontend::python_config::argparse_default(node, self.src, &mut self.facts);
+        }
+        let src = self.src;
+        let t = |n: Node| src.get(n.byte_range()).unwrap_or("");
+        let ev = &mut self.facts.evidence;
+
+        if OPTIMIZER_CLASSES.contains(&lower.as_str()) && starts_upper(last) {
+            let mut m = OptimizerMention {
+                name: lower.clone(),
+                momentum: None,
+                amsgrad: false,
+                beta1: false,
+            };
+            if let Some(args) = args {
+                let mut c = args.walk();
+                for a in args.named_children(&mut c) {
+                    if a.kind() != "keyword_argument" {
+                        continue;
+                    }
+                    let k = a.child_by_field_name("name").map(t).unwrap_or("");
+                    let v = a.child_by_field_name("value").map(t).unwrap_or("");
+                    match k {
+                        "momentum" => m.momentum = Some(parse_number(v).unwrap_or(f64::NAN)),
+                        "amsgrad" => m.amsgrad = v == "True",
+                        "beta1" => m.beta1 = v != "None",
+                        _ => {}
+                    }
+                }
+            }
+            ev.optimizers.push(Mention {
+                value: m,
+                span: span.clone(),
+            });
+            ev.trains.push(span.clone());
+        }
+        match last {
+            "LoraConfig"
+            | "get_peft_model"
+            | "prepare_model_for_kbit_training"
+            | "PeftModel"
+            | "LoRAConfig"
+            | "inject_adapter_in_model" => ev.lora.push(span.clone()),
+            "FullyShardedDataParallel"
+            | "FSDP"
+            | "fully_shard"
+            | "ShardingStrategy"
+            | "DeepSpeedPlugin"
+            | "FSDPStrategy"
+            | "DeepSpeedStrategy" => ev.sharding.push(span.clone()),
+            "Accelerator" => ev.frameworks.push(Mention {
+                value: Framework::Accelerate,
+                span: span.clone(),
+            }),
+            "Trainer" | "Seq2SeqTrainer" | "SFTTrainer" | "DPOTrainer" | "GRPOTrainer" => {
+                ev.trains.push(span.clone());
+                ev.frameworks.push(Mention {
+                    value: if callee.contains("lightning")
+                        || callee.starts_with("pl.")
+                        || callee.starts_with("L.")
+                        || self
+                            .imports
+                            .get(callee)
+                            .is_some_and(|(module, _)| module.contains("lightning"))
+                    {
+                        Framework::Lightning
+                    } else {
+                        Framework::HfTrainer
+                    },
+                    span: span.clone(),
+                });
+            }
+            "generate" | "inference_mode" | "no_grad" => ev.inference.push(span.clone()),
+            "requires_grad_" if args.is_some_and(|a| clip(t(a)).contains("False")) => {
+                ev.frozen.push(span.clone())
+            }
+            "autocast" => ev.precision.push(Mention {
+                value: Precision::Amp,
+                span: span.clone(),
+            }),
+            "bfloat16" | "half" if callee.contains('.') => ev.precision.push(Mention {
+                value: Precision::Pure16,
+                span: span.clone(),
+            }),
+            "to" if args.is_some_and(|a| {
+                let t = clip(t(a));
+                t.contains("bfloat16") || t.contains("float16")
+            }) =>
+            {
+                ev.precision.push(Mention {
+                    value: Precision::Pure16,
+                    span: span.clone(),
+                })
+            }
+            _ => {}
+        }
+        if callee == "deepspeed.initialize" {
+            ev.frameworks.push(Mention {
+                value: Framework::DeepSpeed,
+                span: span.clone(),
+            });
+            ev.sharding.push(span.clone());
+        }
+
+        if last == "Accelerator" {
+            let gas = args.and_then(|a| {
+                let mut c = a.walk();
+                let kw = a.named_children(&mut c).find(|k| {
+                    k.kind() == "keyword_argument"
+                        && k.child_by_field_name("name").map(t).is_some_and(|n| {
+                            n == "gradient_accumulation_steps"
+                                || n == "gradient_accumulation_plugin"
+                        })
+                });
+                kw.and_then(|k| k.child_by_field_name("value"))
+                    .map(|v| t(v).to_string())
+            });
+            self.accelerators.push(gas);
+        }
+        self.training_call(node, func, last);
+    }
+
+    /// A call that may run a helper of this file as a statement (`self.backward(loss)`,
+    /// `loss = train_step(batch)`): its training calls are inlined here once the file is read.
+    /// Called by the statements that hold the call (no `parent()` lookups: they cost the depth).
+    pub(super) fn invoke(&mut self, node: Node) {
+        let node = unparen(node);
+        if node.kind() != "call" {
+            return;
+        }
+        let Some(func) = node.child_by_field_name("function") else {
+            return;
+        };
+        let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
+            return;
+        };
+        let mut args = Vec::new();
+        if let Some(a) = node.child_by_field_name("arguments") {
+            let mut c = a.walk();
+            for arg in a.named_children(&mut c) {
+                let (key, value) = match arg.kind() {
+                    "keyword_argument" => (
+                        arg.child_by_field_name("name")
+                            .map(|n| self.text(n).to_string()),
+                        arg.child_by_field_name("value"),
+                    ),
+                    "comment" => continue,
+                    _ => (None, Some(arg)),
+                };
+                let Some(value) = value else {
+                    continue;
+                };
+                args.push((
+                    key,
+                    self.prov(value, 0),
+                    value.byte_range(),
+                    self.text(value).to_string(),
+                ));
+            }
+        }
+        self.invokes.push(Invoke {
+            ctx: self.ctx(node.start_byte()),
+            callee,
+            args,
+            call: node.byte_range(),
+        });
+    }
+
+    /// Calls the loop model reads: steps, backwards, zeroing, schedulers, clipping, unscaling.
+    pub(super) fn training_call(&mut self, node: Node, func: Node, last: &str) {
+        // `clip_grad_norm_(...)` may be imported by name; everything else is a method.
+        if func.kind() != "attribute" && !last.starts_with("clip_grad_") {
+            return;
+        }
+        let span = node.byte_range();
+        // A receiver may be a long call chain: only its tail names it.
+        let recv = func
+            .child_by_field_name("object")
+            .map(|o| clip_tail(self.text(o)))
+            .unwrap_or("");
+        let recv_last = last_segment(recv).to_ascii_lowercase();
+        let args = node.child_by_field_name("arguments");
+        let positional = args.map_or(0, |a| {
+            let mut c = a.walk();
+            a.named_children(&mut c)
+                .filter(|n| !matches!(n.kind(), "keyword_argument" | "comment"))
+                .count()
+        });
+        let kind = match last {
+            "step" if self.is_optimizer_ref(recv) || recv_last.contains("scaler") => {
+                self.facts.evidence.trains.push(span.clone());
+                CallKind::Step {
+                    scaler: recv_last.contains("scaler"),
+                }
+            }
+            "step"
+                if positional == 0
+                    && !recv_last.contains("noise")
+                    && (recv_last.contains("sched")
+                        || self.scheduler_names.iter().any(|n| n == recv)) =>
+            {
+                CallKind::SchedulerStep
+            }
+            "backward" | "manual_backward" => {
+                self.facts.evidence.trains.push(span.clone());
+                // `accelerator.backward(loss)`, `engine.backward(loss)`: the framework's
+                // backward, which takes the loss as an argument; `loss.backward()` takes none.
+                let arg = args.and_then(|a| {
+                    let mut c = a.walk();
+                    let first = a
+                        .named_children(&mut c)
+                        .find(|n| !matches!(n.kind(), "keyword_argument" | "comment"));
+                    first
+                });
+                match arg {
+                    None if last == "backward" => {
+                        let Some(recv) = func.child_by_field_name("object") else {
+                            return;
+                        };
+                        match self.backward(recv) {
+                            Some(kind) => kind,
+                            None => return,
+                        }
+                    }
+                    None => return,
+                    // Lightning's `manual_backward` and Fabric's `backward` do not divide.
+                    Some(loss) if last == "manual_backward" || recv_last.contains("fabric") => {
+                        CallKind::Backward {
+                            loss: loss.byte_range(),
+                            loss_text: self.text(loss).to_string(),
+                            prov: self.prov(loss, 0),
+                            scaler: false,
+                            in_helper: false,
+                        }
+                    }
+                    Some(loss) => {
+                        if recv_last.contains("accelerator") {
+                            self.accelerate_backwards.push((
+                                span.clone(),
+                                loss.byte_range(),
+                                self.text(loss).to_string(),
+                                self.prov(loss, 0),
+                            ));
+                        }
+                        self.framework_backward(node, recv);
+                        CallKind::FrameworkBackward
+                    }
+                }
+            }
+            "zero_grad" => CallKind::ZeroGrad,
+            "clip_grad_norm_" | "clip_grad_norm" | "clip_grad_value_" => CallKind::Clip {
+                framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
+            },
+            "unscale_" => CallKind::Unscale,
+            // Opacus accumulates clipped per-sample gradients and divides by the samples seen.
+            "virtual_step" => CallKind::GradRescale,
+            _ if last.to_ascii_lowercase().contains("scale_grads")
+                || ((last == "div_" || last == "mul_") && recv.contains("grad")) =>
+            {
+                CallKind::GradRescale
+            }
+            _ => return,
+        };
+        let ctx = self.ctx(span.start);
+        let statement = node
+            .parent()
+            .filter(|p| p.kind() == "expression_statement" && p.byte_range() == span)
+            .map(|p| p.byte_range());
+        self.calls.push(CallEvent {
+            ctx,
+            kind,
+            order: (span.start, 0),
+            inlined: false,
+            site_loops: 0,
+            call: Call { span, statement },
+        });
+    }
+
+    /// `accelerator.backward(loss / n)` or `engine.backward(loss)` after `loss = loss / n`: a
+    /// candidate for double scaling, judged once the whole file is read.
+    pub(super) fn framework_backward(&mut self, node: Node, recv: &str) {
+        let framework = if recv.to_ascii_lowercase().contains("accelerator") {
+            Framework::Accelerate
+        } else if self.engine_names.iter().any(|n| n == recv)
+            || last_segment(recv).to_ascii_lowercase().contains("engine")
+        {
+            Framework::DeepSpeed
+        } else {
+            return;
+        };
+        let Some(args) = node.child_by_field_name("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let kids: Vec<Node> = args.named_children(&mut c).collect();
+        // `scale_wrt_gas=False`: the engine does not divide.
+        if kids.iter().any(|k| {
+            k.kind() == "keyword_argument"
+                && k.child_by_field_name("name").map(|n| self.text(n)) == Some("scale_wrt_gas")
+        }) {
+            return;
+        }
+        let Some(loss) = kids.iter().find(|k| k.kind() != "keyword_argument") else {
+            return;
+        };
+        if let Some((divisor, division)) = self.division_of(*loss) {
+            self.facts.manual_divisions.push(ManualDivision {
+                framework,
+                at: node.byte_range(),
+                divisor,
+                division,
+            });
+        }
+    }
+
+    /// The division of a loss by the accumulation factor, in the expression or in the latest
+    /// assignment of the name (`loss = loss / n`, `loss /= n`).
+    pub(super) fn division_of(&self, node: Node) -> Option<DivisionBy> {
+        let node = unparen(node);
+        match node.kind() {
+            "binary_operator" => {
+                let op = node.child_by_field_name("operator").map(|o| self.text(o));
+                let left = node.child_by_field_name("left")?;
+                let right = node.child_by_field_name("right")?;
+                let divisor = self.text(right);
+                // `loss * accum / num_items` cancels the framework's division on purpose.
+                if op != Some("/")
+                    || !names_accumulation(divisor)
+                    || self.text(left).to_ascii_lowercase().contains("accum")
+                {
+                    return None;
+                }
+                Some((
+                    divisor.to_string(),
+                    Division {
+                        operator_and_divisor: left.end_byte()..right.end_byte(),
+                        statement: None,
+                    },
+                ))
+            }
+            "identifier" => {
+                let name = self.text(node);
+                let mut scope = Some(self.scope());
+                while let Some(s) = scope {
+                    if let Some(defs) = self.divisions.get(&(s, name.to_string())) {
+                        // Only a division that runs whenever this use does counts: one in the
+                        // other arm of an `if` does not reach it. `if gas > 1: loss /= gas`
+                        // runs exactly when the division matters.
+                        let here = self.ctx(node.start_byte()).branches;
+                        let reaches = |b: &Branch| {
+                            here.contains(b)
+                                || self.cond_reads_factor.get(b.cond).copied().unwrap_or(false)
+                        };
+                        return defs
+                            .iter()
+                            .rfind(|(at, _, _)| *at < node.start_byte())
+                            .filter(|(_, under, _)| under.iter().all(reaches))
+                            .and_then(|(_, _, d)| d.clone());
+                    }
+                    scope = self.scopes.get(s).and_then(|sc| sc.parent);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether an expression, or a name it reads (followed back a few assignments), involves the
+    /// accumulation factor: `num_training_steps = len(loader) // accum * epochs`.
+    pub(super) fn counts_accumulation(&self, text: &str, depth: usize) -> bool {
+        if names_accumulation(text) {
+            return true;
+        }
+        depth < 3
+            && text
+                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                .filter(|w| !w.is_empty())
+                .any(|w| {
+                    self.assigned_text
+                        .get(w)
+                        .is_some_and(|t| self.counts_accumulation(t, depth + 1))
+                })
+    }
+
+    /// Remember whether an assignment to `name` divided it by the accumulation factor.
+    pub(super) fn record_division(&mut self, stmt: Node, name: &str, division: Option<DivisionBy>) {
+        let scope = self.scope();
+        let under = self.ctx(stmt.start_byte()).branches;
+        self.divisions
+            .entry((scope, name.to_string()))
+            .or_default()
+            .push((stmt.start_byte(), under, division));
+    }
+
+    pub(super) fn is_optimizer_ref(&self, recv: &str) -> bool {
+        if self.optimizer_names.iter().any(|n| n == recv) {
+            return true;
+        }
+        let last = last_segment(recv).to_ascii_lowercase();
+        (last.contains("optim")
+            || last == "opt"
+            || last.starts_with("opt_")
+            || last.ends_with("_opt"))
+            && !last.contains("sched")
+    }
+
+    /// `X.backward()`: X is the loss, or `scaler.scale(loss)`.
+    pub(super) fn backward(&self, recv: Node) -> Option<CallKind> {
+        let mut recv = unparen(recv);
+        let mut loss = recv;
+        let mut scaler = false;
+        if recv.kind() == "call" {
+            let f = recv.child_by_field_name("function");
+            let f_text = f.map(|f| self.text(f)).unwrap_or("");
+            if last_segment(f_text) == "scale" {
+                scaler = true;
+                let arg = recv
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))?;
+                loss = unparen(arg);
+                recv = loss;
+            } else if matches!(last_segment(f_text), "mean" | "sum") {
+                if let Some(obj) = f.and_then(|f| f.child_by_field_name("object")) {
+                    loss = unparen(obj);
+                }
+            }
+        }
+        Some(CallKind::Backward {
+            loss: loss.byte_range(),
+            loss_text: self.text(loss).to_string(),
+            prov: self.prov(recv, 0),
+            scaler,
+            in_helper: false,
+        })
+    }
+
+    /// `parser.add_argument("--optim", default="adamw")`.
+    pub(super) fn argparse_default(&mut self, node: Node) {
+        let Some(args) = node.child_by_field_name("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let mut flag = None;
+        let mut default = None;
+        for a in args.named_children(&mut c) {
+            match a.kind() {
+                "string" if flag.is_none() => {
+                    flag = Some(self.text(a).trim_matches(['"', '\'']).to_string())
+                }
+                "keyword_argument" => {
+                    let k = a.child_by_field_name("name").map(|n| self.text(n));
+                    if k == Some("default") {
+                        default = a.child_by_field_name("value");
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let (Some(flag), Some(d)) = (flag, default) {
+            if d.kind() == "string" {
+                let v = self.text(d).to_string();
+                flag_evidence(&flag, &v, d.byte_range(), &mut self.facts.evidence);
+            }
+        }
+    }
+}

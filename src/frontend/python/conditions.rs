@@ -1,0 +1,424 @@
+//! What an `if` or a loop says about the accumulation window: `% N` tests, names holding one,
+//! counters that are reset or kept modulo N, `continue` guards, micro-batch loops, and the names a
+//! test reads (a test that reads nothing the micro-steps change takes the same arm on each).
+
+use super::*;
+
+impl<'s> Walker<'s> {
+    /// The condition of an `if`/`elif`, registered once per node (both branches share it).
+    pub(super) fn cond_of(&mut self, stmt: Node) -> Option<usize> {
+        if !matches!(stmt.kind(), "if_statement" | "elif_clause") {
+            return None;
+        }
+        if let Some(&id) = self.cond_ids.get(&stmt.id()) {
+            return Some(id);
+        }
+        let cond = stmt.child_by_field_name("condition")?;
+        let reads = self.reads(cond);
+        // The same test again in the same scope is the same condition: its arms exclude each
+        // other's (`if fp16: scaled backward` ... `if fp16: unscale else: clip`).
+        let key = (self.scope(), self.text(cond));
+        if reads.is_some() {
+            if let Some(&id) = self.cond_texts.get(&key) {
+                self.cond_ids.insert(stmt.id(), id);
+                return Some(id);
+            }
+        }
+        let accum = self
+            .accum_test(cond, true)
+            .or_else(|| self.counter_test(cond, stmt.child_by_field_name("consequence")?))
+            .map(|(factor, _, boundary_when_true)| AccumTest {
+                factor,
+                boundary_when_true,
+            });
+        self.conds.push(Cond { accum, reads });
+        self.cond_reads_factor
+            .push(names_accumulation(self.text(cond)));
+        self.cond_keys.push(self.compared_strings(cond));
+        let id = self.conds.len() - 1;
+        self.cond_ids.insert(stmt.id(), id);
+        if self.conds[id].reads.is_some() {
+            self.cond_texts.insert(key, id);
+        }
+        Some(id)
+    }
+
+    /// The names and attributes a test reads, or `None` when it calls something or reads a
+    /// name that follows the accumulation window: it may change between micro-steps.
+    pub(super) fn reads(&self, cond: Node) -> Option<Vec<String>> {
+        let mut names = Vec::new();
+        let mut stack = vec![cond];
+        let mut seen = 0;
+        while let Some(n) = stack.pop() {
+            seen += 1;
+            if seen > 64 {
+                return None;
+            }
+            match n.kind() {
+                "call" | "await" | "lambda" | "named_expression" => return None,
+                "identifier" | "attribute" => {
+                    let text = self.text(n);
+                    let lower = text.to_ascii_lowercase();
+                    if [
+                        "sync", "last", "step", "accum", "boundary", "update", "iter", "idx",
+                    ]
+                    .iter()
+                    .any(|w| lower.contains(w))
+                    {
+                        return None;
+                    }
+                    // `self.x` is read as a whole; `a.b` changes when `a` does.
+                    names.push(text.split('.').next().unwrap_or(text).to_string());
+                    if text.starts_with("self.") {
+                        names.push(text.to_string());
+                    }
+                }
+                _ => {
+                    let mut c = n.walk();
+                    stack.extend(n.named_children(&mut c));
+                }
+            }
+        }
+        Some(names)
+    }
+
+    /// Names bound by an assignment target, a loop variable or a pattern: noted in the loops
+    /// and the scope around them.
+    pub(super) fn note_assigned_names(&mut self, target: Node) {
+        let mut stack = vec![target];
+        while let Some(n) = stack.pop() {
+            match n.kind() {
+                "identifier" | "attribute" | "subscript" => {
+                    let text = self.text(n);
+                    // `x.a = ...` and `x[i] = ...` change what `x` holds.
+                    let root = text.split(['.', '[']).next().unwrap_or(text);
+                    let mut names = vec![root.to_string()];
+                    if text.starts_with("self.") && n.kind() == "attribute" {
+                        names.push(text.to_string());
+                    }
+                    self.note_assigned(names);
+                }
+                _ => {
+                    let mut c = n.walk();
+                    stack.extend(n.named_children(&mut c));
+                }
+            }
+        }
+    }
+
+    pub(super) fn note_assigned(&mut self, names: Vec<String>) {
+        for (_, f) in self.stack.iter().rev() {
+            match f {
+                Frame::Loop(l) => {
+                    if let Some(info) = self.loops.get_mut(*l) {
+                        info.assigned.extend(names.iter().cloned());
+                    }
+                }
+                Frame::Scope(s) => {
+                    if let Some(sc) = self.scopes.get_mut(*s) {
+                        sc.assigned.extend(names);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        if let Some(sc) = self.scopes.get_mut(0) {
+            sc.assigned.extend(names);
+        }
+    }
+
+    /// Whether `cond` tests `i % N` (directly, negated, or through a name holding such a test).
+    /// Returns N and whether the test is true on the boundary step.
+    pub(super) fn accum_test(
+        &self,
+        cond: Node,
+        polarity: bool,
+    ) -> Option<(String, Range<usize>, bool)> {
+        self.accum_test_at(unparen(cond), polarity, 0)
+    }
+
+    pub(super) fn accum_test_at(
+        &self,
+        cond: Node,
+        polarity: bool,
+        depth: usize,
+    ) -> Option<(String, Range<usize>, bool)> {
+        if depth > 8 {
+            return None;
+        }
+        match cond.kind() {
+            "parenthesized_expression" => self.accum_test_at(unparen(cond), polarity, depth + 1),
+            "not_operator" => self.accum_test_at(
+                unparen(cond.child_by_field_name("argument")?),
+                !polarity,
+                depth + 1,
+            ),
+            "boolean_operator" => {
+                let op = cond.child_by_field_name("operator").map(|o| self.text(o));
+                let l = self.accum_test_at(
+                    unparen(cond.child_by_field_name("left")?),
+                    polarity,
+                    depth + 1,
+                );
+                let r = self.accum_test_at(
+                    unparen(cond.child_by_field_name("right")?),
+                    polarity,
+                    depth + 1,
+                );
+                // `a or is_last` still steps on the boundary; `a and b` too.
+                match op {
+                    Some("or") | Some("and") => l.or(r),
+                    _ => None,
+                }
+            }
+            "identifier" | "attribute" => {
+                let name = self.text(cond);
+                let scope = self.scope();
+                self.test_names
+                    .get(&(scope, name.to_string()))
+                    .map(|(f, s, b)| (f.clone(), s.clone(), *b == polarity))
+            }
+            "comparison_operator" => {
+                let mut cur = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut cur).collect();
+                if kids.len() != 3 {
+                    return None;
+                }
+                let op = self.text(kids[1]);
+                let m = self
+                    .modulo(kids[0])
+                    .or_else(|| self.modulo(kids[2]))
+                    .or_else(|| self.wrapped_counter(kids[0], kids[2]))?;
+                let eq = match op {
+                    "==" => true,
+                    "!=" => false,
+                    _ => return None,
+                };
+                // `i % N == 0` and `i % N == N - 1` both mark one step in N as the boundary.
+                Some((m.0, m.1, eq == polarity))
+            }
+            "binary_operator" => {
+                // Bare `if (i + 1) % N:` is true on the non-boundary steps.
+                let m = self.modulo(cond)?;
+                Some((m.0, m.1, !polarity))
+            }
+            _ => None,
+        }
+    }
+
+    /// `acc == 0` where `acc` counts modulo N (`acc = (acc + 1) % N`): its factor.
+    pub(super) fn wrapped_counter(&self, a: Node, b: Node) -> Option<(String, Range<usize>)> {
+        let (name, zero) = match (unparen(a).kind(), unparen(b).kind()) {
+            ("identifier" | "attribute", "integer") => (a, b),
+            ("integer", "identifier" | "attribute") => (b, a),
+            _ => return None,
+        };
+        if self.text(zero) != "0" {
+            return None;
+        }
+        let name = self.text(unparen(name));
+        self.modulo_names
+            .get(&(scope_of_name(self, name), name.to_string()))
+            .cloned()
+    }
+
+    /// `if seen >= N: ...; seen = 0`: a counter compared with N and reset in the branch.
+    pub(super) fn counter_test(
+        &self,
+        cond: Node,
+        body: Node,
+    ) -> Option<(String, Range<usize>, bool)> {
+        let cond = unparen(cond);
+        if cond.kind() != "comparison_operator" {
+            return None;
+        }
+        let mut cur = cond.walk();
+        let kids: Vec<Node> = cond.children(&mut cur).collect();
+        if kids.len() != 3 {
+            return None;
+        }
+        let (counter, n) = match self.text(kids[1]) {
+            ">=" | "==" | ">" => (kids[0], kids[2]),
+            "<=" => (kids[2], kids[0]),
+            _ => return None,
+        };
+        if matches!(parse_number(self.text(n)), Some(v) if v <= 1.0) {
+            return None;
+        }
+        // A counter reset to 0 (`seen = 0`), or a window kept by hand: `now - last >= N` with
+        // `last = now` in the branch.
+        let counter = unparen(counter);
+        let (name, reset) = match counter.kind() {
+            "identifier" | "attribute" => (self.text(counter), "0"),
+            "binary_operator"
+                if counter
+                    .child_by_field_name("operator")
+                    .map(|o| self.text(o))
+                    == Some("-") =>
+            {
+                let now = counter.child_by_field_name("left")?;
+                let last = counter.child_by_field_name("right")?;
+                if !matches!(now.kind(), "identifier" | "attribute")
+                    || !matches!(last.kind(), "identifier" | "attribute")
+                {
+                    return None;
+                }
+                (self.text(last), self.text(now))
+            }
+            _ => return None,
+        };
+        let mut c = body.walk();
+        let resets = body.named_children(&mut c).any(|st| {
+            st.named_child(0).is_some_and(|a| {
+                a.kind() == "assignment"
+                    && a.child_by_field_name("left").map(|l| self.text(l)) == Some(name)
+                    && a.child_by_field_name("right").map(|r| self.text(r)) == Some(reset)
+            })
+        });
+        resets.then(|| (self.text(n).to_string(), n.byte_range(), true))
+    }
+
+    /// `N` of `for micro in range(N)` when the loop names micro-batches: the variable or `N` says
+    /// so (`micro_step`, `accum_steps`, `chunk`). A loop over tasks or layers that happens to run
+    /// backwards is not accumulation.
+    pub(super) fn micro_factor(&self, node: Node) -> Option<String> {
+        if node.kind() != "for_statement" {
+            return None;
+        }
+        let var = self.text(node.child_by_field_name("left")?);
+        let iter = unparen(node.child_by_field_name("right")?);
+        if iter.kind() != "call"
+            || iter.child_by_field_name("function").map(|f| self.text(f)) != Some("range")
+        {
+            return None;
+        }
+        let args = iter.child_by_field_name("arguments")?;
+        let mut c = args.walk();
+        let args: Vec<Node> = args.named_children(&mut c).collect();
+        let n_text = match args.as_slice() {
+            [n] => self.text(*n).to_string(),
+            [start, n] if self.text(*start) == "0" => self.text(*n).to_string(),
+            // `range(1, N + 1)`
+            [start, n] if self.text(*start) == "1" => {
+                let n = self.text(*n);
+                n.strip_suffix("+ 1")
+                    .or_else(|| n.strip_suffix("+1"))?
+                    .trim()
+                    .to_string()
+            }
+            // `range(0, batch_size, micro_batch_size)`: chunks of one batch.
+            [start, total, size] if self.text(*start) == "0" => {
+                let size = self.text(*size);
+                if !names_micro_batches(size) && !names_micro_batches(var) {
+                    return None;
+                }
+                return Some(format!("{} // {size}", self.text(*total)));
+            }
+            _ => return None,
+        };
+        if matches!(parse_number(&n_text), Some(v) if v <= 1.0) {
+            return None;
+        }
+        (names_micro_batches(var) || names_micro_batches(&n_text)).then_some(n_text)
+    }
+
+    /// `if <true on micro-steps>: continue` as the loop's guard for the step that follows.
+    pub(super) fn continue_guard(&mut self, node: Node) {
+        if node.child_by_field_name("alternative").is_some() {
+            return;
+        }
+        let Some(body) = node.child_by_field_name("consequence") else {
+            return;
+        };
+        let mut c = body.walk();
+        let last = body.named_children(&mut c).last();
+        if last.is_none_or(|l| l.kind() != "continue_statement") {
+            return;
+        }
+        let Some(cond) = self.cond_of(node) else {
+            return;
+        };
+        let skips_micro_steps = self
+            .conds
+            .get(cond)
+            .and_then(|t| t.accum.as_ref())
+            .is_some_and(|t| !t.boundary_when_true);
+        let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
+            Frame::Loop(l) => Some(Some(*l)),
+            Frame::Scope(_) => Some(None),
+            _ => None,
+        });
+        if let (true, Some(Some(loop_id))) = (skips_micro_steps, innermost) {
+            self.guards.push(Guard {
+                loop_id,
+                cond,
+                after: node.end_byte(),
+            });
+        }
+    }
+
+    /// The strings a condition compares with: `x == "bf16"`, `x in ("fp16", "half")`, joined by
+    /// `or`.
+    pub(super) fn compared_strings(&self, cond: Node) -> Vec<String> {
+        let cond = unparen(cond);
+        match cond.kind() {
+            "boolean_operator"
+                if cond.child_by_field_name("operator").map(|o| self.text(o)) == Some("or") =>
+            {
+                let mut keys = Vec::new();
+                for side in ["left", "right"] {
+                    if let Some(n) = cond.child_by_field_name(side) {
+                        keys.extend(self.compared_strings(n));
+                    }
+                }
+                keys
+            }
+            "comparison_operator" => {
+                let mut c = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut c).collect();
+                if kids.len() != 3 || !matches!(self.text(kids[1]), "==" | "in") {
+                    return Vec::new();
+                }
+                let strings = |n: Node| -> Vec<String> {
+                    let n = unparen(n);
+                    match n.kind() {
+                        "string" => vec![string_key(self.text(n))],
+                        "tuple" | "list" | "set" => {
+                            let mut c = n.walk();
+                            n.named_children(&mut c)
+                                .filter(|k| k.kind() == "string")
+                                .map(|k| string_key(self.text(k)))
+                                .collect()
+                        }
+                        _ => Vec::new(),
+                    }
+                };
+                let mut keys = strings(kids[2]);
+                if keys.is_empty() {
+                    keys = strings(kids[0]);
+                }
+                keys
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// `x % N` → N.
+    pub(super) fn modulo(&self, node: Node) -> Option<(String, Range<usize>)> {
+        let node = unparen(node);
+        if node.kind() != "binary_operator" {
+            return None;
+        }
+        let op = node.child_by_field_name("operator")?;
+        if self.text(op) != "%" {
+            return None;
+        }
+        let right = unparen(node.child_by_field_name("right")?);
+        let text = self.text(right).to_string();
+        if parse_number(&text) == Some(1.0) || right.kind() == "string" {
+            return None;
+        }
+        Some((text, right.byte_range()))
+    }
+}

@@ -1,0 +1,231 @@
+//! Assignments, augmented assignments and returns: what each binds (values, losses, divisions,
+//! accumulation tests, instances) and the formulas they state.
+
+use super::*;
+
+impl<'s> Walker<'s> {
+    // ---- statements -------------------------------------------------------------------------
+
+    pub(super) fn assignment(&mut self, node: Node) {
+        let (Some(left), Some(right)) = (
+            node.child_by_field_name("left"),
+            node.child_by_field_name("right"),
+        ) else {
+            return;
+        };
+        self.note_assigned_names(left);
+        self.invoke(right);
+        let target = self.text(left).to_string();
+        let simple_target = matches!(left.kind(), "identifier" | "attribute");
+        // Evidence in assignments.
+        let rtext = self.text(right);
+        if target.ends_with("requires_grad") && rtext == "False" {
+            self.facts.evidence.frozen.push(node.byte_range());
+        }
+        if target == "self.automatic_optimization" && rtext == "False" {
+            self.facts.manual_optimization = true;
+        }
+        if right.kind() == "call" {
+            if let Some(f) = right.child_by_field_name("function") {
+                let callee = self.text(f);
+                let last = last_segment(callee).to_ascii_lowercase();
+                if OPTIMIZER_CLASSES.contains(&last.as_str()) && simple_target {
+                    self.optimizer_names.push(target.clone());
+                }
+                if simple_target && (last.contains("schedule") || last.ends_with("lr")) {
+                    self.scheduler_names.push(target.clone());
+                    if self.counts_accumulation(rtext, 0) {
+                        self.facts.schedule_in_optimizer_steps = true;
+                    }
+                }
+                // `engine, optimizer, _, _ = deepspeed.initialize(...)`
+                if callee == "deepspeed.initialize" {
+                    let engine = match left.kind() {
+                        "pattern_list" | "tuple_pattern" => left.named_child(0),
+                        _ => Some(left),
+                    };
+                    if let Some(e) = engine {
+                        self.engine_names.push(self.text(e).to_string());
+                    }
+                }
+            }
+        }
+        if matches!(
+            left.kind(),
+            "pattern_list" | "tuple_pattern" | "list_pattern"
+        ) {
+            self.define_pattern(left, right, node.start_byte());
+        }
+        if !simple_target {
+            return;
+        }
+        if let Some(f) = (right.kind() == "call")
+            .then(|| right.child_by_field_name("function"))
+            .flatten()
+        {
+            let callee = self.text(f);
+            if starts_upper(last_segment(callee)) {
+                self.instances.insert(
+                    (scope_of_name(self, &target), target.clone()),
+                    callee.to_string(),
+                );
+            }
+        }
+        self.assigned_text.insert(target.clone(), rtext);
+        // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
+        let division = self.division_of(right).map(|(divisor, mut d)| {
+            let rebinds = unparen(right)
+                .child_by_field_name("left")
+                .is_some_and(|l| self.text(unparen(l)) == target);
+            if rebinds {
+                d.statement = node
+                    .parent()
+                    .filter(|p| p.kind() == "expression_statement")
+                    .map(|p| p.byte_range());
+            }
+            (divisor, d)
+        });
+        self.record_division(node, &target, division);
+        self.branch_entry(&target, right);
+        if let Some(divided) = self.unit_division(right, 0) {
+            // Only memory counts as a use of a unit: `/ 1e9` also makes billions of parameters.
+            let t = target.to_ascii_lowercase();
+            let memory = unit_of_name(&target).is_some() || t.contains("mem") || t.contains("byte");
+            if memory && !self.facts.units_used.contains(&divided.0) {
+                self.facts.units_used.push(divided.0);
+            }
+            self.name_units
+                .insert((scope_of_name(self, &target), target.clone()), divided.0);
+            if let Some(named) = unit_of_name(&target) {
+                if named.power == divided.0.power && named.binary != divided.0.binary {
+                    self.facts.unit_conversions.push(UnitConversion {
+                        target: target.clone(),
+                        named,
+                        divided: divided.0,
+                        divisor: divided.1,
+                        span: right.byte_range(),
+                    });
+                }
+            }
+        }
+        // Accumulation tests stored in a name, and counters kept modulo the factor.
+        if let Some(test) = self.accum_test(right, true) {
+            let scope = self.scope();
+            self.test_names.insert((scope, target.clone()), test);
+        }
+        if let Some(m) = self.modulo(right) {
+            self.modulo_names
+                .insert((scope_of_name(self, &target), target.clone()), m);
+        }
+        let prov = self.prov(right, 0);
+        self.define(&target, node.start_byte(), prov);
+        let scope = self.scope();
+
+        let lin = self.lower(right, 0);
+        self.facts.note_constant(&target, &lin, right.byte_range());
+        if lin.terms.iter().all(|t| t.opaque) && reads_device_memory(rtext) {
+            self.gpu_names.push((scope, target.clone()));
+        }
+        self.record_formula(
+            FormulaKind::Assign {
+                target: target.clone(),
+                role: role_of(&target),
+            },
+            &lin,
+            right.byte_range(),
+        );
+        self.bind(&target, &lin);
+    }
+
+    pub(super) fn augmented(&mut self, node: Node) {
+        let (Some(left), Some(right), Some(op)) = (
+            node.child_by_field_name("left"),
+            node.child_by_field_name("right"),
+            node.child_by_field_name("operator"),
+        ) else {
+            return;
+        };
+        self.note_assigned_names(left);
+        let target = self.text(left).to_string();
+        let op = self.text(op).trim_end_matches('=').to_string();
+        if op == "%" {
+            self.modulo_names.insert(
+                (scope_of_name(self, &target), target.clone()),
+                (self.text(right).to_string(), right.byte_range()),
+            );
+        }
+        if op == "/" && names_accumulation(self.text(right)) {
+            let division = Division {
+                operator_and_divisor: node.byte_range(),
+                statement: node
+                    .parent()
+                    .filter(|p| p.kind() == "expression_statement")
+                    .map(|p| p.byte_range()),
+            };
+            self.record_division(
+                node,
+                &target,
+                Some((self.text(right).to_string(), division)),
+            );
+        }
+        if op == "/" || op == "//" || (op == "*" && is_count_like(self.text(right))) {
+            self.define(&target, node.start_byte(), Prov::SCALED);
+        } else if op == "+" || op == "-" {
+            // `total += part`: what the total now holds.
+            let sum = Prov::Combined(vec![self.prov(left, 0), self.prov(right, 0)]);
+            self.define(&target, node.start_byte(), sum);
+        }
+        if left.kind() == "identifier" || left.kind() == "attribute" {
+            let current = self.name(left);
+            let rhs = self.lower(right, 0);
+            let lin = Lin::binary(&op, current, rhs, self.text(node), node.byte_range());
+            // A running sum (`total += part`) is not a statement of what training needs.
+            self.record_formula(FormulaKind::Expr, &lin, node.byte_range());
+            self.bind(&target, &lin);
+        }
+    }
+
+    pub(super) fn ret(&mut self, node: Node) {
+        let Some(value) = node.named_child(0) else {
+            return;
+        };
+        let scope = self.scope();
+        let function = self
+            .scopes
+            .get(scope)
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
+        if function.is_empty() {
+            return;
+        }
+        // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
+        let lightning = self
+            .scopes
+            .get(scope)
+            .and_then(|s| s.class)
+            .and_then(|c| self.scopes.get(c))
+            .is_some_and(|c| c.lightning);
+        if lightning && function == "training_step" {
+            if let Some((divisor, division)) = self.division_of(value) {
+                self.facts.manual_divisions.push(ManualDivision {
+                    framework: Framework::Lightning,
+                    at: node.byte_range(),
+                    divisor,
+                    division,
+                });
+            }
+        }
+        let prov = self.prov(value, 0);
+        self.returns.entry(scope).or_default().push(prov);
+        self.invoke(value);
+        let lin = self.lower(value, 0);
+        self.record_formula(
+            FormulaKind::Return {
+                role: role_of(&function),
+                function,
+            },
+            &lin,
+            value.byte_range(),
+        );
+    }
+}

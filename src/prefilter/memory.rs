@@ -1,0 +1,207 @@
+//! Memory formulas (MEM001, MEM002's assignments, MEM005's constants, MEM006) need a name whose
+//! role is a model size or a parameter count; MEM005 also reads a parameter count from a model
+//! name in a config written in Python.
+
+use super::scan::{contains, identifier_at, Scan};
+use crate::config::parse_number;
+use crate::expr::{role_of, Role};
+use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
+use crate::project::{params_from_name, MODEL_KEYS};
+
+/// Parts of a name that may hold a model size or a parameter count.
+const SIZED: &[&str] = &["model", "param", "weight"];
+
+impl Scan<'_> {
+    /// Memory formulas (MEM001, MEM002's assignments, MEM005's constants, MEM006) are recorded
+    /// only with a term whose role is a model size or a parameter count, and a term's role is
+    /// [`role_of`] of an identifier written in the file. A parameter count matters only where
+    /// [`Scan::counts_parameters`] says.
+    pub(super) fn sized_name(&self) -> bool {
+        SIZED.iter().any(|word| {
+            let mut read_to = 0;
+            memchr::memmem::find_iter(&self.lower, word.as_bytes()).any(|at| {
+                // A name is read whole at its first word.
+                if at < read_to {
+                    return false;
+                }
+                let (reading, end) = sized_name_at(self.text, at);
+                read_to = end;
+                match reading {
+                    Reading::Sized => true,
+                    Reading::Count(start, end) => self.counts_parameters(start, end),
+                    Reading::Neither => false,
+                }
+            })
+        })
+    }
+
+    /// A parameter count never makes MEM001 or MEM006 (they judge model sizes); it matters as a
+    /// constant (MEM005: `n_params = 7e9`, `"num_params": 7e9`, `--num_params`) or multiplied
+    /// into a `*byte*` assignment (MEM002: `optimizer_bytes = n_params * 8`).
+    fn counts_parameters(&self, start: usize, end: usize) -> bool {
+        let text = self.text;
+        let before = &text[..start];
+        let after = text[end..].trim_start_matches([' ', '\t']);
+        // A quoted key or flag: `"num_params": 7e9`, `"--num-params"`.
+        let quote = before.trim_end_matches('-');
+        if quote.ends_with(['"', '\'']) {
+            let flag = quote.len() < before.len();
+            let closed = after.starts_with(&quote[quote.len() - 1..]);
+            return closed && (flag || after[1..].trim_start_matches([' ', '\t']).starts_with(':'));
+        }
+        // Multiplied, or the whole value, on the way to a `*byte*` optimizer-state name.
+        let left = before.trim_end_matches([' ', '\t', '(']);
+        let assigned_to = left
+            .strip_suffix('=')
+            .filter(|t| !t.ends_with(['=', '!', '<', '>']));
+        if after.starts_with('*') || left.ends_with('*') || assigned_to.is_some() {
+            return self.assigns_state_bytes();
+        }
+        // Assigned: an annotation, or `=` and a value that may be a constant.
+        if after.starts_with(':') {
+            return true;
+        }
+        let Some(value) = after.strip_prefix('=').filter(|v| !v.starts_with('=')) else {
+            return false;
+        };
+        constant_from(value.trim_start_matches([' ', '\t']))
+    }
+
+    /// MEM005 reads a parameter count from a model name in a config (`"model_name_or_path":
+    /// "meta-llama/Llama-2-7b-hf"`, `--model_name`, `default="opt-350m"`); a config written in
+    /// Python is kept only with a batch key.
+    pub(super) fn names_a_sized_model(&self) -> bool {
+        let lower = &self.lower;
+        let flag = |w: &str| w.replace('_', "-");
+        let batch = BATCH_KEY_PARTS
+            .iter()
+            .any(|w| contains(lower, w.as_bytes()) || contains(lower, flag(w).as_bytes()))
+            || BATCH_KEY_NAMES
+                .iter()
+                .any(|w| contains(lower, w.as_bytes()));
+        if !batch {
+            return false;
+        }
+        let keys = memchr::memmem::find_iter(lower, b"model")
+            .chain(memchr::memmem::find_iter(lower, b"_component_"));
+        keys.into_iter().any(|at| {
+            // torchtune names its model by `_component_` under `model`.
+            self.config_key(at, at + 1, |k| {
+                MODEL_KEYS.contains(&k) || k == "_component_"
+            })
+            .is_some_and(|value| self.value_names_a_size(value))
+        })
+    }
+
+    /// Whether a string in the value after a key ending at `from` (up to the end of its line,
+    /// entry or call, at most 4 KB) gives a parameter count.
+    fn value_names_a_size(&self, from: usize) -> bool {
+        let bytes = self.bytes;
+        let limit = (from + 4096).min(bytes.len());
+        let mut depth = 0i32;
+        let mut i = from;
+        while i < limit {
+            match bytes[i] {
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return false;
+                    }
+                }
+                b'\n' if depth == 0 => return false,
+                quote @ (b'"' | b'\'') => {
+                    let Some(len) = memchr::memchr(quote, &bytes[i + 1..limit]) else {
+                        return false;
+                    };
+                    let s = std::str::from_utf8(&bytes[i + 1..i + 1 + len]).unwrap_or("");
+                    if params_from_name(s).is_some() {
+                        return true;
+                    }
+                    i += len + 1;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        false
+    }
+
+    /// A name holding `byte` whose role is the optimizer's is assigned (`optimizer_bytes = ...`).
+    fn assigns_state_bytes(&self) -> bool {
+        let lower = &self.lower;
+        memchr::memmem::find_iter(lower, b"byte").any(|at| {
+            let (start, end) = identifier_at(lower, at, false);
+            let rest = self.text[end..].trim_start_matches([' ', '\t']);
+            rest.starts_with('=')
+                && !rest.starts_with("==")
+                && role_of(&self.text[start..end]) == Role::Optimizer
+        })
+    }
+}
+
+/// Whether an assigned value may fold to a parameter count: not a call (`sum(...)`,
+/// `model.num_parameters()`), and not a lone number below a million (`total = 0`).
+fn constant_from(value: &str) -> bool {
+    let line = value
+        .split(['\n', '#', ';'])
+        .next()
+        .unwrap_or("")
+        .trim_end();
+    if value.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        let name_end = value
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(value.len());
+        return !value[name_end..]
+            .trim_start_matches([' ', '\t'])
+            .starts_with('(');
+    }
+    match parse_number(line) {
+        Some(v) => v >= 1e6,
+        None => true,
+    }
+}
+
+/// What the name around a word may be read as.
+enum Reading {
+    Sized,
+    /// A parameter count only, read plainly from these bounds.
+    Count(usize, usize),
+    Neither,
+}
+
+/// How the name around `at` may be read, and where the name ends. A reading through
+/// non-ASCII letters or after a number (`2model_gb`, where recovery splits the literal from a
+/// name) counts in full.
+fn sized_name_at(text: &str, at: usize) -> (Reading, usize) {
+    let bytes = text.as_bytes();
+    let ascii = identifier_at(bytes, at, false);
+    let wide = identifier_at(bytes, at, true);
+    let role = |(s, e): (usize, usize)| text.get(s..e).map_or(Role::Unknown, role_of);
+    let end = wide.1;
+    match role(ascii) {
+        Role::Model => return (Reading::Sized, end),
+        Role::ParamCount if wide == ascii => return (Reading::Count(ascii.0, ascii.1), end),
+        _ => {}
+    }
+    if wide != ascii && sized_name(&text[wide.0..wide.1]) {
+        return (Reading::Sized, end);
+    }
+    let (start, name_end) = ascii;
+    let after_number = bytes[start].is_ascii_digit()
+        && (start + 1..=at).any(|k| {
+            (bytes[k].is_ascii_alphabetic() || bytes[k] == b'_') && sized_name_in(text, k, name_end)
+        });
+    if after_number || matches!(role(ascii), Role::ParamCount) {
+        return (Reading::Sized, end);
+    }
+    (Reading::Neither, end)
+}
+
+fn sized_name_in(text: &str, start: usize, end: usize) -> bool {
+    text.get(start..end).is_some_and(sized_name)
+}
+
+fn sized_name(name: &str) -> bool {
+    matches!(role_of(name), Role::Model | Role::ParamCount)
+}

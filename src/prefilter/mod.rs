@@ -1,0 +1,256 @@
+//! A literal scan that decides, before any parse, whether a file can hold anything a rule that is
+//! reported for it reads. Each condition is *necessary* for its rule to fire, derived from what the
+//! frontends record, so skipping a file never changes a result:
+//! - memory formulas (MEM001, MEM002's assignments, MEM005's constants, MEM006) are recorded only
+//!   with a term whose role is a model size or a parameter count, and a term's role is
+//!   [`role_of`](crate::expr::role_of) of an identifier written in the file: the scan asks `role_of` about every
+//!   identifier that contains `model`, `weight` or `param`. A parameter count counts only where
+//!   a rule can use one: assigned a possible constant, as a config key, or multiplied where an
+//!   optimizer-state `*byte*` name is assigned;
+//! - the training-loop rules (GA001-GA005) need an attribute call named exactly `step` (the
+//!   frontend compares the text after the callee's last `.`) with a `backward`, a
+//!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
+//!   return divided by `accumulate_grad_batches`;
+//! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
+//!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
+//!   contains one of `DIVISORS`;
+//! - a dtype or optimizer table (MEM002, MEM003) needs a known key followed by `:` and a number
+//!   in a dict (quoted, or an attribute such as `torch.float16` read by its last segment), or a
+//!   known key compared (`==`, `in (...)`) in a file that assigns a number to a name holding
+//!   `byte` or `multiplier`;
+//! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
+//!   batch where a config holds it (a quoted dict key, an argparse flag, a class field);
+//! - ML900: suppression directives need `memlint` or `noqa`.
+//!
+//! What a file gives other files (a script's context for its launcher's run) does not depend on
+//! this scan: a skipped script that a run reaches is analysed when the run is joined. A rule the
+//! scan does not know about makes every file of its language parse.
+//!
+//! The checks of the memory formulas are in `memory.rs`, of the unit conversions in `units.rs`, of
+//! the tables in `tables.rs`; the batch keys, the training loop and the directives are checked
+//! here, and `scan.rs` holds the text and what every check reads it with.
+
+mod memory;
+mod scan;
+mod tables;
+mod units;
+
+use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
+use crate::source::Language;
+use scan::{contains, is_ident, Scan};
+
+/// What the rules reported for one file can use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub memory: bool,
+    pub accumulation: bool,
+    pub units: bool,
+    pub tables: bool,
+    pub batch: bool,
+    /// MEM005: whether training fits, from constants and configs joined across files.
+    pub fit: bool,
+    pub suppressions: bool,
+    /// A reported rule the scan knows nothing about: parse everything.
+    pub unknown: bool,
+}
+
+impl Wanted {
+    /// Every rule: what `--select ALL` asks for.
+    pub const ALL: Wanted = Wanted {
+        memory: true,
+        accumulation: true,
+        units: true,
+        tables: true,
+        batch: true,
+        fit: true,
+        suppressions: true,
+        unknown: false,
+    };
+
+    /// From the question "is this code reported for the file?".
+    pub fn from_codes(reported: impl Fn(&str) -> bool) -> Wanted {
+        let mut w = Wanted::default();
+        for code in implemented_codes() {
+            if !reported(code) {
+                continue;
+            }
+            match code {
+                "MEM001" | "MEM006" => w.memory = true,
+                "MEM002" => {
+                    w.memory = true;
+                    w.tables = true;
+                }
+                "MEM003" => w.tables = true,
+                "MEM004" => w.units = true,
+                "MEM005" => {
+                    w.memory = true;
+                    w.batch = true;
+                    w.fit = true;
+                }
+                "BS001" | "BS002" | "BS003" => w.batch = true,
+                c if c.starts_with("GA") => w.accumulation = true,
+                c if c == UNUSED_SUPPRESSION => w.suppressions = true,
+                _ => w.unknown = true,
+            }
+        }
+        w
+    }
+
+    fn any(self) -> bool {
+        self.memory
+            || self.accumulation
+            || self.units
+            || self.tables
+            || self.batch
+            || self.suppressions
+    }
+}
+
+/// Whether the file must be parsed. Launchers and configs are always read: they give context to
+/// other files. Each check runs only for the rules reported, cheapest first.
+pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
+    if !matches!(language, Language::Python | Language::Notebook) || wanted.unknown {
+        return true;
+    }
+    if !wanted.any() {
+        return false;
+    }
+    let scan = Scan::new(text);
+    (wanted.suppressions && scan.directive())
+        || (wanted.batch && scan.batch_key())
+        || (wanted.accumulation && scan.training_loop())
+        || (wanted.units && scan.mixed_units())
+        || (wanted.tables && scan.table())
+        || (wanted.memory && scan.sized_name())
+        || (wanted.fit && scan.names_a_sized_model())
+}
+
+/// Keys the batch rules compare in a config written in Python (a dict, dataclass fields,
+/// argparse defaults): DeepSpeed's batch keys (BS001), declared global batches and axolotl's
+/// `micro_batch_size` next to `base_model` (BS002). A script that a launcher runs is analysed whole whatever this scan says.
+const BATCH_KEYS: &[&str] = &[
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "global_batch_size",
+    "effective_batch_size",
+    "total_batch_size",
+    "total_train_batch_size",
+    "train_global_batch_size",
+    "global_train_batch_size",
+];
+
+impl Scan<'_> {
+    fn directive(&self) -> bool {
+        contains(&self.lower, b"memlint") || contains(&self.lower, b"noqa")
+    }
+
+    /// A batch key where a config can hold it. Every key holds `batch_size`.
+    fn batch_key(&self) -> bool {
+        let axolotl = contains(&self.lower, b"base_model");
+        let hits = memchr::memmem::find_iter(&self.lower, b"batch_size")
+            .chain(memchr::memmem::find_iter(&self.lower, b"batch-size"));
+        hits.into_iter().any(|at| {
+            let batch = |k: &str| BATCH_KEYS.contains(&k) || (axolotl && k == "micro_batch_size");
+            self.config_key(at, at + "batch_size".len(), batch)
+                .is_some()
+        })
+    }
+
+    /// The training-loop rules need an attribute call named exactly `step` (the frontend
+    /// compares the text after the callee's last `.`) with a `backward`, a `manual_backward` or a
+    /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
+    /// `accumulate_grad_batches`.
+    fn training_loop(&self) -> bool {
+        let attribute = |word: &[u8]| {
+            memchr::memmem::find_iter(self.bytes, word)
+                .any(|i| !self.bytes.get(i + word.len()).is_some_and(|b| is_ident(*b)))
+        };
+        contains(&self.lower, b"accumulate_grad_batches")
+            || contains(&self.lower, b".accumulate(")
+            || ((attribute(b".backward")
+                || attribute(b".manual_backward")
+                || contains(&self.lower, b"clip_grad_"))
+                && attribute(b".step"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_only_what_no_rule_reads() {
+        let py = Language::Python;
+        let all = Wanted::ALL;
+        let yes = |t: &str| needs_parse(py, t, all);
+        assert!(yes("free = gpu_gb - model_size_gb * 2\n"));
+        assert!(yes("n_params = 7e9\n"));
+        assert!(!yes("opt = AdamW(model.parameters())\nmodel.train()\n"));
+        assert!(yes("loss.backward()\nif i % n == 0:\n    opt.step()\n"));
+        assert!(yes("accelerator.backward(loss / accum)\nopt.step()\n"));
+        assert!(!yes("loss.backward()\n"));
+        assert!(!yes("loss.Backward()\nopt.steps()\n"));
+        assert!(yes("return loss / self.trainer.accumulate_grad_batches\n"));
+        assert!(yes("x = 1  # noqa: MEM001\n"));
+        assert!(yes("free_gib = free / 1e9\n"));
+        // MEM004 needs decimal and binary units to meet.
+        assert!(!yes("gb = free / 2**30\n"));
+        assert!(yes("gb = free / 2**30\nused_gb = used / 1e9\n"));
+        assert!(!yes(
+            "free_gib = free / 2**30\neps = 1e-6\nrope_theta = 1000000.0\n"
+        ));
+        assert!(yes("MB = 1e-6\nfree_mib = free * MB\n"));
+        assert!(!yes("x = f(a, inf=1e9) / 2**30\n"));
+        // A parameter count counts as a constant, a config key, or on its way to state bytes.
+        assert!(!yes(
+            "total_params = 0\nfor p in ps:\n    total_params += p.numel()\n"
+        ));
+        assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
+        assert!(yes("cfg = {\"num_params\": 7e9}\n"));
+        assert!(yes("optimizer_state_bytes = n_params * 8\n"));
+        assert!(!yes("flops = 6 * tokens * num_params\n"));
+        // Batch keys where a config holds them.
+        assert!(!yes("effective_batch_size = input_ids.shape[0]\n"));
+        assert!(!yes("cfg['train_batch_size'] = 8\n"));
+        assert!(yes("class A:\n    global_batch_size: int = 256\n"));
+        // Tables: dict entries and compared keys, not slices or stray strings.
+        assert!(!yes("x = t[self.half:2]\n"));
+        assert!(!yes("n_bytes = 4\nname = 'bf16'\n"));
+        assert!(yes("nbytes = 2 if dtype in ('fp32', 'bf16') else 4\n"));
+        assert!(yes("ok = a / 1e9 < b / 2**30\n"));
+        assert!(!yes("elapsed = t / 1e6\n"));
+        assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
+        assert!(yes("SIZES = {\"bf16\": 4}\n"));
+        assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));
+        assert!(yes("SIZES = {torch.bfloat16: 4}\n"));
+        assert!(yes("STATES = {'adamw': 1}\n"));
+        assert!(yes("if dtype == 'bf16':\n    nbytes = 4\n"));
+        assert!(!yes("name = 'resnet'\nkind = 'bf16'\n"));
+        assert!(yes("cfg = {\"train_batch_size\": 32}\n"));
+        assert!(yes("p.add_argument(\"--global-batch-size\", default=8)\n"));
+        assert!(!yes("per_device_train_batch_size = 8\n"));
+        assert!(needs_parse(Language::Shell, "echo hi\n", all));
+    }
+
+    #[test]
+    fn only_what_the_reported_rules_read() {
+        let py = Language::Python;
+        let ga = Wanted {
+            accumulation: true,
+            ..Wanted::default()
+        };
+        assert!(needs_parse(py, "loss.backward()\nopt.step()\n", ga));
+        assert!(!needs_parse(py, "free = gpu_gb - model_size_gb * 2\n", ga));
+        assert!(!needs_parse(py, "x = 1  # noqa: GA001\n", ga));
+        assert!(!needs_parse(
+            py,
+            "free = gpu_gb - model_size_gb * 2\n",
+            Wanted::default()
+        ));
+        let unknown = Wanted {
+            unknown: true,
+            ..Wanted::default()
+        };
+        assert!(needs_parse(py, "x = 1\n", unknown));
+    }
+}

@@ -1,0 +1,106 @@
+//! The scan of one file's text, and what every family's check reads with: words, identifiers,
+//! and where a config written in Python holds a key.
+
+/// The scan of one file: its text and an ASCII-lowercased copy (`role_of`, the directives and
+/// the unit words ignore case; a lowercased copy lets the matchers vectorise).
+pub(super) struct Scan<'t> {
+    pub(super) text: &'t str,
+    pub(super) bytes: &'t [u8],
+    pub(super) lower: Vec<u8>,
+}
+
+impl<'t> Scan<'t> {
+    pub(super) fn new(text: &'t str) -> Self {
+        Scan {
+            text,
+            bytes: text.as_bytes(),
+            lower: text.as_bytes().to_ascii_lowercase(),
+        }
+    }
+}
+
+impl Scan<'_> {
+    /// Where the value starts (after the `:`, the `=` or the flag) of the key around the word
+    /// at `start..end`, when `known` accepts its name (lowercase, `_` for `-`, no leading dashes)
+    /// and it stands where a config written in Python holds one: a quoted dict key (`"train_batch_size": 8`), an argparse flag
+    /// (`"--global-batch-size"`), or a class field given a literal (`global_batch_size: int =
+    /// 8`, `= field(default=8)`).
+    pub(super) fn config_key(
+        &self,
+        start: usize,
+        end: usize,
+        known: impl Fn(&str) -> bool,
+    ) -> Option<usize> {
+        let lower = &self.lower;
+        let part = |b: u8| is_ident(b) || b == b'-';
+        let (mut start, mut end) = (start, end);
+        while start > 0 && part(lower[start - 1]) {
+            start -= 1;
+        }
+        while end < lower.len() && part(lower[end]) {
+            end += 1;
+        }
+        let token = std::str::from_utf8(&lower[start..end]).ok()?;
+        let flag = token.starts_with("--");
+        let name = token.trim_start_matches('-').replace('-', "_");
+        if !known(&name) {
+            return None;
+        }
+        let open = start.checked_sub(1).map(|i| lower[i]);
+        if matches!(open, Some(b'"' | b'\'')) {
+            if lower.get(end).copied() != open {
+                return None;
+            }
+            if flag {
+                return Some(end + 1);
+            }
+            let after = &self.text[end + 1..];
+            let colon = after.trim_start_matches([' ', '\t']).strip_prefix(':')?;
+            return Some(self.text.len() - colon.len());
+        }
+        // A field: alone at the start of its line, an annotation, then `=` and a literal or
+        // `field(`.
+        let line_start = memchr::memrchr(b'\n', &lower[..start]).map_or(0, |i| i + 1);
+        if flag
+            || !lower[line_start..start]
+                .iter()
+                .all(|b| *b == b' ' || *b == b'\t')
+        {
+            return None;
+        }
+        let line_end = memchr::memchr(b'\n', &lower[end..]).map_or(lower.len(), |e| end + e);
+        let (head, value) = self.text[end..line_end].split_once('=')?;
+        let head = head.trim();
+        let literal = value.split('#').next().unwrap_or("").trim();
+        let field = (head.is_empty() || head.starts_with(':'))
+            && !literal.starts_with('=')
+            && !literal.ends_with(',')
+            && (literal.starts_with(|c: char| c.is_ascii_digit() || "\"'-+.(".contains(c))
+                || literal.starts_with("field(")
+                || literal.starts_with("Field("));
+        field.then(|| line_end - value.len())
+    }
+}
+
+pub(super) fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The bounds of the identifier around byte `at`, with non-ASCII letters or without (Python
+/// names may hold them); both bounds fall on character boundaries.
+pub(super) fn identifier_at(bytes: &[u8], at: usize, non_ascii: bool) -> (usize, usize) {
+    let part = |b: u8| is_ident(b) || (non_ascii && b >= 0x80);
+    let mut start = at;
+    while start > 0 && part(bytes[start - 1]) {
+        start -= 1;
+    }
+    let mut end = at;
+    while end < bytes.len() && part(bytes[end]) {
+        end += 1;
+    }
+    (start, end)
+}
+
+pub(super) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(hay, needle).is_some()
+}

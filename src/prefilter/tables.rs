@@ -1,0 +1,188 @@
+//! MEM002 and MEM003's tables: a dtype or optimizer key followed by `:` and a number in a dict,
+//! or compared in an `if` chain or a conditional that assigns a number to a `byte` or
+//! `multiplier` name.
+
+use super::scan::{identifier_at, is_ident, Scan};
+use crate::knowledge::{knowledge, normalize as optimizer_name};
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+impl Scan<'_> {
+    /// A dtype or optimizer table (MEM002, MEM003) needs a known key followed by `:` and a
+    /// number: quoted (`"bf16": 2`) or an attribute (`torch.float16: 2`, `np.float64: 8`; the
+    /// frontend reads it by its last segment); or an `if` chain or a conditional comparing a
+    /// quoted key and assigning a number to a name holding `byte` or `multiplier`.
+    pub(super) fn table(&self) -> bool {
+        let lower = &self.lower;
+        let keyed = memchr::memchr_iter(b':', lower).any(|colon| {
+            if !number_follows(self.text, colon) {
+                return false;
+            }
+            let key_end = lower[..colon]
+                .iter()
+                .rposition(|b| *b != b' ' && *b != b'\t')
+                .map_or(0, |i| i + 1);
+            let key = match key_end.checked_sub(1).map(|i| lower[i]) {
+                Some(b'"' | b'\'') => {
+                    let close = key_end - 1;
+                    let Some(open) = lower[..close].iter().rposition(|b| *b == lower[close]) else {
+                        return false;
+                    };
+                    (open, std::str::from_utf8(&lower[open + 1..close]))
+                }
+                Some(b) if is_ident(b) => {
+                    let (start, _) = identifier_at(lower, key_end - 1, false);
+                    if start == 0 || lower[start - 1] != b'.' {
+                        return false;
+                    }
+                    let mut first = start;
+                    while first > 0 && (is_ident(lower[first - 1]) || lower[first - 1] == b'.') {
+                        first -= 1;
+                    }
+                    (first, std::str::from_utf8(&lower[start..key_end]))
+                }
+                _ => return false,
+            };
+            let (first, Ok(name)) = key else { return false };
+            // A dict entry opens the dict, follows a `,`, or starts a line (`x[a.half:2]` is a
+            // slice).
+            let before = lower[..first]
+                .iter()
+                .rev()
+                .find(|b| !matches!(b, b' ' | b'\t'));
+            matches!(before, None | Some(b'{' | b',' | b'\n')) && known_key(name)
+        });
+        keyed
+            || ((assigns_number(lower, b"byte") || assigns_number(lower, b"multiplier"))
+                && compares_known_key(lower))
+    }
+}
+
+/// Lowercase dtype names, and optimizer names as the knowledge lookup normalises them.
+fn known_keys() -> &'static (HashSet<String>, HashSet<String>) {
+    static KEYS: OnceLock<(HashSet<String>, HashSet<String>)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let k = knowledge();
+        let dtypes = k
+            .dtypes
+            .iter()
+            .flat_map(|d| d.names.iter())
+            .map(|n| n.to_ascii_lowercase())
+            .collect();
+        let optimizers = k
+            .optimizers
+            .iter()
+            .flat_map(|o| o.names.iter())
+            .map(|n| optimizer_name(n))
+            .collect();
+        (dtypes, optimizers)
+    })
+}
+
+/// `knowledge().dtype(key)` or `knowledge().optimizer(key)` would find a row, for a key
+/// already in lowercase.
+fn known_key(key: &str) -> bool {
+    let (dtypes, optimizers) = known_keys();
+    let last = key.rsplit('.').next().unwrap_or(key);
+    dtypes.contains(key) || dtypes.contains(last) || optimizers.contains(&optimizer_name(key))
+}
+
+/// A known key compared as the `if` chains and conditionals the frontend reads compare it:
+/// `x == "bf16"`, `"bf16" == x`, `x in ("bf16", "fp16")`.
+fn compares_known_key(lower: &[u8]) -> bool {
+    let skip = |mut i: usize| {
+        while lower
+            .get(i)
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'('))
+        {
+            i += 1;
+        }
+        i
+    };
+    // The string whose opening quote is at `open`.
+    let string_at = |open: usize| {
+        let quote = *lower.get(open)?;
+        if quote != b'"' && quote != b'\'' {
+            return None;
+        }
+        let len = memchr::memchr(quote, lower.get(open + 1..)?)?;
+        std::str::from_utf8(&lower[open + 1..open + 1 + len]).ok()
+    };
+    let equals = memchr::memmem::find_iter(lower, b"==").any(|at| {
+        if string_at(skip(at + 2)).is_some_and(known_key) {
+            return true;
+        }
+        let left = lower[..at].trim_ascii_end();
+        let Some((&quote, body)) = left.split_last() else {
+            return false;
+        };
+        matches!(quote, b'"' | b'\'')
+            && body
+                .iter()
+                .rposition(|b| *b == quote)
+                .and_then(|open| std::str::from_utf8(&body[open + 1..]).ok())
+                .is_some_and(known_key)
+    });
+    equals
+        || memchr::memmem::find_iter(lower, b" in ").any(|at| {
+            let mut i = at + 4;
+            while lower.get(i).is_some_and(|b| matches!(b, b' ' | b'\t')) {
+                i += 1;
+            }
+            if !matches!(lower.get(i), Some(b'(' | b'[' | b'{')) {
+                return false;
+            }
+            loop {
+                i += 1;
+                while lower
+                    .get(i)
+                    .is_some_and(|b| b.is_ascii_whitespace() || *b == b',')
+                {
+                    i += 1;
+                }
+                let Some(key) = string_at(i) else {
+                    return false;
+                };
+                if known_key(key) {
+                    return true;
+                }
+                i += key.len() + 1;
+            }
+        })
+}
+
+/// A number (or a sign before one) after optional spaces, a `:` and spaces: a table value.
+fn number_follows(text: &str, at: usize) -> bool {
+    let rest = text.get(at..).unwrap_or("");
+    let rest = rest.trim_start_matches([' ', '\t']);
+    let rest = rest.strip_prefix(':').unwrap_or(rest);
+    rest.trim_start_matches([' ', '\t', '(', '-', '+'])
+        .starts_with(|c: char| c.is_ascii_digit() || c == '.')
+}
+
+/// A name holding `word` assigned a number (`bytes_per_param = 4`, `nbytes = 2 if ...`): the
+/// arms of an `if` chain or a conditional that make a table.
+fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
+    memchr::memmem::find_iter(lower, word).any(|i| {
+        let mut j = i + word.len();
+        while lower.get(j).is_some_and(|b| is_ident(*b)) {
+            j += 1;
+        }
+        while lower.get(j).is_some_and(|b| *b == b' ' || *b == b'\t') {
+            j += 1;
+        }
+        if lower.get(j) != Some(&b'=') || lower.get(j + 1) == Some(&b'=') {
+            return false;
+        }
+        j += 1;
+        while lower
+            .get(j)
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'(' | b'-'))
+        {
+            j += 1;
+        }
+        lower
+            .get(j)
+            .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+    })
+}

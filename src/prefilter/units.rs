@@ -1,0 +1,183 @@
+//! MEM004: decimal and binary units meet where a decimal divisor (10^9, 10^6) divides next to a
+//! binary one (2^30, 2^20) or an assigned `_gib`/`_mib` name.
+
+use super::scan::{is_ident, Scan};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use std::sync::OnceLock;
+
+/// Literal spellings of the divisors `unit_of_divisor` accepts, and whether each is binary
+/// (2^30, 2^20) or decimal (10^9, 10^6). A spelling ending in `**` takes any exponent.
+const DIVISORS: &[(&str, bool)] = &[
+    ("1e9", false),
+    ("1e-9", false),
+    ("1e+9", false),
+    ("1e6", false),
+    ("1e-6", false),
+    ("1e+6", false),
+    ("1.0e9", false),
+    ("1.0e6", false),
+    ("10**9", false),
+    ("10 ** 9", false),
+    ("10**6", false),
+    ("10 ** 6", false),
+    ("1000**", false),
+    ("1000 **", false),
+    ("1000.0**", false),
+    ("1000.0 **", false),
+    ("1_000_000", false),
+    ("1000000", false),
+    ("1000 * 1000", false),
+    ("1000*1000", false),
+    ("1000 / 1000", false),
+    ("1000/1000", false),
+    ("1024**", true),
+    ("1024 **", true),
+    ("1024.0**", true),
+    ("1024.0 **", true),
+    ("2**30", true),
+    ("2 ** 30", true),
+    ("2**20", true),
+    ("2 ** 20", true),
+    ("2.0**30", true),
+    ("<< 30", true),
+    ("<<30", true),
+    (">> 30", true),
+    (">>30", true),
+    ("<< 20", true),
+    ("<<20", true),
+    (">> 20", true),
+    (">>20", true),
+    ("1073741824", true),
+    ("1048576", true),
+    ("1_073_741_824", true),
+    ("1_048_576", true),
+    ("1024 * 1024", true),
+    ("1024*1024", true),
+    ("1024 / 1024", true),
+    ("1024/1024", true),
+    ("1024.0 / 1024", true),
+    ("/ 1024) / 1024", true),
+];
+
+fn matcher(words: impl IntoIterator<Item = &'static str>, kind: MatchKind) -> Option<AhoCorasick> {
+    AhoCorasickBuilder::new().match_kind(kind).build(words).ok()
+}
+
+impl Scan<'_> {
+    /// A unit conversion (MEM004) is reported where decimal and binary units meet: a decimal
+    /// divisor and either a binary one or a `_gib`/`_mib` name. Every way to write a divisor
+    /// as literals holds one of `DIVISORS`; it counts where it divides, multiplies, shifts, or
+    /// is assigned to a name that divides later (`GIB = 1024 ** 3`).
+    pub(super) fn mixed_units(&self) -> bool {
+        static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+        let Some(ac) = AC
+            .get_or_init(|| matcher(DIVISORS.iter().map(|(w, _)| *w), MatchKind::LeftmostLongest))
+        else {
+            return true;
+        };
+        let (mut decimal, mut binary) = (false, false);
+        for m in ac.find_iter(&self.lower[..]) {
+            let Some(&(word, is_binary)) = DIVISORS.get(m.pattern().as_usize()) else {
+                return true;
+            };
+            if !self.divides(m.start(), word) || !number_ends(&self.lower, m.end(), word) {
+                continue;
+            }
+            if is_binary {
+                binary = true;
+            } else {
+                decimal = true;
+            }
+            if decimal && binary {
+                return true;
+            }
+        }
+        decimal && self.names_binary_unit()
+    }
+
+    /// Whether the divisor written at `at` divides, multiplies, shifts, or is assigned to a
+    /// name that divides or multiplies later (`GIB = 1024 ** 3` ... `/ GIB`).
+    fn divides(&self, at: usize, word: &str) -> bool {
+        if word.starts_with(['<', '>', '/']) {
+            return true;
+        }
+        let before = self.text[..at].trim_end_matches([' ', '\t', '(']);
+        if before.ends_with(['/', '*']) {
+            return true;
+        }
+        let Some(left) = before.strip_suffix('=') else {
+            return false;
+        };
+        if left.ends_with(['/', '*']) {
+            return true;
+        }
+        // An assignment statement, not a comparison, a keyword argument or a default.
+        let line = &left[left.rfind('\n').map_or(0, |i| i + 1)..];
+        let target = line.split(':').next().unwrap_or("").trim();
+        if left.ends_with(['=', '!', '<', '>']) || target.contains(['(', ',', '[']) {
+            return false;
+        }
+        let name = target.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+        !name.is_empty() && self.used_as_factor(name.as_bytes())
+    }
+
+    /// `name` written after a `/` or a `*` (through `self.` or parentheses).
+    fn used_as_factor(&self, name: &[u8]) -> bool {
+        let lower = &self.lower;
+        memchr::memmem::find_iter(lower, name).any(|i| {
+            if lower.get(i + name.len()).is_some_and(|b| is_ident(*b))
+                || (i > 0 && is_ident(lower[i - 1]))
+            {
+                return false;
+            }
+            let mut j = i;
+            while j > 0 && (is_ident(lower[j - 1]) || lower[j - 1] == b'.') {
+                j -= 1;
+            }
+            let before = self.text[..j].trim_end_matches([' ', '\t', '(']);
+            before.ends_with(['/', '*'])
+        })
+    }
+
+    /// A `gib` or `mib` word in a name that is assigned (`mem_gib = ...`, `free_mib /= ...`,
+    /// `total_gib: float = ...`), as the Python frontend reads a unit from a target's
+    /// `_`-separated words.
+    fn names_binary_unit(&self) -> bool {
+        let lower = &self.lower;
+        [&b"gib"[..], b"mib"].iter().any(|unit| {
+            memchr::memmem::find_iter(lower, unit).any(|i| {
+                let alnum = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+                if alnum(i.checked_sub(1).and_then(|j| lower.get(j)))
+                    || alnum(lower.get(i + unit.len()))
+                {
+                    return false;
+                }
+                let mut end = i + unit.len();
+                while lower.get(end).is_some_and(|b| is_ident(*b)) {
+                    end += 1;
+                }
+                let rest = self.text[end..].trim_start_matches([' ', '\t']);
+                (rest.starts_with('=') && !rest.starts_with("=="))
+                    || rest.starts_with("/=")
+                    || rest.starts_with("*=")
+                    || rest.starts_with(':')
+            })
+        })
+    }
+}
+
+/// Whether a number written as `word` ends at `end` with the same value: not continued by a
+/// digit, an exponent or a fraction other than zeros (`1000000.0` is 1e6, `1000000007` is not).
+fn number_ends(lower: &[u8], end: usize, word: &str) -> bool {
+    if !word.ends_with(|c: char| c.is_ascii_digit()) {
+        return true;
+    }
+    match lower.get(end) {
+        Some(b) if b.is_ascii_digit() || matches!(b, b'_' | b'e' | b'j') => false,
+        Some(b'.') => lower[end + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .all(|b| *b == b'0'),
+        _ => true,
+    }
+}

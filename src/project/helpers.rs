@@ -1,0 +1,122 @@
+//! Helpers imported from the project's own modules: what they return, for the losses that reach a
+//! backward through them (`from utils.loss import calc_loss`, `import losses as L`).
+//!
+//! A module is looked up as Python would find it from the importing file: a relative import from
+//! its folder (one level up per extra dot), an absolute one from the file's folder and each of its
+//! parents (the package root is one of them). A module found in the project is judged by what its
+//! function returns ([`crate::facts::Facts::exports`]); one found but unreadable, or whose helper
+//! calls further into other modules, is unknown; a module that is not in the project (a library)
+//! leaves the loss to the mean default. Like the join, this reads no file: it names the paths it
+//! needs and the pipeline reads them.
+
+use super::Unit;
+use crate::context::ImportedReturns;
+use crate::facts::{Facts, Scaling};
+use std::path::{Path, PathBuf};
+
+/// How many folders above the importing file an absolute import is looked for.
+const MAX_PACKAGE_DEPTH: usize = 6;
+
+/// What the pipeline knows of a path.
+pub enum Looked<'a> {
+    Python(&'a Facts),
+    /// Read, and not a Python file memlint could analyse.
+    Unreadable,
+    /// No such file.
+    Absent,
+    /// Not read yet.
+    NotRead,
+}
+
+/// The imported helpers a file's losses depend on, by module as written and name.
+pub fn needed(facts: &Facts) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for lp in &facts.loops {
+        for bw in &lp.backwards {
+            bw.prov.imports(&mut out);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The files a module may be, from the importing file, most likely first.
+pub fn candidates(file: &Path, module: &str) -> Vec<PathBuf> {
+    let dots = module.chars().take_while(|c| *c == '.').count();
+    let parts: Vec<&str> = module[dots..]
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let Some(dir) = file.parent() else {
+        return Vec::new();
+    };
+    let bases: Vec<&Path> = if dots > 0 {
+        dir.ancestors().nth(dots - 1).into_iter().collect()
+    } else {
+        dir.ancestors().take(MAX_PACKAGE_DEPTH).collect()
+    };
+    let mut out = Vec::new();
+    for base in bases {
+        let mut p = base.to_path_buf();
+        p.extend(&parts);
+        if parts.is_empty() {
+            out.push(p.join("__init__.py"));
+        } else {
+            out.push(p.with_extension("py"));
+            out.push(p.join("__init__.py"));
+        }
+    }
+    out
+}
+
+/// What each needed helper returns, or the paths that must be read first.
+pub fn imported_returns<'a>(
+    unit: &Unit,
+    look: &dyn Fn(&Path) -> Looked<'a>,
+) -> Result<ImportedReturns, Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut needs = Vec::new();
+    for (module, name) in needed(&unit.facts) {
+        // `from pkg import mod` then `mod.f(...)` names `pkg.mod`; the first candidate that is a
+        // file decides.
+        let mut judged = None;
+        for path in candidates(&unit.abs, &module) {
+            match look(&path) {
+                Looked::Python(facts) => {
+                    judged = Some(returns(facts, &name));
+                    break;
+                }
+                Looked::Unreadable => {
+                    judged = Some(Scaling::Unknown);
+                    break;
+                }
+                Looked::Absent => {}
+                Looked::NotRead => {
+                    needs.push(path);
+                    break;
+                }
+            }
+        }
+        if let Some(s) = judged {
+            out.push(((module, name), s));
+        }
+    }
+    if needs.is_empty() {
+        Ok(out)
+    } else {
+        Err(needs)
+    }
+}
+
+/// What `name` of a module returns; unknown when the module does not define it where it can be
+/// read (a re-export, a class with no `__call__`/`forward`) or calls into further modules.
+fn returns(facts: &Facts, name: &str) -> Scaling {
+    facts
+        .exports
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or(Scaling::Unknown, |(_, prov)| {
+            prov.scaling(&|_, _| Some(Scaling::Unknown))
+        })
+}

@@ -1,0 +1,343 @@
+//! The memory case: everything MEM005 needs about one run (the parameter count, the GPU's
+//! memory, the optimizer, precision and sharding of the run joined), anchored at the parameter
+//! count in a linted file.
+
+use super::files::{located, Fid, Files};
+use super::names::{fmt_count, is_gpu_memory_name, params_from_name, MODEL_KEYS, PARAM_KEYS};
+use super::runs::Run;
+use crate::config::{Node, Value};
+use crate::context::{ConfigRef, DeepSpeedMemory, Located, MemoryCase, Quantity, TrainingContext};
+use crate::expr::Role;
+use crate::source::Language;
+use std::ops::Range;
+
+struct Found {
+    value: f64,
+    why: String,
+    /// The span in a linted file, to anchor a diagnostic.
+    anchor: Option<(usize, Range<usize>)>,
+    nominal: bool,
+}
+
+pub(super) fn memory_case(files: &Files, run: &Run) -> Option<(usize, MemoryCase)> {
+    // A script the run starts but that cannot be read may hold what changes the sum (LoRA).
+    if let Some(k) = run.invocation {
+        let inv = files.facts(run.origin).invocations.get(k)?;
+        if inv.script.is_some() && run.script.is_none() {
+            return None;
+        }
+    }
+    // A config on its own says nothing of how many processes run it or how they shard
+    // (torchtune's distributed recipes shard with FSDP without a key saying so).
+    if run.invocation.is_none()
+        && run.recipe.is_none()
+        && matches!(
+            files.file(run.origin).language,
+            Language::Yaml | Language::Json | Language::Toml
+        )
+    {
+        return None;
+    }
+    let members = run.members();
+    let mut params: Vec<Found> = Vec::new();
+    let mut gpus: Vec<Found> = Vec::new();
+    let unit_of = |f: Fid| match f {
+        Fid::Unit(u) => Some(u),
+        Fid::Extra(_) => None,
+    };
+    for &f in &members {
+        let facts = files.facts(f);
+        for c in &facts.constants {
+            let found = Found {
+                value: c.value,
+                why: format!("`{}` at {}", c.name, files.site(f, c.span.start)),
+                anchor: unit_of(f).map(|u| (u, c.span.clone())),
+                nominal: false,
+            };
+            match c.role {
+                Role::ParamCount if c.value >= 1e6 => params.push(found),
+                Role::Gpu if is_gpu_memory_name(&c.name) && c.value > 0.0 => gpus.push(found),
+                _ => {}
+            }
+        }
+    }
+    let mut nodes: Vec<(Fid, &Node)> = run
+        .configs
+        .iter()
+        .filter_map(|(f, c)| Some((*f, files.config(*f, *c)?)))
+        .collect();
+    nodes.push((run.origin, &run.flags));
+    for (f, node) in nodes {
+        scan_quantities(files, f, node, "", &mut params, &mut gpus, 0);
+    }
+    // One value each, or nothing is asserted.
+    let distinct = |v: &[Found]| {
+        let first = v.first()?;
+        v.iter()
+            .all(|x| (x.value - first.value).abs() <= 1e-9 * first.value.abs())
+            .then_some(first.value)
+    };
+    let p = distinct(&params)?;
+    let anchor_of = |v: &[Found]| v.iter().find_map(|x| x.anchor.clone());
+    let (unit, anchor) = anchor_of(&params)?;
+    let gpu = match distinct(&gpus) {
+        Some(g) => Quantity {
+            value: g,
+            why: gpus
+                .iter()
+                .map(|x| x.why.clone())
+                .next()
+                .unwrap_or_default(),
+        },
+        None if gpus.is_empty() => {
+            let configured = files.units[unit].defaults.gpu_memory_gb?;
+            Quantity {
+                value: configured,
+                why: "`gpu-memory-gb` in the memlint configuration".into(),
+            }
+        }
+        None => return None,
+    };
+    let param_site = params
+        .iter()
+        .find(|x| x.anchor.as_ref().is_some_and(|(u, _)| *u == unit))
+        .or(params.first())?;
+    // The run's evidence, joined.
+    let mut located = Located::default();
+    let mut sites = Vec::new();
+    for &f in &members {
+        let l = located_all(files, f);
+        for m in &l.evidence.precision {
+            sites.push(files.site(f, m.span.start).to_string());
+        }
+        located.join(&l);
+    }
+    let training = TrainingContext::build(&located, &files.units[unit].defaults);
+    let mut deepspeed = None;
+    let mut fsdp = false;
+    for (f, c) in &run.configs {
+        let Some(root) = files.config(*f, *c) else {
+            continue;
+        };
+        if let Some(m) = ds_memory(files, *f, root) {
+            deepspeed = Some(m);
+        }
+        if let Value::Map(entries) = &root.value {
+            fsdp |= entries.iter().any(|(k, v)| {
+                k.name.starts_with("fsdp") && !matches!(v.value, Value::Null | Value::Bool(false))
+                    || k.name.starts_with("fsdp_")
+            });
+        }
+    }
+    if let Value::Map(entries) = &run.flags.value {
+        fsdp |= entries.iter().any(|(k, _)| k.name.starts_with("fsdp"));
+    }
+    // torchtune's distributed recipes shard with FSDP.
+    if let Some(inv) = run
+        .invocation
+        .and_then(|k| files.facts(run.origin).invocations.get(k))
+    {
+        fsdp |= inv.launcher == "tune"
+            && inv
+                .args
+                .iter()
+                .any(|a| !a.value.starts_with('-') && a.value.contains("distributed"));
+    }
+    let mut off_gpu = located
+        .evidence
+        .optimizers
+        .iter()
+        .find(|m| m.value.name.starts_with("paged"))
+        .map(|m| format!("paged optimizer `{}`", m.value.name));
+    for (f, c) in &run.configs {
+        let in_bwd = files
+            .config(*f, *c)
+            .and_then(|r| r.get("optimizer_in_bwd"))
+            .is_some_and(|v| v.value == Value::Bool(true));
+        if in_bwd {
+            off_gpu = Some("`optimizer_in_bwd`".into());
+        }
+    }
+    // Flags and keys that train a fraction of the weights, quantize the base, or do not train.
+    let mut maps: Vec<&Node> = run
+        .configs
+        .iter()
+        .filter_map(|(f, c)| files.config(*f, *c))
+        .collect();
+    maps.push(&run.flags);
+    for m in maps {
+        if let Some(why) = not_full_training(m) {
+            off_gpu = Some(why);
+        }
+    }
+    Some((
+        unit,
+        MemoryCase {
+            anchor,
+            params: Quantity {
+                value: p,
+                why: param_site.why.clone(),
+            },
+            nominal: param_site.nominal,
+            gpu,
+            training,
+            precision_sites: sites,
+            deepspeed,
+            world: run.info.world.clone(),
+            fsdp,
+            off_gpu,
+        },
+    ))
+}
+
+/// Keys (flags or config keys) that mean not every weight is trained with full optimizer state:
+/// P-tuning and prompt tuning, a quantized base, evaluation-only runs.
+fn not_full_training(map: &Node) -> Option<String> {
+    let Value::Map(entries) = &map.value else {
+        return None;
+    };
+    let on = |v: &Node| {
+        !matches!(v.value, Value::Null | Value::Bool(false)) && v.as_number() != Some(0.0)
+    };
+    for (k, v) in entries {
+        let key = k.name.to_ascii_lowercase();
+        let partial = matches!(
+            key.as_str(),
+            "pre_seq_len"
+                | "prefix_tuning"
+                | "prompt_tuning"
+                | "p_tuning"
+                | "ptuning"
+                | "num_virtual_tokens"
+                | "quantization_bit"
+                | "load_in_4bit"
+                | "load_in_8bit"
+                | "bits"
+                | "double_quant"
+        );
+        if partial && on(v) {
+            return Some(format!("`{}`", k.name));
+        }
+    }
+    // HF example scripts: `--do_eval` / `--do_predict` without `--do_train` do not train.
+    let has = |k: &str| entries.iter().any(|(e, v)| e.name == k && on(v));
+    if (has("do_predict") || has("do_eval")) && !has("do_train") {
+        return Some("evaluation only".into());
+    }
+    None
+}
+
+/// All evidence of a file: its own, and that of its inline configs.
+fn located_all(files: &Files, f: Fid) -> Located {
+    let mut l = Located::from_file(files.file(f), files.facts(f));
+    for i in 0..files.facts(f).inline_configs.len() {
+        l.join(&located(files, f, Some(ConfigRef::Inline(i))));
+    }
+    l
+}
+
+fn scan_quantities(
+    files: &Files,
+    f: Fid,
+    node: &Node,
+    parent: &str,
+    params: &mut Vec<Found>,
+    gpus: &mut Vec<Found>,
+    depth: usize,
+) {
+    if depth > 6 {
+        return;
+    }
+    let Value::Map(entries) = &node.value else {
+        return;
+    };
+    let unit = match f {
+        Fid::Unit(u) => Some(u),
+        Fid::Extra(_) => None,
+    };
+    for (k, v) in entries {
+        let key = k.name.to_ascii_lowercase().replace('-', "_");
+        let at = files.site(f, v.span.start);
+        match &v.value {
+            Value::Number(n) if PARAM_KEYS.contains(&key.as_str()) && *n >= 1e6 => {
+                params.push(Found {
+                    value: *n,
+                    why: format!("`{}` at {at}", k.name),
+                    anchor: unit.map(|u| (u, v.span.clone())),
+                    nominal: false,
+                })
+            }
+            Value::Number(n) if is_gpu_memory_name(&key) && *n > 0.0 => gpus.push(Found {
+                value: *n,
+                why: format!("`{}` at {at}", k.name),
+                anchor: unit.map(|u| (u, v.span.clone())),
+                nominal: false,
+            }),
+            Value::String(s)
+                if MODEL_KEYS.contains(&key.as_str())
+                    || (key == "_component_" && parent == "model") =>
+            {
+                if let Some(n) = params_from_name(s) {
+                    params.push(Found {
+                        value: n,
+                        why: format!("{} parameters in the name `{s}` at {at}", fmt_count(n)),
+                        anchor: unit.map(|u| (u, v.span.clone())),
+                        nominal: true,
+                    });
+                }
+            }
+            _ => {}
+        }
+        scan_quantities(files, f, v, &key, params, gpus, depth + 1);
+    }
+}
+
+fn ds_memory(files: &Files, f: Fid, root: &Node) -> Option<DeepSpeedMemory> {
+    let zero = root.get("zero_optimization");
+    let looks_ds = zero.is_some()
+        || root.get("train_micro_batch_size_per_gpu").is_some()
+        || root.get("train_batch_size").is_some();
+    if !looks_ds {
+        return None;
+    }
+    let stage = match zero.and_then(|z| z.get("stage")) {
+        Some(s) => Some(
+            s.as_number()
+                .filter(|v| (0.0..=3.0).contains(v) && v.fract() == 0.0)? as u8,
+        ),
+        None => Some(0),
+    };
+    let offload = zero.is_some_and(|z| {
+        [
+            "offload_optimizer",
+            "offload_param",
+            "cpu_offload",
+            "cpu_offload_params",
+        ]
+        .iter()
+        .any(|k| match z.get(k) {
+            Some(n) => match &n.value {
+                Value::Map(_) => n
+                    .get("device")
+                    .and_then(Node::scalar_text)
+                    .is_none_or(|d| !d.eq_ignore_ascii_case("none")),
+                Value::Bool(b) => *b,
+                Value::Null => false,
+                _ => true,
+            },
+            None => false,
+        })
+    });
+    let enabled = |k: &str| {
+        root.get(k)
+            .and_then(|n| n.get("enabled"))
+            .is_some_and(|e| e.value == Value::Bool(true))
+    };
+    let mixed = enabled("bf16") || enabled("fp16") || enabled("bfloat16");
+    Some(DeepSpeedMemory {
+        stage,
+        offload,
+        mixed,
+        why: files.site(f, root.span.start),
+    })
+}

@@ -1,0 +1,194 @@
+//! Runs: one per launch command, one per recipe that names its DeepSpeed config and that no
+//! command reaches, and one for each file no run reaches. A run holds the file it starts from,
+//! the script it starts, the configs it uses and what it says about them.
+
+use super::files::{Fid, Files};
+use super::launch::{command_text, flags_node, parse_invocation};
+use super::lookup::{find_config, follow_nested, is_config_flag, is_config_path, nested_names};
+use super::trainer::{accelerate_deepspeed, trainer_args};
+use super::world::{accelerate_world, world_of};
+use crate::config::{Node, Value};
+use crate::context::{ConfigRef, RunInfo};
+use crate::facts::Binding;
+use std::ops::Range;
+use std::sync::Arc;
+
+pub(super) struct Run {
+    /// The file the run starts from (the launcher or the recipe), and the command in it.
+    pub(super) origin: Fid,
+    pub(super) invocation: Option<usize>,
+    pub(super) recipe: Option<ConfigRef>,
+    pub(super) script: Option<Fid>,
+    /// Every config document in the run.
+    pub(super) configs: Vec<(Fid, ConfigRef)>,
+    /// Configs named on the command line, with the word that names them.
+    pub(super) named: Vec<(Fid, ConfigRef, Range<usize>)>,
+    pub(super) flags: Node,
+    pub(super) via: Vec<(Range<usize>, Binding)>,
+    pub(super) info: Arc<RunInfo>,
+}
+
+impl Run {
+    pub(super) fn members(&self) -> Vec<Fid> {
+        let mut m = vec![self.origin];
+        m.extend(self.script);
+        for (f, _) in &self.configs {
+            if !m.contains(f) {
+                m.push(*f);
+            }
+        }
+        m
+    }
+}
+
+pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run> {
+    let inv = files.facts(origin).invocations.get(k)?.clone();
+    let parsed = parse_invocation(&inv);
+    let script = inv.script.as_deref().and_then(|s| files.resolve(s, origin));
+    let mut configs: Vec<(Fid, ConfigRef)> = Vec::new();
+    let mut named: Vec<(Fid, ConfigRef, Range<usize>)> = Vec::new();
+    let mut names: Vec<(String, Range<usize>)> = Vec::new();
+    for (key, value, word) in parsed.options.iter().chain(parsed.flags.iter()) {
+        if let Some(v) = value {
+            let at = word.span.start..v.span.end.max(word.span.end);
+            if is_config_flag(key) && is_config_path(&v.value) {
+                names.push((v.value.clone(), at));
+            } else if inv.launcher == "tune" && key == "config" {
+                // `tune run ... --config llama3/8B_full` names `llama3/8B_full.yaml`.
+                names.push((format!("{}.yaml", v.value), at));
+            }
+        }
+    }
+    for p in &parsed.positional {
+        if is_config_path(&p.value) {
+            names.push((p.value.clone(), p.span.clone()));
+        }
+    }
+    for (name, at) in names {
+        for (f, c) in find_config(files, origin, &name) {
+            if !configs.contains(&(f, c)) {
+                configs.push((f, c));
+                named.push((f, c, at.clone()));
+            }
+        }
+    }
+    if let Some(s) = script {
+        for c in files.configs_of(s) {
+            if matches!(c, ConfigRef::Inline(_)) {
+                configs.push((s, c));
+            }
+        }
+    }
+    follow_nested(files, &mut configs, origin);
+    let (flags, via) = flags_node(&parsed.flags, inv.span.clone());
+    let world = world_of(files, origin, &inv, &parsed, &configs, &flags);
+    // accelerate with a DeepSpeed plugin config hands the Trainer a DeepSpeed config of its own.
+    let accelerate_ds = parsed.kind == "accelerate"
+        && configs.iter().any(|(f, c)| {
+            files
+                .config(*f, *c)
+                .is_some_and(|r| accelerate_deepspeed(r).is_some())
+        });
+    let trainer = trainer_args(files, origin, &flags, script, false, accelerate_ds);
+    let command = command_text(&inv);
+    let info = RunInfo {
+        at: files.site(origin, inv.span.start),
+        command,
+        world,
+        auto_find_batch_size: flags.get("auto_find_batch_size").is_some(),
+        trainer,
+    };
+    Some(Run {
+        origin,
+        invocation: Some(k),
+        recipe: None,
+        script,
+        configs,
+        named,
+        flags,
+        via,
+        info: Arc::new(info),
+    })
+}
+
+pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option<Run> {
+    let root = files.config(origin, c)?.clone();
+    let mut named_paths = Vec::new();
+    nested_names(&root, "", &mut named_paths, 0);
+    if named_paths.is_empty() {
+        return None;
+    }
+    let mut configs = vec![(origin, c)];
+    follow_nested(files, &mut configs, origin);
+    let named: Vec<(Fid, ConfigRef, Range<usize>)> = configs
+        .iter()
+        .skip(1)
+        .map(|(f, cc)| (*f, *cc, root.span.start..root.span.start))
+        .collect();
+    let mut flags = root.clone();
+    // axolotl's micro_batch_size is the Trainer's per-device batch size.
+    if let Value::Map(entries) = &mut flags.value {
+        let axolotl = entries.iter().any(|(k, _)| k.name == "base_model")
+            && entries.iter().any(|(k, _)| k.name == "micro_batch_size");
+        if axolotl {
+            for (k, _) in entries.iter_mut() {
+                if k.name == "micro_batch_size" {
+                    k.name = "per_device_train_batch_size".into();
+                }
+            }
+        }
+    }
+    let world = accelerate_world(files, origin, &root);
+    let trainer = trainer_args(files, origin, &flags, None, true, false);
+    let info = RunInfo {
+        at: files.site(origin, root.span.start),
+        command: "the recipe".into(),
+        world,
+        auto_find_batch_size: flags.get("auto_find_batch_size").is_some(),
+        trainer,
+    };
+    Some(Run {
+        origin,
+        invocation: None,
+        recipe: Some(c),
+        script: None,
+        configs,
+        named,
+        flags,
+        via: Vec::new(),
+        info: Arc::new(info),
+    })
+}
+
+pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
+    let mut configs: Vec<(Fid, ConfigRef)> = files
+        .configs_of(origin)
+        .into_iter()
+        .map(|c| (origin, c))
+        .collect();
+    follow_nested(files, &mut configs, origin);
+    let world = files
+        .config(origin, ConfigRef::Root(0))
+        .cloned()
+        .and_then(|root| accelerate_world(files, origin, &root));
+    Run {
+        origin,
+        invocation: None,
+        recipe: None,
+        script: None,
+        configs,
+        named: Vec::new(),
+        flags: Node {
+            value: Value::Map(Vec::new()),
+            span: 0..0,
+        },
+        via: Vec::new(),
+        info: Arc::new(RunInfo {
+            at: files.file(origin).display.clone(),
+            command: String::new(),
+            world,
+            trainer: None,
+            auto_find_batch_size: false,
+        }),
+    }
+}
