@@ -152,6 +152,9 @@ pub struct AccumLoop {
     pub factor_is_simple: bool,
     /// N's value when it is a literal or a module constant (`ACCUM = 4`).
     pub factor_value: Option<f64>,
+    /// The micro-step counter the boundary test reads, when it is one that is reset
+    /// (`if seen >= N: ...; seen = 0`).
+    pub counter: Option<String>,
     /// The conditional `optimizer.step()` calls (statements, in source order).
     pub steps: Vec<Call>,
     /// `backward` calls that run on every micro-step.
@@ -271,6 +274,8 @@ impl Scaling {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prov {
     Known(Scaling),
+    /// Divided by this expression, as written (`loss / accum_steps`): scaled.
+    DividedBy(String),
     /// Elementwise losses (`reduction="none"`): scalar only once reduced.
     PerElement,
     /// `.sum()` of a tensor: a sum of elementwise losses or of a model's outputs adds up; of a
@@ -317,6 +322,7 @@ impl Prov {
     pub fn scaling(&self, imported: &dyn Fn(&str, &str) -> Option<Scaling>) -> Scaling {
         match self {
             Prov::Known(s) => *s,
+            Prov::DividedBy(_) => Scaling::Scaled,
             // A backward of an unreduced tensor needs a gradient argument: nothing to judge.
             Prov::PerElement => Scaling::Unknown,
             Prov::Summed(inner) => match inner.scaling(imported) {
@@ -354,8 +360,24 @@ impl Prov {
             Prov::Summed(p) | Prov::Averaged(p) => p.imports(out),
             Prov::Combined(parts) => parts.iter().for_each(|p| p.imports(out)),
             Prov::Local { otherwise, .. } => otherwise.imports(out),
-            Prov::Known(_) | Prov::PerElement | Prov::Param(_) => {}
+            Prov::Known(_) | Prov::PerElement | Prov::Param(_) | Prov::DividedBy(_) => {}
         }
+    }
+
+    /// What the value was divided by on its way, as written.
+    pub fn divisors<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Prov::DividedBy(d) => out.push(d),
+            Prov::Summed(p) | Prov::Averaged(p) => p.divisors(out),
+            Prov::Combined(parts) => parts.iter().for_each(|p| p.divisors(out)),
+            Prov::Local { otherwise, .. } => otherwise.divisors(out),
+            _ => {}
+        }
+    }
+
+    /// Divided by something on its way.
+    pub fn divided(&self) -> bool {
+        matches!(self, Prov::Known(Scaling::Scaled) | Prov::DividedBy(_))
     }
 }
 

@@ -84,6 +84,8 @@ pub struct LoopInfo {
 #[derive(Debug, Clone)]
 pub struct AccumTest {
     pub factor: String,
+    /// The counter that is reset at the boundary, for a counter test.
+    pub counter: Option<String>,
     /// The test is true on the step that updates the weights.
     pub boundary_when_true: bool,
 }
@@ -161,6 +163,9 @@ enum Boundary {
     AfterInner(usize),
 }
 
+/// The accumulation factor as written, and the counter its test resets.
+type Factor = (String, Option<String>);
+
 /// What the walk recorded, for the assembly.
 pub struct Recorded<'a> {
     pub loops: &'a [LoopInfo],
@@ -178,7 +183,7 @@ pub struct Assembled {
 
 pub fn assemble(rec: &Recorded) -> Assembled {
     // Steps grouped by the loop and boundary they belong to, in source order.
-    let mut groups: Vec<(usize, Micro, Boundary, String, Vec<&CallEvent>)> = Vec::new();
+    let mut groups: Vec<(usize, Micro, Boundary, Factor, Vec<&CallEvent>)> = Vec::new();
     for step in rec
         .calls
         .iter()
@@ -225,11 +230,11 @@ fn micro_inside_helper(micro: Micro, steps: &[&CallEvent]) -> bool {
 }
 
 /// The micro-steps a step belongs to, how its boundary is recognised, and the factor.
-fn boundary_of(step: &CallEvent, rec: &Recorded) -> Option<(Micro, Boundary, String)> {
+fn boundary_of(step: &CallEvent, rec: &Recorded) -> Option<(Micro, Boundary, Factor)> {
     // Under an accumulation test: the innermost branch whose test is true on the boundary.
     let guarded = step.ctx.branches.iter().rev().find_map(|b| {
         let t = rec.conds.get(b.cond)?.accum.as_ref()?;
-        (t.boundary_when_true == b.taken).then(|| (*b, t.factor.clone()))
+        (t.boundary_when_true == b.taken).then(|| (*b, (t.factor.clone(), t.counter.clone())))
     });
     if let Some((branch, factor)) = guarded {
         let micro = match branch.depth {
@@ -262,13 +267,17 @@ fn boundary_of(step: &CallEvent, rec: &Recorded) -> Option<(Micro, Boundary, Str
                 .is_some_and(|info| info.micro_factor.is_some())
         })?;
     let factor = rec.loops.get(inner)?.micro_factor.clone()?;
-    Some((Micro::Loop(inner), Boundary::AfterInner(inner), factor))
+    Some((
+        Micro::Loop(inner),
+        Boundary::AfterInner(inner),
+        (factor, None),
+    ))
 }
 
 fn build(
     micro: Micro,
     boundary: Boundary,
-    factor: String,
+    (factor, counter): Factor,
     steps: &[&CallEvent],
     rec: &Recorded,
 ) -> Option<AccumLoop> {
@@ -342,6 +351,7 @@ fn build(
         factor_is_simple: is_simple_factor(&factor),
         factor_value: None,
         factor,
+        counter,
         steps: steps.iter().map(|s| s.call.clone()).collect(),
         backwards: Vec::new(),
         grads_rescaled: false,

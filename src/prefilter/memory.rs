@@ -127,14 +127,18 @@ impl Scan<'_> {
         false
     }
 
-    /// A name holding `byte` whose role is the optimizer's is assigned (`optimizer_bytes = ...`).
+    /// A name holding `byte` whose role is the optimizer's is assigned (`optimizer_bytes = ...`),
+    /// or a function so named is defined (`def optimizer_bytes(n):` returns the count).
     fn assigns_state_bytes(&self) -> bool {
         let lower = &self.lower;
         memchr::memmem::find_iter(lower, b"byte").any(|at| {
             let (start, end) = identifier_at(lower, at, false);
             let rest = self.text[end..].trim_start_matches([' ', '\t']);
-            rest.starts_with('=')
-                && !rest.starts_with("==")
+            let defined = self.text[..start]
+                .trim_end_matches([' ', '\t'])
+                .ends_with("def");
+            ((rest.starts_with('=') && !rest.starts_with("=="))
+                || (defined && rest.starts_with('(')))
                 && role_of(&self.text[start..end]) == Role::Optimizer
         })
     }

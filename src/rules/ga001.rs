@@ -29,6 +29,20 @@ impl Rule for UnscaledAccumulationLoss {
                 continue;
             }
             for bw in &lp.backwards {
+                let mut divisors = Vec::new();
+                bw.prov.divisors(&mut divisors);
+                if let Some(counter) = lp.counter.as_deref().filter(|c| divisors.contains(c)) {
+                    let n = &lp.factor;
+                    out.push(
+                        Diagnostic::new(
+                            "GA001",
+                            bw.call.clone(),
+                            format!("loss is divided by `{counter}`, the running count of micro-steps, instead of `{n}`: the micro-batches of a window weigh 1, 1/2, ... 1/{n} and the window's gradient is not its mean"),
+                        )
+                        .with_help(format!("divide by the accumulation steps, `{n}`, on every micro-step")),
+                    );
+                    continue;
+                }
                 let scaling = bw.scaling(&imported);
                 if !scaling.is_mean() {
                     continue;

@@ -1,6 +1,7 @@
 //! MEM002 wrong-optimizer-multiplier: a number that states an optimizer's memory and disagrees
 //! with the optimizer, in a table keyed by optimizer names (its unit inferred from the other rows)
-//! or in a single `optimizer_state = model_size * k`. Documentation: `rules/MEM002.toml`.
+//! or in a single `optimizer_state = model_size * k` (or a function named for the states that
+//! returns it). Documentation: `rules/MEM002.toml`.
 
 use super::mem001::TOLERANCE;
 use super::{fmt_num, Checker, Rule};
@@ -179,12 +180,17 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         return;
     };
     for f in &cx.facts.formulas {
-        let FormulaKind::Assign {
-            target,
-            role: Role::Optimizer,
-        } = &f.kind
-        else {
-            continue;
+        // `optimizer_state = n * k`, or a function named for the states that returns `n * k`.
+        let target = match &f.kind {
+            FormulaKind::Assign {
+                target,
+                role: Role::Optimizer,
+            } => target,
+            FormulaKind::Return {
+                function,
+                role: Role::Optimizer,
+            } => function,
+            _ => continue,
         };
         if f.inference {
             continue;

@@ -263,6 +263,7 @@ impl<'s> Walker<'s> {
                     && (recv_last.contains("sched")
                         || self.scheduler_names.iter().any(|n| n == recv)) =>
             {
+                self.scheduler_steps.push((span.clone(), recv.to_string()));
                 CallKind::SchedulerStep
             }
             "backward" | "manual_backward" => {
@@ -311,7 +312,10 @@ impl<'s> Walker<'s> {
                     }
                 }
             }
-            "zero_grad" => CallKind::ZeroGrad,
+            "zero_grad" => {
+                self.zero_grad_receivers.push(recv.to_string());
+                CallKind::ZeroGrad
+            }
             "clip_grad_norm_" | "clip_grad_norm" | "clip_grad_value_" => CallKind::Clip {
                 framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
             },

@@ -24,13 +24,20 @@ impl<'s> Walker<'s> {
                 return Some(id);
             }
         }
-        let accum = self
-            .accum_test(cond, true)
-            .or_else(|| self.counter_test(cond, stmt.child_by_field_name("consequence")?))
-            .map(|(factor, _, boundary_when_true)| AccumTest {
+        let accum = match self.accum_test(cond, true) {
+            Some((factor, _, boundary_when_true)) => Some(AccumTest {
                 factor,
+                counter: None,
                 boundary_when_true,
-            });
+            }),
+            None => self
+                .counter_test(cond, stmt.child_by_field_name("consequence")?)
+                .map(|(factor, counter, boundary_when_true)| AccumTest {
+                    factor,
+                    counter: Some(counter),
+                    boundary_when_true,
+                }),
+        };
         self.conds.push(Cond { accum, reads });
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
@@ -224,12 +231,16 @@ impl<'s> Walker<'s> {
     }
 
     /// `if seen >= N: ...; seen = 0`: a counter compared with N and reset in the branch.
-    pub(super) fn counter_test(
-        &self,
-        cond: Node,
-        body: Node,
-    ) -> Option<(String, Range<usize>, bool)> {
+    pub(super) fn counter_test(&self, cond: Node, body: Node) -> Option<(String, String, bool)> {
         let cond = unparen(cond);
+        // `seen >= N or last_batch`: still steps when the window is full.
+        if cond.kind() == "boolean_operator"
+            && cond.child_by_field_name("operator").map(|o| self.text(o)) == Some("or")
+        {
+            return self
+                .counter_test(cond.child_by_field_name("left")?, body)
+                .or_else(|| self.counter_test(cond.child_by_field_name("right")?, body));
+        }
         if cond.kind() != "comparison_operator" {
             return None;
         }
@@ -276,7 +287,7 @@ impl<'s> Walker<'s> {
                     && a.child_by_field_name("right").map(|r| self.text(r)) == Some(reset)
             })
         });
-        resets.then(|| (self.text(n).to_string(), n.byte_range(), true))
+        resets.then(|| (self.text(n).to_string(), name.to_string(), true))
     }
 
     /// `N` of `for micro in range(N)` when the loop names micro-batches: the variable or `N` says

@@ -218,6 +218,10 @@ struct Walker<'s> {
     /// `accelerator.backward(loss)` calls with their loss: a plain backward when accelerate
     /// was not told to accumulate.
     accelerate_backwards: Vec<(Range<usize>, Range<usize>, String, Prov)>,
+    /// Receivers of `zero_grad()`, and `step()` calls on scheduler-named receivers: a
+    /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
+    zero_grad_receivers: Vec<String>,
+    scheduler_steps: Vec<(Range<usize>, String)>,
     facts: Facts,
 }
 
@@ -318,6 +322,8 @@ impl<'s> Walker<'s> {
             calls: Vec::new(),
             invokes: Vec::new(),
             accelerate_backwards: Vec::new(),
+            zero_grad_receivers: Vec::new(),
+            scheduler_steps: Vec::new(),
             facts: Facts::default(),
         }
     }
@@ -479,6 +485,9 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks += 1;
                     self.accumulate_blocks
                 });
+                if items.contains("scale_loss(") {
+                    self.scaled_loss_alias(node);
+                }
                 self.push(node, Frame::With(block, no_grad));
             }
             "import_statement" | "import_from_statement" => self.import(node),
@@ -574,6 +583,41 @@ impl<'s> Walker<'s> {
         self.push(node, Frame::Scope(id));
     }
 
+    /// apex's `with amp.scale_loss(loss, optimizer) as scaled_loss:`: the alias is the loss
+    /// (apex multiplies by its loss scale and unscales before the step).
+    fn scaled_loss_alias(&mut self, with: Node) {
+        let mut c = with.walk();
+        let Some(clause) = with.children(&mut c).find(|n| n.kind() == "with_clause") else {
+            return;
+        };
+        let mut c = clause.walk();
+        for item in clause.named_children(&mut c) {
+            let Some(pattern) = item.child_by_field_name("value") else {
+                continue;
+            };
+            if pattern.kind() != "as_pattern" {
+                continue;
+            }
+            let (Some(call), Some(alias)) =
+                (pattern.named_child(0), pattern.child_by_field_name("alias"))
+            else {
+                continue;
+            };
+            let is_scale_loss = call.kind() == "call"
+                && call
+                    .child_by_field_name("function")
+                    .is_some_and(|f| last_segment(self.text(f)) == "scale_loss");
+            let loss = call
+                .child_by_field_name("arguments")
+                .and_then(|a| a.named_child(0));
+            if let (true, Some(loss)) = (is_scale_loss, loss) {
+                let prov = self.prov(loss, 0);
+                let alias = self.text(alias).trim().to_string();
+                self.define(&alias, pattern.start_byte(), prov);
+            }
+        }
+    }
+
     /// The parameter names of a function, without a leading `self`/`cls`.
     fn params_of(&self, node: Node) -> Vec<String> {
         let Some(params) = node.child_by_field_name("parameters") else {
@@ -664,6 +708,17 @@ impl<'s> Walker<'s> {
                     scaler: false,
                     in_helper: false,
                 };
+            }
+        }
+        for ev in &mut self.calls {
+            if !matches!(ev.kind, CallKind::SchedulerStep) {
+                continue;
+            }
+            let wraps_optimizer = self.scheduler_steps.iter().any(|(span, recv)| {
+                *span == ev.call.span && self.zero_grad_receivers.contains(recv)
+            });
+            if wraps_optimizer {
+                ev.kind = CallKind::Step { scaler: false };
             }
         }
         let calls = self.inlined_calls();

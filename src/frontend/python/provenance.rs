@@ -55,7 +55,12 @@ impl<'s> Walker<'s> {
                     return Prov::UNKNOWN;
                 };
                 match op {
-                    "/" | "//" => Prov::SCALED,
+                    // A fractional constant is a weight (`(a + 0.1 * b) / 1.1`): no number of
+                    // micro-steps is fractional.
+                    "/" if matches!(super::parse_number(self.text(unparen(right))), Some(v) if v.fract() != 0.0) => {
+                        self.prov(left, depth + 1)
+                    }
+                    "/" | "//" => Prov::DividedBy(self.text(unparen(right)).to_string()),
                     // `loss * num_tokens`: normalised by a count (the division comes elsewhere).
                     "*" if super::is_count_like(self.text(right))
                         || super::is_count_like(self.text(left)) =>
@@ -313,8 +318,8 @@ impl<'s> Walker<'s> {
             if let Some(defs) = self.loss_defs.get(&(s, name.to_string())) {
                 // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`).
                 let prior: Vec<_> = defs.iter().filter(|(at, _)| *at < before).collect();
-                if prior.iter().any(|(_, p)| *p == Prov::SCALED) {
-                    return Some(Prov::SCALED);
+                if let Some((_, p)) = prior.iter().rev().find(|(_, p)| p.divided()) {
+                    return Some(p.clone());
                 }
                 if let Some((_, last)) = prior.last() {
                     return Some(last.clone());
@@ -400,7 +405,9 @@ impl<'s> Walker<'s> {
             return Prov::UNKNOWN;
         }
         match p {
-            Prov::Known(_) | Prov::PerElement | Prov::Imported { .. } => p.clone(),
+            Prov::Known(_) | Prov::PerElement | Prov::Imported { .. } | Prov::DividedBy(_) => {
+                p.clone()
+            }
             Prov::Summed(inner) => Prov::Summed(Box::new(self.resolve(inner, env, depth + 1))),
             Prov::Averaged(inner) => Prov::Averaged(Box::new(self.resolve(inner, env, depth + 1))),
             Prov::Combined(parts) => Prov::Combined(

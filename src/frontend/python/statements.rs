@@ -169,7 +169,12 @@ impl<'s> Walker<'s> {
             );
         }
         if op == "/" || op == "//" || (op == "*" && is_count_like(self.text(right))) {
-            self.define(&target, node.start_byte(), Prov::SCALED);
+            let by = if op == "*" {
+                Prov::SCALED
+            } else {
+                Prov::DividedBy(self.text(unparen(right)).to_string())
+            };
+            self.define(&target, node.start_byte(), by);
         } else if op == "+" || op == "-" {
             // `total += part`: what the total now holds.
             let sum = Prov::Combined(vec![self.prov(left, 0), self.prov(right, 0)]);
