@@ -50,6 +50,9 @@ pub struct Facts {
     pub sbatch: Vec<(String, String, Range<usize>)>,
     /// The parser had to recover from syntax errors: facts cover what parsed; never rewrite.
     pub syntax_error: bool,
+    /// The loop model and loss provenance were read (a Python file parsed for other rules skips
+    /// them: it has no loops, backwards or exports).
+    pub loops_read: bool,
 }
 
 /// An expression that may be memory arithmetic, lowered.
@@ -316,6 +319,32 @@ impl Prov {
     pub const UNSCALED: Prov = Prov::Known(Scaling::Unscaled);
     pub const ASSUMED: Prov = Prov::Known(Scaling::AssumedMean);
     pub const UNKNOWN: Prov = Prov::Known(Scaling::Unknown);
+
+    /// Parts added together: nested sums flattened and repeated parts kept once, so a running
+    /// total (`total += part` in a loop) stays small.
+    pub fn combined(parts: impl IntoIterator<Item = Prov>) -> Prov {
+        let mut flat: Vec<Prov> = Vec::new();
+        let push = |p: Prov, flat: &mut Vec<Prov>| {
+            if !flat.contains(&p) {
+                flat.push(p);
+            }
+        };
+        for p in parts {
+            match p {
+                Prov::Combined(inner) => inner.into_iter().for_each(|q| push(q, &mut flat)),
+                p => push(p, &mut flat),
+            }
+        }
+        // The policy's default adds nothing to a sum that has other parts.
+        if flat.len() > 1 {
+            flat.retain(|p| *p != Prov::ASSUMED);
+        }
+        match flat.len() {
+            0 => Prov::ASSUMED,
+            1 => flat.pop().unwrap_or(Prov::ASSUMED),
+            _ => Prov::Combined(flat),
+        }
+    }
 
     /// Judge the value. `imported` says what a helper of another module returns: `None` when the
     /// module is not part of the project (a library: the policy's mean applies).

@@ -220,7 +220,8 @@ fn load(
     } else {
         return Ok(None);
     };
-    let facts = analyse(&file).map_err(|reason| skip(&reason))?;
+    let loops = !opts.prefilter || crate::prefilter::needs_loop_model(&file.text, wanted);
+    let facts = analyse_with(&file, loops).map_err(|reason| skip(&reason))?;
     let defaults = Defaults {
         optimizer: settings.options.optimizer.clone(),
         world_size: settings.options.world_size,
@@ -255,9 +256,14 @@ fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Parse one file and lower it into facts.
 pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
+    analyse_with(file, true)
+}
+
+/// [`analyse`], with or without the loop model and loss provenance of Python (`loops`).
+fn analyse_with(file: &SourceFile, loops: bool) -> Result<Facts, String> {
     Ok(match file.language {
         // A notebook's text is the Python of its code cells.
-        Language::Python | Language::Notebook => python::extract(&file.text)?,
+        Language::Python | Language::Notebook => python::extract_with(&file.text, loops)?,
         Language::Shell => shell::extract(&file.text)?,
         Language::Yaml | Language::Json | Language::Toml => {
             match config::parse(file.language, &file.text) {
@@ -347,7 +353,8 @@ fn with_imported_helpers(
         // Each round reads the candidates the one before found missing: a few at most.
         for _ in 0..8 {
             let read: &ContextFiles = context;
-            let look = |p: &Path| match units.iter().find(|u| u.abs == p) {
+            // A linted file parsed without the loop model exports nothing: read it whole.
+            let look = |p: &Path| match units.iter().find(|u| u.abs == p && u.facts.loops_read) {
                 Some(u) => Looked::Python(&u.facts),
                 None => match read.get(p) {
                     Some(Some(c)) => Looked::Python(&c.facts),

@@ -168,6 +168,8 @@ type Factor = (String, Option<String>);
 
 /// What the walk recorded, for the assembly.
 pub struct Recorded<'a> {
+    /// The file writes `unscale_` somewhere (in code or not).
+    pub unscales: bool,
     pub loops: &'a [LoopInfo],
     pub conds: &'a [Cond],
     pub scopes: &'a [ScopeInfo],
@@ -205,7 +207,7 @@ pub fn assemble(rec: &Recorded) -> Assembled {
         loops: Vec::new(),
         zero_grad_in_accumulate: zero_grads_in_accumulate(rec.calls),
         clips_in_accumulate: clips_in_accumulate(rec),
-        clips_before_unscale: clips_before_unscale(rec.calls),
+        clips_before_unscale: clips_before_unscale(rec.calls, rec.unscales),
     };
     for (_, micro, boundary, factor, steps) in groups {
         // A helper that accumulates by itself is judged where it is written, once.
@@ -442,7 +444,7 @@ fn dedup_calls(calls: &mut Vec<Call>) {
 /// Clips between a `GradScaler`'s scaled backward and its step, with no `unscale_` between: in
 /// any training loop, accumulating or not. An fp32 arm beside an fp16 arm has no scaler to
 /// unscale, and apex's `amp.scale_loss` unscales by itself.
-fn clips_before_unscale(calls: &[CallEvent]) -> Vec<ScaledClip> {
+fn clips_before_unscale(calls: &[CallEvent], file_unscales: bool) -> Vec<ScaledClip> {
     let mut out: Vec<ScaledClip> = Vec::new();
     for clip in calls
         .iter()
@@ -460,19 +462,19 @@ fn clips_before_unscale(calls: &[CallEvent]) -> Vec<ScaledClip> {
             continue;
         };
         // A scaled backward before the clip, in the same iteration or an inner loop of it; or,
-        // in a function that only steps (the backward is elsewhere), a file that never unscales.
-        let scaled_backward =
-            calls.iter().any(|b| {
-                matches!(b.kind, CallKind::Backward { scaler: true, .. })
-                    && together(b)
-                    && b.order < clip.order
-                    && b.ctx.loops.starts_with(&step.ctx.loops)
-            }) || (!calls.iter().any(|b| {
-                matches!(
-                    b.kind,
-                    CallKind::Backward { .. } | CallKind::FrameworkBackward
-                ) && b.ctx.scope == clip.ctx.scope
-            }) && !calls.iter().any(|u| matches!(u.kind, CallKind::Unscale)));
+        // in a function that only steps (the backward is elsewhere), a file that never writes
+        // `unscale_`.
+        let scaled_backward = calls.iter().any(|b| {
+            matches!(b.kind, CallKind::Backward { scaler: true, .. })
+                && together(b)
+                && b.order < clip.order
+                && b.ctx.loops.starts_with(&step.ctx.loops)
+        }) || (!calls.iter().any(|b| {
+            matches!(
+                b.kind,
+                CallKind::Backward { .. } | CallKind::FrameworkBackward
+            ) && b.ctx.scope == clip.ctx.scope
+        }) && !file_unscales);
         let unscaled = calls.iter().any(|u| {
             matches!(u.kind, CallKind::Unscale)
                 && together(u)

@@ -125,6 +125,13 @@ pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
         || (wanted.fit && scan.names_a_sized_model())
 }
 
+/// Whether a Python file that is parsed needs the loop model and loss provenance: only when a
+/// loop rule is reported for it and its text could hold a training loop. Files parsed for other
+/// rules skip that part of the walk; it never holds a finding for them.
+pub fn needs_loop_model(text: &str, wanted: Wanted) -> bool {
+    wanted.unknown || (wanted.accumulation && Scan::new(text).training_loop())
+}
+
 /// Keys the batch rules compare in a config written in Python (a dict, dataclass fields,
 /// argparse defaults): DeepSpeed's batch keys (BS001), declared global batches and axolotl's
 /// `micro_batch_size` next to `base_model` (BS002). A script that a launcher runs is analysed whole whatever this scan says.
@@ -165,12 +172,18 @@ impl Scan<'_> {
             memchr::memmem::find_iter(self.bytes, word)
                 .any(|i| !self.bytes.get(i + word.len()).is_some_and(|b| is_ident(*b)))
         };
+        // `backward` is rarer than `.step`: read for it first. Without one, only a clip before a
+        // GradScaler's step in a file that never unscales is judged.
+        let backward = contains(&self.lower, b"backward")
+            && (attribute(b".backward") || attribute(b".manual_backward"));
+        let scaled_clip = || {
+            contains(&self.lower, b"clip_grad_")
+                && contains(&self.lower, b"scaler")
+                && !contains(&self.lower, b"unscale_")
+        };
         contains(&self.lower, b"accumulate_grad_batches")
             || contains(&self.lower, b".accumulate(")
-            || ((attribute(b".backward")
-                || attribute(b".manual_backward")
-                || contains(&self.lower, b"clip_grad_"))
-                && attribute(b".step"))
+            || ((backward || scaled_clip()) && attribute(b".step"))
     }
 }
 

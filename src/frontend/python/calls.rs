@@ -198,6 +198,10 @@ impl<'s> Walker<'s> {
         let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
             return;
         };
+        // Builtins and common library calls are never the file's helpers.
+        if callee.class.is_none() && BUILTINS.contains(&callee.name.as_str()) {
+            return;
+        }
         let mut args = Vec::new();
         if let Some(a) = node.child_by_field_name("arguments") {
             let mut c = a.walk();
@@ -532,3 +536,47 @@ impl<'s> Walker<'s> {
         }
     }
 }
+
+/// Calls that are never a helper of the file.
+const BUILTINS: &[&str] = &[
+    "print",
+    "len",
+    "range",
+    "isinstance",
+    "getattr",
+    "setattr",
+    "hasattr",
+    "super",
+    "str",
+    "int",
+    "float",
+    "bool",
+    "list",
+    "dict",
+    "tuple",
+    "set",
+    "min",
+    "max",
+    "sum",
+    "any",
+    "all",
+    "zip",
+    "enumerate",
+    "sorted",
+    "open",
+    "type",
+    "iter",
+    "next",
+    "round",
+    "abs",
+    "repr",
+    "map",
+    "filter",
+    "vars",
+    "id",
+    "format",
+    "hash",
+    "callable",
+    "delattr",
+    "issubclass",
+];

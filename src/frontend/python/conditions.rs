@@ -14,7 +14,11 @@ impl<'s> Walker<'s> {
             return Some(id);
         }
         let cond = stmt.child_by_field_name("condition")?;
-        let reads = self.reads(cond);
+        let reads = if self.loop_model {
+            self.reads(cond)
+        } else {
+            None
+        };
         // The same test again in the same scope is the same condition: its arms exclude each
         // other's (`if fp16: scaled backward` ... `if fp16: unscale else: clip`).
         let key = (self.scope(), self.text(cond));
@@ -53,37 +57,62 @@ impl<'s> Walker<'s> {
     /// The names and attributes a test reads, or `None` when it calls something or reads a
     /// name that follows the accumulation window: it may change between micro-steps.
     pub(super) fn reads(&self, cond: Node) -> Option<Vec<String>> {
+        // Read from the text: tests are short, and a scan costs less than visiting nodes.
+        let text = self.text(cond);
+        if text.len() > 256 {
+            return None;
+        }
+        let bytes = text.as_bytes();
         let mut names = Vec::new();
-        let mut stack = vec![cond];
-        let mut seen = 0;
-        while let Some(n) = stack.pop() {
-            seen += 1;
-            if seen > 64 {
+        let mut i = 0;
+        while let Some(&c) = bytes.get(i) {
+            if c == b'"' || c == b'\'' {
+                i += 1 + bytes[i + 1..]
+                    .iter()
+                    .position(|b| *b == c)
+                    .unwrap_or(bytes.len());
+                i += 1;
+                continue;
+            }
+            if c == b':' && bytes.get(i + 1) == Some(&b'=') {
                 return None;
             }
-            match n.kind() {
-                "call" | "await" | "lambda" | "named_expression" => return None,
-                "identifier" | "attribute" => {
-                    let text = self.text(n);
-                    let lower = text.to_ascii_lowercase();
-                    if [
-                        "sync", "last", "step", "accum", "boundary", "update", "iter", "idx",
-                    ]
-                    .iter()
-                    .any(|w| lower.contains(w))
-                    {
-                        return None;
-                    }
-                    // `self.x` is read as a whole; `a.b` changes when `a` does.
-                    names.push(text.split('.').next().unwrap_or(text).to_string());
-                    if text.starts_with("self.") {
-                        names.push(text.to_string());
-                    }
-                }
-                _ => {
-                    let mut c = n.walk();
-                    stack.extend(n.named_children(&mut c));
-                }
+            if !(c.is_ascii_alphanumeric() || c == b'_') {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while bytes
+                .get(i)
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.')
+            {
+                i += 1;
+            }
+            let word = &text[start..i];
+            if c.is_ascii_digit() {
+                continue;
+            }
+            if text[i..].trim_start().starts_with('(') || matches!(word, "lambda" | "await") {
+                return None;
+            }
+            if matches!(
+                word,
+                "and" | "or" | "not" | "is" | "in" | "None" | "True" | "False" | "if" | "else"
+            ) {
+                continue;
+            }
+            if [
+                "sync", "last", "step", "accum", "boundary", "update", "iter", "idx",
+            ]
+            .iter()
+            .any(|w| super::contains_word(word, w))
+            {
+                return None;
+            }
+            // `self.x` is read as a whole; `a.b` changes when `a` does.
+            names.push(word.split('.').next().unwrap_or(word).to_string());
+            if word.starts_with("self.") {
+                names.push(word.to_string());
             }
         }
         Some(names)

@@ -6,6 +6,7 @@ use super::provenance::Args;
 use super::{Invoke, Walker};
 use crate::facts::Prov;
 use crate::frontend::loops::{CallEvent, CallKind, Ctx};
+use std::collections::{HashMap, HashSet};
 
 /// How many helpers deep calls are followed.
 const MAX_INLINE_DEPTH: usize = 4;
@@ -22,14 +23,59 @@ impl<'s> Walker<'s> {
     pub(super) fn inlined_calls(&self) -> Vec<CallEvent> {
         // A call site whose helper is found runs the helper's calls, not a framework's backward
         // (`self.backward(loss)` is the class's own method).
-        let found: Vec<&Invoke> = self
-            .invokes
-            .iter()
-            .filter(|i| self.function(&i.callee).is_some())
-            .collect();
+        let mut found: HashMap<usize, Vec<&Invoke>> = HashMap::new();
+        let mut sites: HashSet<(usize, usize)> = HashSet::new();
+        for i in &self.invokes {
+            if self.function(&i.callee).is_some() {
+                found.entry(i.ctx.scope).or_default().push(i);
+                sites.insert((i.call.start, i.call.end));
+            }
+        }
+        // Only helpers that reach a training call, directly or through their own helpers, are
+        // worth inlining: the rest would only repeat work.
+        let mut reaches: HashSet<usize> = self.calls.iter().map(|e| e.ctx.scope).collect();
+        loop {
+            let before = reaches.len();
+            for (scope, invokes) in &found {
+                if invokes
+                    .iter()
+                    .filter_map(|i| self.function(&i.callee))
+                    .any(|t| reaches.contains(&t))
+                {
+                    reaches.insert(*scope);
+                }
+            }
+            if reaches.len() == before {
+                break;
+            }
+        }
+        for invokes in found.values_mut() {
+            invokes.retain(|i| {
+                self.function(&i.callee)
+                    .is_some_and(|t| reaches.contains(&t))
+            });
+        }
+        let mut items: HashMap<usize, Vec<(usize, Item)>> = HashMap::new();
+        for e in &self.calls {
+            if !sites.contains(&(e.call.span.start, e.call.span.end)) {
+                items
+                    .entry(e.ctx.scope)
+                    .or_default()
+                    .push((e.call.span.start, Item::Event(e)));
+            }
+        }
+        for (scope, invokes) in &found {
+            let list = items.entry(*scope).or_default();
+            list.extend(invokes.iter().map(|i| (i.call.start, Item::Invoke(i))));
+        }
+        for list in items.values_mut() {
+            list.sort_by_key(|(at, _)| *at);
+        }
+        let mut scopes: Vec<usize> = items.keys().copied().collect();
+        scopes.sort();
         let mut out = Vec::new();
-        for scope in 0..self.scopes.len() {
-            self.expand(scope, None, None, 0, &mut Vec::new(), &found, &mut out);
+        for scope in scopes {
+            self.expand(scope, None, None, 0, &mut Vec::new(), &items, &mut out);
         }
         out.sort_by_key(|e| e.order);
         out
@@ -45,27 +91,16 @@ impl<'s> Walker<'s> {
         site: Option<&Site>,
         depth: usize,
         visiting: &mut Vec<usize>,
-        found: &[&Invoke],
+        items: &HashMap<usize, Vec<(usize, Item)>>,
         out: &mut Vec<CallEvent>,
     ) {
-        let mut items: Vec<(usize, Item)> = self
-            .calls
-            .iter()
-            .filter(|e| e.ctx.scope == scope)
-            .filter(|e| !found.iter().any(|i| i.call == e.call.span))
-            .map(|e| (e.call.span.start, Item::Event(e)))
-            .chain(
-                found
-                    .iter()
-                    .filter(|i| i.ctx.scope == scope)
-                    .map(|i| (i.call.start, Item::Invoke(i))),
-            )
-            .collect();
-        items.sort_by_key(|(at, _)| *at);
+        let Some(list) = items.get(&scope) else {
+            return;
+        };
         visiting.push(scope);
-        for (sub, (_, item)) in items.into_iter().enumerate() {
+        for (sub, (_, item)) in list.iter().enumerate() {
             let order = site.map(|s| (s.order.0, s.order.1 * 1024 + sub));
-            match item {
+            match *item {
                 Item::Event(e) => {
                     let mut ev = e.clone();
                     if let CallKind::Backward {
@@ -134,7 +169,7 @@ impl<'s> Walker<'s> {
                         Some(&inner),
                         depth + 1,
                         visiting,
-                        found,
+                        items,
                         out,
                     );
                 }

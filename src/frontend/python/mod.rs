@@ -37,9 +37,17 @@ pub fn parse(text: &str) -> Result<Tree, String> {
 }
 
 pub fn extract(text: &str) -> Result<Facts, String> {
+    extract_with(text, true)
+}
+
+/// [`extract`]; without `loops`, the loop model and loss provenance are skipped (the walk only
+/// lowers what the other rules read).
+pub fn extract_with(text: &str, loops: bool) -> Result<Facts, String> {
     let blanked = blank_long_comment_runs(text);
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
+    w.loop_model = loops;
+    w.facts.loops_read = loops;
     w.walk(&tree);
     let mut facts = w.finish();
     if let Some((_, comments)) = blanked {
@@ -165,6 +173,8 @@ struct Guard {
 
 struct Walker<'s> {
     src: &'s str,
+    /// Read the loop model's inputs: names assigned in loops, loss provenance, helpers' calls.
+    loop_model: bool,
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
     /// What each `if` tests, by condition id.
@@ -186,11 +196,12 @@ struct Walker<'s> {
     /// Lowered values of names, per scope: the latest assignment wins (walk order is source order).
     env: HashMap<(usize, String), Lin>,
     /// How each name's value was produced, per scope, in source order.
-    loss_defs: HashMap<(usize, String), Vec<(usize, Prov)>>,
+    /// By name: the scope, the position and what was assigned.
+    loss_defs: HashMap<&'s str, Vec<(usize, usize, Prov)>>,
     /// What each function scope returns.
     returns: HashMap<usize, Vec<Prov>>,
     /// Names bound to an instance of a class (`crit = MyLoss()`), per scope: the class as called.
-    instances: HashMap<(usize, String), String>,
+    instances: HashMap<&'s str, Vec<(usize, &'s str)>>,
     /// Imported names: alias → (module, name in it); `import a.b as m` has no name.
     imports: HashMap<String, (String, Option<String>)>,
     /// Counters kept modulo the factor (`acc = (acc + 1) % n`, `acc %= n`): `acc == 0` is the
@@ -215,6 +226,8 @@ struct Walker<'s> {
     calls: Vec<CallEvent>,
     /// Calls of functions that may be defined in this file, for inlining their training calls.
     invokes: Vec<Invoke>,
+    /// The file's functions by name, built once the file is read.
+    functions: std::cell::OnceCell<provenance::FunctionIndex>,
     /// `accelerator.backward(loss)` calls with their loss: a plain backward when accelerate
     /// was not told to accumulate.
     accelerate_backwards: Vec<(Range<usize>, Range<usize>, String, Prov)>,
@@ -284,6 +297,7 @@ impl<'s> Walker<'s> {
     fn new(src: &'s str) -> Self {
         Walker {
             src,
+            loop_model: true,
             stack: Vec::new(),
             scopes: vec![Scope {
                 name: String::new(),
@@ -321,6 +335,7 @@ impl<'s> Walker<'s> {
             assigned_text: HashMap::new(),
             calls: Vec::new(),
             invokes: Vec::new(),
+            functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
@@ -443,7 +458,7 @@ impl<'s> Walker<'s> {
                     assigned: Vec::new(),
                 });
                 self.push(node, Frame::Loop(id));
-                if let Some(left) = node.child_by_field_name("left") {
+                if let Some(left) = node.child_by_field_name("left").filter(|_| self.loop_model) {
                     self.note_assigned_names(left);
                 }
             }
@@ -485,13 +500,13 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks += 1;
                     self.accumulate_blocks
                 });
-                if items.contains("scale_loss(") {
+                if self.loop_model && items.contains("scale_loss(") {
                     self.scaled_loss_alias(node);
                 }
                 self.push(node, Frame::With(block, no_grad));
             }
             "import_statement" | "import_from_statement" => self.import(node),
-            "expression_statement" => {
+            "expression_statement" if self.loop_model => {
                 if let Some(expr) = node.named_child(0) {
                     self.invoke(expr);
                 }
@@ -612,8 +627,8 @@ impl<'s> Walker<'s> {
                 .and_then(|a| a.named_child(0));
             if let (true, Some(loss)) = (is_scale_loss, loss) {
                 let prov = self.prov(loss, 0);
-                let alias = self.text(alias).trim().to_string();
-                self.define(&alias, pattern.start_byte(), prov);
+                let alias = self.text(alias).trim();
+                self.define(alias, pattern.start_byte(), prov);
             }
         }
     }
@@ -730,6 +745,7 @@ impl<'s> Walker<'s> {
             })
             .collect();
         let mut assembled = loops::assemble(&Recorded {
+            unscales: contains_word(self.src, "unscale_"),
             loops: &self.loops,
             conds: &self.conds,
             scopes: &scopes,
@@ -747,7 +763,9 @@ impl<'s> Walker<'s> {
         if accelerate_divides {
             self.facts.clips_in_accumulate = assembled.clips_in_accumulate;
         }
-        self.facts.exports = self.exports();
+        if self.loop_model {
+            self.facts.exports = self.exports();
+        }
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
@@ -864,10 +882,23 @@ fn unit_of_divisor(d: f64) -> Option<Unit> {
 /// A divisor that is the accumulation factor (`args.gradient_accumulation_steps`, `self.accum`,
 /// `gas`, `self.trainer.accumulate_grad_batches`).
 fn names_accumulation(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    t.contains("accum")
-        || t.contains("grad_acc")
-        || t.split(['.', '_', '(', ')']).any(|w| w == "gas")
+    contains_word(text, "accum")
+        || contains_word(text, "grad_acc")
+        || text
+            .split(['.', '_', '(', ')'])
+            .any(|w| w.eq_ignore_ascii_case("gas"))
+}
+
+/// `text` holds `word` (lowercase ASCII), in any case, without allocating.
+fn contains_word(text: &str, word: &str) -> bool {
+    let (t, w) = (text.as_bytes(), word.as_bytes());
+    let Some(&first) = w.first() else {
+        return true;
+    };
+    memchr::memchr2_iter(first, first.to_ascii_uppercase(), t).any(|at| {
+        t.get(at..at + w.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(w))
+    })
 }
 
 /// A loop variable or bound that names micro-batches.
@@ -878,7 +909,6 @@ fn names_micro_batches(text: &str) -> bool {
 
 /// A multiplier that normalises by counts (`loss * num_tokens`) rather than a constant weight.
 fn is_count_like(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
     [
         "token",
         "num_items",
@@ -891,10 +921,11 @@ fn is_count_like(text: &str) -> bool {
         "gradient_accumulation",
     ]
     .iter()
-    .any(|w| t.contains(w))
+    .any(|w| contains_word(text, w))
         // `loss * bs`: a per-sample mean scaled back to a sum over the batch.
-        || t.split(|c: char| !c.is_ascii_alphanumeric())
-            .any(|w| matches!(w, "bs" | "nbs" | "bsz"))
+        || text
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| ["bs", "nbs", "bsz"].iter().any(|b| w.eq_ignore_ascii_case(b)))
 }
 
 #[cfg(test)]

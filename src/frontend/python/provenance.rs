@@ -67,10 +67,7 @@ impl<'s> Walker<'s> {
                     {
                         Prov::SCALED
                     }
-                    _ => Prov::Combined(vec![
-                        self.prov(left, depth + 1),
-                        self.prov(right, depth + 1),
-                    ]),
+                    _ => Prov::combined([self.prov(left, depth + 1), self.prov(right, depth + 1)]),
                 }
             }
             "unary_operator" => node
@@ -84,7 +81,7 @@ impl<'s> Walker<'s> {
                     .take(8)
                     .map(|n| self.prov(n, depth + 1))
                     .collect();
-                Prov::Combined(parts)
+                Prov::combined(parts)
             }
             "generator_expression" | "list_comprehension" => node
                 .child_by_field_name("body")
@@ -171,11 +168,15 @@ impl<'s> Walker<'s> {
             };
         }
         // A producer handed the accumulation factor or an item count may divide by it.
+        // The arguments matter to a function of this file (its parameters stand for them).
+        let callee = self.callee(func);
         let mut given: Args = Vec::new();
         if let Some(a) = args {
             let mut c = a.walk();
             for arg in a.named_children(&mut c) {
-                if names_count(self.text(arg)) {
+                // A count is handed as a name or a short keyword (`num_items_in_batch=n`).
+                let t = self.text(arg);
+                if t.len() <= 80 && names_count(t) {
                     return Prov::UNKNOWN;
                 }
                 match arg.kind() {
@@ -190,11 +191,12 @@ impl<'s> Walker<'s> {
                                 _ => {}
                             }
                         }
-                        if let (Some(k), Some(v)) = (k, v) {
+                        if let (Some(k), Some(v), Some(_)) = (k, v, &callee) {
                             given.push((Some(k.to_string()), self.prov(v, depth + 1)));
                         }
                     }
                     "comment" => {}
+                    _ if callee.is_none() => {}
                     "list_splat" | "dictionary_splat" => given.push((None, Prov::ASSUMED)),
                     _ => given.push((None, self.prov(arg, depth + 1))),
                 }
@@ -218,7 +220,7 @@ impl<'s> Walker<'s> {
             None if known_loss => Prov::UNSCALED,
             None => Prov::ASSUMED,
         };
-        match self.callee(func) {
+        match callee {
             Some(callee) => Prov::Local {
                 callee,
                 args: given,
@@ -279,10 +281,11 @@ impl<'s> Walker<'s> {
 
     /// The class a name was built from (`crit = MyLoss()`, `self.crit = MyLoss()`).
     fn instance_of(&self, name: &str) -> Option<String> {
+        let built = self.instances.get(name)?;
         let mut scope = Some(super::scope_of_name(self, name));
         while let Some(s) = scope {
-            if let Some(class) = self.instances.get(&(s, name.to_string())) {
-                return Some(class.clone());
+            if let Some((_, class)) = built.iter().rev().find(|(in_scope, _)| *in_scope == s) {
+                return Some(class.to_string());
             }
             scope = self.scopes.get(s).and_then(|sc| sc.parent);
         }
@@ -313,17 +316,20 @@ impl<'s> Walker<'s> {
 
     /// The latest definition of `name` in scope before `before`.
     pub(super) fn loss_def(&self, name: &str, before: usize) -> Option<Prov> {
+        let defs = self.loss_defs.get(name);
         let mut scope = Some(self.scope());
         while let Some(s) = scope {
-            if let Some(defs) = self.loss_defs.get(&(s, name.to_string())) {
-                // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`).
-                let prior: Vec<_> = defs.iter().filter(|(at, _)| *at < before).collect();
-                if let Some((_, p)) = prior.iter().rev().find(|(_, p)| p.divided()) {
-                    return Some(p.clone());
-                }
-                if let Some((_, last)) = prior.last() {
-                    return Some(last.clone());
-                }
+            // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`).
+            let mut prior = defs
+                .into_iter()
+                .flatten()
+                .filter(|(in_scope, at, _)| *in_scope == s && *at < before)
+                .map(|(_, _, p)| p);
+            if let Some(last) = prior.next_back() {
+                let divided = std::iter::once(last)
+                    .chain(prior.rev())
+                    .find(|p| p.divided());
+                return Some(divided.unwrap_or(last).clone());
             }
             // A parameter shadows the names around its function.
             if self
@@ -355,12 +361,12 @@ impl<'s> Walker<'s> {
     }
 
     /// Remember what `target` now holds.
-    pub(super) fn define(&mut self, target: &str, at: usize, prov: Prov) {
+    pub(super) fn define(&mut self, target: &'s str, at: usize, prov: Prov) {
         let scope = self.scope();
         self.loss_defs
-            .entry((scope, target.to_string()))
+            .entry(target)
             .or_default()
-            .push((at, prov));
+            .push((scope, at, prov));
     }
 
     /// `a, b = rhs`: each name gets its element when the right side is written as a tuple of
@@ -392,8 +398,8 @@ impl<'s> Walker<'s> {
                 (None, Some(e)) => self.prov(*e, 0),
                 (None, None) => continue,
             };
-            let name = self.text(t).to_string();
-            self.define(&name, at, prov);
+            let name = self.text(t);
+            self.define(name, at, prov);
         }
     }
 
@@ -410,12 +416,9 @@ impl<'s> Walker<'s> {
             }
             Prov::Summed(inner) => Prov::Summed(Box::new(self.resolve(inner, env, depth + 1))),
             Prov::Averaged(inner) => Prov::Averaged(Box::new(self.resolve(inner, env, depth + 1))),
-            Prov::Combined(parts) => Prov::Combined(
-                parts
-                    .iter()
-                    .map(|q| self.resolve(q, env, depth + 1))
-                    .collect(),
-            ),
+            Prov::Combined(parts) => {
+                Prov::combined(parts.iter().map(|q| self.resolve(q, env, depth + 1)))
+            }
             Prov::Param(name) => env
                 .and_then(|(params, args)| argument(params, args, name))
                 .unwrap_or(Prov::ASSUMED),
@@ -437,11 +440,11 @@ impl<'s> Walker<'s> {
                     // A function that returns nothing gives no loss to judge.
                     return Prov::UNKNOWN;
                 }
-                Prov::Combined(
+                Prov::combined(
                     returns
                         .iter()
                         .map(|r| self.resolve(r, Some((params, &given)), depth + 1))
-                        .collect(),
+                        .collect::<Vec<_>>(),
                 )
             }
         }
@@ -450,28 +453,46 @@ impl<'s> Walker<'s> {
     /// The function scope a call names: a method of the class, a function of the file, or the
     /// `__call__`/`forward` of a class of the file.
     pub(super) fn function(&self, callee: &Callee) -> Option<usize> {
+        let index = self.functions.get_or_init(|| self.index_functions());
         if callee.instance {
-            let class = self
-                .scopes
+            let class = *index.classes.get(callee.name.as_str())?;
+            return ["__call__", "forward"]
                 .iter()
-                .position(|s| s.is_class && s.name == callee.name)?;
-            return ["__call__", "forward"].iter().find_map(|m| {
-                self.scopes
-                    .iter()
-                    .position(|s| !s.is_class && s.name == *m && s.parent == Some(class))
-            });
+                .find_map(|m| index.methods.get(&class)?.get(*m).copied());
         }
-        self.scopes.iter().position(|s| {
-            !s.is_class
-                && s.name == callee.name
-                && match callee.class {
-                    Some(class) => s.parent == Some(class),
-                    None => s
-                        .parent
-                        .and_then(|p| self.scopes.get(p))
-                        .is_some_and(|p| !p.is_class),
-                }
-        })
+        match callee.class {
+            Some(class) => index
+                .methods
+                .get(&class)?
+                .get(callee.name.as_str())
+                .copied(),
+            None => index.functions.get(callee.name.as_str()).copied(),
+        }
+    }
+
+    /// The file's functions, methods and classes by name (the first of each name), once the
+    /// whole file is read.
+    fn index_functions(&self) -> FunctionIndex {
+        let mut index = FunctionIndex::default();
+        for (id, s) in self.scopes.iter().enumerate() {
+            let Some(parent) = s.parent else {
+                continue;
+            };
+            let in_class = self.scopes.get(parent).is_some_and(|p| p.is_class);
+            if s.is_class {
+                index.classes.entry(s.name.clone()).or_insert(id);
+            } else if in_class {
+                index
+                    .methods
+                    .entry(parent)
+                    .or_default()
+                    .entry(s.name.clone())
+                    .or_insert(id);
+            } else {
+                index.functions.entry(s.name.clone()).or_insert(id);
+            }
+        }
+        index
     }
 
     /// What each module-level function, and each class when called, returns: for the files that
@@ -494,8 +515,7 @@ impl<'s> Walker<'s> {
                 continue;
             };
             let _ = id;
-            let resolved =
-                Prov::Combined(returns.iter().map(|r| self.resolve(r, None, 0)).collect());
+            let resolved = Prov::combined(returns.iter().map(|r| self.resolve(r, None, 0)));
             let name = if s.is_class {
                 format!("{}()", s.name)
             } else {
@@ -510,8 +530,7 @@ impl<'s> Walker<'s> {
 /// An argument that hands a producer the accumulation factor or a count to normalise by
 /// (`num_items_in_batch=n`, `n_tokens`, `accum_steps`); the tokens themselves are no count.
 fn names_count(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    names_accumulation(&t)
+    names_accumulation(text)
         || [
             "num_items",
             "n_items",
@@ -528,7 +547,15 @@ fn names_count(text: &str) -> bool {
             "denom",
         ]
         .iter()
-        .any(|w| t.contains(w))
+        .any(|w| super::contains_word(text, w))
+}
+
+/// Functions, methods (by class scope) and classes of a file, by name.
+#[derive(Debug, Default)]
+pub(super) struct FunctionIndex {
+    functions: std::collections::HashMap<String, usize>,
+    methods: std::collections::HashMap<usize, std::collections::HashMap<String, usize>>,
+    classes: std::collections::HashMap<String, usize>,
 }
 
 /// The argument a call gave for parameter `name`.

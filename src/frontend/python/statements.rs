@@ -13,8 +13,10 @@ impl<'s> Walker<'s> {
         ) else {
             return;
         };
-        self.note_assigned_names(left);
-        self.invoke(right);
+        if self.loop_model {
+            self.note_assigned_names(left);
+            self.invoke(right);
+        }
         let target = self.text(left).to_string();
         let simple_target = matches!(left.kind(), "identifier" | "attribute");
         // Evidence in assignments.
@@ -50,25 +52,28 @@ impl<'s> Walker<'s> {
                 }
             }
         }
-        if matches!(
-            left.kind(),
-            "pattern_list" | "tuple_pattern" | "list_pattern"
-        ) {
+        if self.loop_model
+            && matches!(
+                left.kind(),
+                "pattern_list" | "tuple_pattern" | "list_pattern"
+            )
+        {
             self.define_pattern(left, right, node.start_byte());
         }
         if !simple_target {
             return;
         }
-        if let Some(f) = (right.kind() == "call")
+        if let Some(f) = (self.loop_model && right.kind() == "call")
             .then(|| right.child_by_field_name("function"))
             .flatten()
         {
             let callee = self.text(f);
             if starts_upper(last_segment(callee)) {
-                self.instances.insert(
-                    (scope_of_name(self, &target), target.clone()),
-                    callee.to_string(),
-                );
+                let scope = scope_of_name(self, &target);
+                self.instances
+                    .entry(self.text(left))
+                    .or_default()
+                    .push((scope, callee));
             }
         }
         self.assigned_text.insert(target.clone(), rtext);
@@ -117,8 +122,10 @@ impl<'s> Walker<'s> {
             self.modulo_names
                 .insert((scope_of_name(self, &target), target.clone()), m);
         }
-        let prov = self.prov(right, 0);
-        self.define(&target, node.start_byte(), prov);
+        if self.loop_model {
+            let prov = self.prov(right, 0);
+            self.define(self.text(left), node.start_byte(), prov);
+        }
         let scope = self.scope();
 
         let lin = self.lower(right, 0);
@@ -145,7 +152,9 @@ impl<'s> Walker<'s> {
         ) else {
             return;
         };
-        self.note_assigned_names(left);
+        if self.loop_model {
+            self.note_assigned_names(left);
+        }
         let target = self.text(left).to_string();
         let op = self.text(op).trim_end_matches('=').to_string();
         if op == "%" {
@@ -168,17 +177,18 @@ impl<'s> Walker<'s> {
                 Some((self.text(right).to_string(), division)),
             );
         }
-        if op == "/" || op == "//" || (op == "*" && is_count_like(self.text(right))) {
+        if !self.loop_model {
+        } else if op == "/" || op == "//" || (op == "*" && is_count_like(self.text(right))) {
             let by = if op == "*" {
                 Prov::SCALED
             } else {
                 Prov::DividedBy(self.text(unparen(right)).to_string())
             };
-            self.define(&target, node.start_byte(), by);
+            self.define(self.text(left), node.start_byte(), by);
         } else if op == "+" || op == "-" {
             // `total += part`: what the total now holds.
-            let sum = Prov::Combined(vec![self.prov(left, 0), self.prov(right, 0)]);
-            self.define(&target, node.start_byte(), sum);
+            let sum = Prov::combined([self.prov(left, 0), self.prov(right, 0)]);
+            self.define(self.text(left), node.start_byte(), sum);
         }
         if left.kind() == "identifier" || left.kind() == "attribute" {
             let current = self.name(left);
@@ -220,9 +230,11 @@ impl<'s> Walker<'s> {
                 });
             }
         }
-        let prov = self.prov(value, 0);
-        self.returns.entry(scope).or_default().push(prov);
-        self.invoke(value);
+        if self.loop_model {
+            let prov = self.prov(value, 0);
+            self.returns.entry(scope).or_default().push(prov);
+            self.invoke(value);
+        }
         let lin = self.lower(value, 0);
         self.record_formula(
             FormulaKind::Return {
