@@ -515,6 +515,15 @@ pub struct Table {
     pub entries: Vec<TableEntry>,
 }
 
+impl Table {
+    /// Counts of optimizer states assigned in an `if` chain (`state_params = 2`): read only
+    /// beside a table of bytes per state, never judged alone.
+    pub fn counts_states(&self) -> bool {
+        let name = self.name.as_deref().unwrap_or("").to_ascii_lowercase();
+        name.contains("state") && !name.contains("byte") && !name.contains("multiplier")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct TableEntry {
     /// The key as written, without quotes (`bf16`, `torch.float16`, `adamw`).

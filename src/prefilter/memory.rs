@@ -17,20 +17,51 @@ impl Scan<'_> {
     /// [`role_of`] of an identifier written in the file. A parameter count matters only where
     /// [`Scan::counts_parameters`] says.
     pub(super) fn sized_name(&self) -> bool {
-        SIZED.iter().any(|word| {
-            let mut read_to = 0;
-            memchr::memmem::find_iter(&self.lower, word.as_bytes()).any(|at| {
-                // A name is read whole at its first word.
-                if at < read_to {
+        self.part_sized_by_dtype()
+            || SIZED.iter().any(|word| {
+                let mut read_to = 0;
+                memchr::memmem::find_iter(&self.lower, word.as_bytes()).any(|at| {
+                    // A name is read whole at its first word.
+                    if at < read_to {
+                        return false;
+                    }
+                    let (reading, end) = sized_name_at(self.text, at);
+                    read_to = end;
+                    match reading {
+                        Reading::Sized => true,
+                        Reading::Count(start, end) => self.counts_parameters(start, end),
+                        Reading::Neither => false,
+                    }
+                })
+            })
+    }
+
+    /// `weights = n_b * 2  # bf16`: a part of the model assigned on a line whose comment names
+    /// a dtype makes the name it multiplies a model size (see the Python frontend).
+    fn part_sized_by_dtype(&self) -> bool {
+        const PARTS: &[&str] = &[
+            "weights",
+            "params",
+            "parameters",
+            "model",
+            "grads",
+            "gradients",
+        ];
+        const DTYPES: &[&str] = &["bf16", "fp16", "fp32", "float16", "float32", "half"];
+        let lower = &self.lower[..];
+        DTYPES.iter().any(|d| {
+            memchr::memmem::find_iter(lower, d.as_bytes()).any(|at| {
+                let line_start = memchr::memrchr(b'\n', &lower[..at]).map_or(0, |i| i + 1);
+                // In a comment, after code that assigns a part of the model.
+                let Some(hash) = memchr::memchr(b'#', &lower[line_start..at]) else {
                     return false;
-                }
-                let (reading, end) = sized_name_at(self.text, at);
-                read_to = end;
-                match reading {
-                    Reading::Sized => true,
-                    Reading::Count(start, end) => self.counts_parameters(start, end),
-                    Reading::Neither => false,
-                }
+                };
+                let code = &lower[line_start..line_start + hash];
+                memchr::memchr(b'=', code).is_some_and(|eq| {
+                    let target = std::str::from_utf8(&code[..eq]).unwrap_or("").trim_end();
+                    let last = target.rsplit(['.', ' ']).next().unwrap_or("");
+                    PARTS.contains(&last) && code.get(eq + 1) != Some(&b'=')
+                })
             })
         })
     }

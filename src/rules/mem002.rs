@@ -101,14 +101,60 @@ impl Rule for WrongOptimizerMultiplier {
     }
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
-        for table in &cx.facts.tables {
-            check_table(table, out);
+        for table in cx.facts.tables.iter().filter(|t| !t.counts_states()) {
+            match per_state(table, &cx.facts.tables) {
+                // Bytes per state beside a count of states: the product is per parameter.
+                Some(counts) => check_product(table, counts, out),
+                None => check_table(table, None, out),
+            }
         }
         check_assignments(cx, out);
     }
 }
 
-fn check_table(table: &Table, out: &mut Vec<Diagnostic>) {
+/// The table of state counts that `table` is counted per (`bytes_per_param = 1.0` and
+/// `state_params = 2` in the same arms): same keys, a name that counts states, small whole
+/// numbers.
+fn per_state<'t>(table: &Table, tables: &'t [Table]) -> Option<&'t Table> {
+    let keys = |t: &Table| -> Vec<String> {
+        let mut k: Vec<String> = t.entries.iter().map(|e| e.key.clone()).collect();
+        k.sort();
+        k
+    };
+    let mine = keys(table);
+    tables.iter().find(|t| {
+        t.counts_states()
+            && keys(t) == mine
+            && t.entries
+                .iter()
+                .all(|e| e.value.fract() == 0.0 && (0.0..=4.0).contains(&e.value))
+    })
+}
+
+/// A table of bytes per state, judged through its count of states.
+fn check_product(table: &Table, counts: &Table, out: &mut Vec<Diagnostic>) {
+    let entries = table
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let n = counts.entries.iter().find(|c| c.key == e.key)?.value;
+            // No states: nothing to cost, whatever the bytes per state.
+            (n > 0.0).then_some(())?;
+            Some(TableEntry {
+                value: e.value * n,
+                ..e.clone()
+            })
+        })
+        .collect();
+    let product = Table {
+        name: table.name.clone(),
+        entries,
+    };
+    check_table(&product, Some(counts), out);
+}
+
+/// `per_state` holds the counts a product table was multiplied by (no single number to fix).
+fn check_table(table: &Table, per_state: Option<&Table>, out: &mut Vec<Diagnostic>) {
     let rows: Vec<(&TableEntry, Vec<&OptimizerRow>)> = table
         .entries
         .iter()
@@ -143,15 +189,29 @@ fn check_table(table: &Table, out: &mut Vec<Diagnostic>) {
         let Some(expected) = (unit.values)(row).first().copied() else {
             continue;
         };
+        let value = match per_state.and_then(|c| c.entries.iter().find(|c| c.key == e.key)) {
+            Some(n) => format!(
+                "{} x {} states",
+                fmt_num(e.value / n.value),
+                fmt_num(n.value)
+            ),
+            None => fmt_num(e.value),
+        };
         let message = format!(
             "`{}: {}` disagrees with {}: the table's other rows count {}, and {} comes to {}",
             e.key,
-            fmt_num(e.value),
+            value,
             row.display,
             unit.what,
             row.display,
             fmt_num(expected)
         );
+        // A product of two tables has no single number to replace.
+        let fix = per_state.is_none().then(|| Fix {
+            applicability: Applicability::Unsafe,
+            message: format!("use {} for {}", fmt_num(expected), row.display),
+            edits: vec![Edit::replace(e.value_span.clone(), fmt_num(expected))],
+        });
         out.push(
             Diagnostic::new("MEM002", e.value_span.clone(), message)
                 .with_help(format!(
@@ -160,11 +220,7 @@ fn check_table(table: &Table, out: &mut Vec<Diagnostic>) {
                     fmt_num(row.states),
                     row.source
                 ))
-                .with_fix(Some(Fix {
-                    applicability: Applicability::Unsafe,
-                    message: format!("use {} for {}", fmt_num(expected), row.display),
-                    edits: vec![Edit::replace(e.value_span.clone(), fmt_num(expected))],
-                })),
+                .with_fix(fix),
         );
     }
 }

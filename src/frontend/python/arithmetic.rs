@@ -61,8 +61,12 @@ impl<'s> Walker<'s> {
     /// the table the chain builds for `nbytes`.
     pub(super) fn branch_entry(&mut self, target: &str, right: Node) {
         let t = target.to_ascii_lowercase();
-        // The prefilter keeps files with a quoted key only when such a name may be assigned.
-        if !["byte", "multiplier"].iter().any(|w| t.contains(w)) {
+        // The prefilter keeps files with a quoted key only when such a name may be assigned; a
+        // count of states is read beside them (bytes per state x states per parameter).
+        if !["byte", "multiplier", "state"]
+            .iter()
+            .any(|w| t.contains(w))
+        {
             return;
         }
         let mut found: Vec<(String, f64, Range<usize>)> = Vec::new();
@@ -296,7 +300,69 @@ impl<'s> Walker<'s> {
         {
             return Lin::symbol(text, span).with_role(Role::Gpu);
         }
+        // A parameter count the function sizes by its dtype: in units of the model's size.
+        if let Some((_, _, bytes)) = self
+            .count_names
+            .iter()
+            .find(|(s, n, _)| *n == text && *s == scope)
+        {
+            return Lin::symbol(text, span)
+                .with_role(Role::Model)
+                .scale(1.0 / bytes, None, None);
+        }
         Lin::symbol(text, span)
+    }
+
+    /// `weights = n_b * 2  # bf16`: a part of the model's memory whose line names the dtype
+    /// multiplies a parameter count by that dtype's bytes; the name it multiplies counts
+    /// parameters in this function, and `n_b * 2` is the model's size.
+    pub(super) fn note_counts(&mut self, target: &str, right: Node) {
+        let part = last_segment(target).to_ascii_lowercase();
+        if !matches!(
+            part.as_str(),
+            "weights" | "params" | "parameters" | "model" | "grads" | "gradients"
+        ) {
+            return;
+        }
+        let end = line_end(self.src, right.end_byte());
+        let comment = self.src[right.end_byte()..end]
+            .split_once('#')
+            .map(|(_, c)| c.to_ascii_lowercase())
+            .unwrap_or_default();
+        let bytes = if ["fp32", "float32"].iter().any(|d| comment.contains(d)) {
+            4.0
+        } else if ["bf16", "fp16", "float16", "bfloat16", "half"]
+            .iter()
+            .any(|d| comment.contains(d))
+        {
+            2.0
+        } else {
+            return;
+        };
+        let right = unparen(right);
+        if right.kind() != "binary_operator"
+            || right.child_by_field_name("operator").map(|o| self.text(o)) != Some("*")
+        {
+            return;
+        }
+        let (Some(a), Some(b)) = (
+            right.child_by_field_name("left"),
+            right.child_by_field_name("right"),
+        ) else {
+            return;
+        };
+        let (count, k) = match (self.number(a), self.number(b)) {
+            (None, Some(k)) => (b.prev_sibling().map_or(a, |_| a), k),
+            (Some(k), None) => (b, k),
+            _ => return,
+        };
+        // The multiplier is the dtype's size: `n * 2  # bf16`, not `n * 16  # fp32 + Adam`.
+        if k != bytes || count.kind() != "identifier" || role_of(self.text(count)) != Role::Unknown
+        {
+            return;
+        }
+        let scope = self.scope();
+        self.count_names.push((scope, self.text(count), bytes));
     }
 
     pub(super) fn lookup(&self, name: &str) -> Option<Lin> {

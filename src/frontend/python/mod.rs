@@ -209,6 +209,8 @@ struct Walker<'s> {
     modulo_names: HashMap<(usize, String), (String, Range<usize>)>,
     /// Accumulation tests stored in names (`do_step = (i + 1) % n == 0`).
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
+    /// Names that count parameters in a function (`n_b` in `weights = n_b * 2  # bf16`).
+    count_names: Vec<(usize, &'s str, f64)>,
     /// Names whose value is the device's memory (`total = torch.cuda.get_device_properties(0).total_memory`).
     gpu_names: Vec<(usize, String)>,
     /// Names bound to optimizers (`opt = torch.optim.AdamW(...)`).
@@ -327,6 +329,7 @@ impl<'s> Walker<'s> {
             test_names: HashMap::new(),
             modulo_names: HashMap::new(),
             gpu_names: Vec::new(),
+            count_names: Vec::new(),
             optimizer_names: Vec::new(),
             scheduler_names: Vec::new(),
             engine_names: Vec::new(),

@@ -128,6 +128,7 @@ impl<'s> Walker<'s> {
         }
         let scope = self.scope();
 
+        self.note_counts(&target, right);
         let lin = self.lower(right, 0);
         self.facts.note_constant(&target, &lin, right.byte_range());
         if lin.terms.iter().all(|t| t.opaque) && reads_device_memory(rtext) {
