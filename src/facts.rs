@@ -513,14 +513,19 @@ pub struct Table {
     /// The name the table is bound to or the name its arms assign, when there is one.
     pub name: Option<String>,
     pub entries: Vec<TableEntry>,
+    /// The values one name takes in the arms of an `if` chain (not a dict literal).
+    pub arms: bool,
 }
 
 impl Table {
     /// Counts of optimizer states assigned in an `if` chain (`state_params = 2`): read only
-    /// beside a table of bytes per state, never judged alone.
+    /// beside a table of bytes per state, never judged alone (the file is read for the bytes).
     pub fn counts_states(&self) -> bool {
         let name = self.name.as_deref().unwrap_or("").to_ascii_lowercase();
-        name.contains("state") && !name.contains("byte") && !name.contains("multiplier")
+        self.arms
+            && name.contains("state")
+            && !name.contains("byte")
+            && !name.contains("multiplier")
     }
 }
 

@@ -149,6 +149,7 @@ fn check_product(table: &Table, counts: &Table, out: &mut Vec<Diagnostic>) {
     let product = Table {
         name: table.name.clone(),
         entries,
+        arms: table.arms,
     };
     check_table(&product, Some(counts), out);
 }

@@ -40,7 +40,11 @@ impl<'s> Walker<'s> {
             .filter(|p| p.kind() == "assignment")
             .and_then(|p| p.child_by_field_name("left"))
             .map(|l| self.text(l).to_string());
-        self.facts.tables.push(Table { name, entries });
+        self.facts.tables.push(Table {
+            name,
+            entries,
+            arms: false,
+        });
     }
 
     /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`).
@@ -102,6 +106,7 @@ impl<'s> Walker<'s> {
                 self.facts.tables.push(Table {
                     name: Some(target.to_string()),
                     entries: Vec::new(),
+                    arms: true,
                 });
                 let i = self.facts.tables.len() - 1;
                 self.branch_tables.insert(key, i);
