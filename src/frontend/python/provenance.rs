@@ -503,18 +503,23 @@ impl<'s> Walker<'s> {
             if s.parent != Some(0) {
                 continue;
             }
-            let callee = Callee {
-                name: s.name.clone(),
-                class: None,
-                instance: s.is_class,
-            };
-            let Some(scope) = self.function(&callee) else {
-                continue;
+            // A function returns what it returns; a class, what its `__call__`/`forward` does.
+            let scope = if s.is_class {
+                let callee = Callee {
+                    name: s.name.clone(),
+                    class: None,
+                    instance: true,
+                };
+                match self.function(&callee) {
+                    Some(scope) => scope,
+                    None => continue,
+                }
+            } else {
+                id
             };
             let Some(returns) = self.returns.get(&scope) else {
                 continue;
             };
-            let _ = id;
             let resolved = Prov::combined(returns.iter().map(|r| self.resolve(r, None, 0)));
             let name = if s.is_class {
                 format!("{}()", s.name)
