@@ -7,7 +7,7 @@ use crate::diagnostic::Diagnostic;
 use crate::discover::{discover, io_message, Candidate, PathError};
 use crate::facts::Facts;
 use crate::frontend::{python, shell};
-use crate::prefilter::Wanted;
+use crate::prefilter::{Needs, Wanted};
 use crate::project::helpers::{self, Looked};
 use crate::project::{self, ContextFile, ContextFiles, Join, Unit};
 use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
@@ -205,23 +205,33 @@ fn load(
     // judged by its code cells as Python, never by the JSON around them.
     let abs = absolute(&c.path, cwd);
     let wanted = Wanted::from_codes(|code| settings.reports(code, &abs));
-    let needs_parse = |language, text: &str| {
-        !opts.prefilter || crate::prefilter::needs_parse(language, text, wanted)
+    let needs = |language, text: &str| match opts.prefilter {
+        true => crate::prefilter::needs(language, text, wanted),
+        false => Needs::ALL,
     };
-    let file = if c.language == Language::Notebook {
+    let (file, needs) = if c.language == Language::Notebook {
         // A notebook in another language is skipped like any file memlint does not read.
         match SourceFile::from_notebook(c.path.clone(), display.clone(), text) {
-            Ok(Some(file)) if needs_parse(Language::Python, &file.text) => file,
-            Ok(_) => return Ok(None),
+            Ok(Some(file)) => {
+                let needs = needs(Language::Python, &file.text);
+                (file, needs)
+            }
+            Ok(None) => return Ok(None),
             Err(reason) => return Err(skip(&format!("malformed notebook: {reason}"))),
         }
-    } else if needs_parse(c.language, &text) {
-        SourceFile::new(c.path.clone(), display.clone(), c.language, text)
     } else {
-        return Ok(None);
+        // Built only for a file that is read: a source file indexes its lines.
+        let needs = needs(c.language, &text);
+        if !needs.parse {
+            return Ok(None);
+        }
+        let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text);
+        (file, needs)
     };
-    let loops = !opts.prefilter || crate::prefilter::needs_loop_model(&file.text, wanted);
-    let facts = analyse_with(&file, loops).map_err(|reason| skip(&reason))?;
+    if !needs.parse {
+        return Ok(None);
+    }
+    let facts = analyse_with(&file, needs.loop_model).map_err(|reason| skip(&reason))?;
     let defaults = Defaults {
         optimizer: settings.options.optimizer.clone(),
         world_size: settings.options.world_size,

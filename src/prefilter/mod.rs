@@ -106,30 +106,52 @@ impl Wanted {
     }
 }
 
-/// Whether the file must be parsed. Launchers and configs are always read: they give context to
-/// other files. Each check runs only for the rules reported, cheapest first.
-pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
+/// What a file needs read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// The file must be parsed.
+    pub parse: bool,
+    /// A parsed Python file needs the loop model and loss provenance: a loop rule is reported
+    /// for it and its text could hold a training loop. Files parsed for other rules skip that
+    /// part of the walk; it never holds a finding for them.
+    pub loop_model: bool,
+}
+
+impl Needs {
+    /// Everything, as without the prefilter.
+    pub const ALL: Needs = Needs {
+        parse: true,
+        loop_model: true,
+    };
+}
+
+/// What the file needs read, from one scan. Launchers and configs are always read: they give
+/// context to other files. Each check runs only for the rules reported, cheapest first.
+pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
     if !matches!(language, Language::Python | Language::Notebook) || wanted.unknown {
-        return true;
+        return Needs::ALL;
     }
     if !wanted.any() {
-        return false;
+        return Needs {
+            parse: false,
+            loop_model: false,
+        };
     }
     let scan = Scan::new(text);
-    (wanted.suppressions && scan.directive())
+    let loop_model = wanted.accumulation && scan.training_loop();
+    let parse = loop_model
+        || (wanted.suppressions && scan.directive())
         || (wanted.batch && scan.batch_key())
-        || (wanted.accumulation && scan.training_loop())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
         || (wanted.memory && scan.sized_name())
-        || (wanted.fit && scan.names_a_sized_model())
+        || (wanted.fit && scan.names_a_sized_model());
+    Needs { parse, loop_model }
 }
 
-/// Whether a Python file that is parsed needs the loop model and loss provenance: only when a
-/// loop rule is reported for it and its text could hold a training loop. Files parsed for other
-/// rules skip that part of the walk; it never holds a finding for them.
-pub fn needs_loop_model(text: &str, wanted: Wanted) -> bool {
-    wanted.unknown || (wanted.accumulation && Scan::new(text).training_loop())
+/// Whether the file must be parsed (see [`needs`]).
+pub fn needs_parse(language: Language, text: &str, wanted: Wanted) -> bool {
+    needs(language, text, wanted).parse
 }
 
 /// Keys the batch rules compare in a config written in Python (a dict, dataclass fields,

@@ -44,15 +44,7 @@ pub(super) fn find_config(files: &mut Files, origin: Fid, name: &str) -> Vec<(Fi
     if !inline.is_empty() {
         return inline;
     }
-    match files.resolve(name, origin) {
-        Some(f) => files
-            .configs_of(f)
-            .into_iter()
-            .filter(|c| matches!(c, ConfigRef::Root(_)))
-            .map(|c| (f, c))
-            .collect(),
-        None => Vec::new(),
-    }
+    find_in(files, origin, name)
 }
 
 /// Configs that name another config: accelerate's `deepspeed_config_file`, a recipe's
@@ -82,6 +74,7 @@ pub(super) fn follow_nested(files: &mut Files, configs: &mut Vec<(Fid, ConfigRef
     }
 }
 
+/// The root configs of the file `name` resolves to from `from`.
 fn find_in(files: &mut Files, from: Fid, name: &str) -> Vec<(Fid, ConfigRef)> {
     match files.resolve(name, from) {
         Some(f) => files

@@ -2,7 +2,7 @@
 //! `self.optimizer_step()` or a `train_step(batch)` defined in the same file runs its training
 //! calls inside the loops and branches of the call, so the loop model sees them there.
 
-use super::provenance::Args;
+use super::provenance::{given_for, Args};
 use super::{Invoke, Walker};
 use crate::facts::Prov;
 use crate::frontend::loops::{CallEvent, CallKind, Ctx};
@@ -195,10 +195,6 @@ fn handed(
     params: &[String],
     name: &str,
 ) -> Option<(std::ops::Range<usize>, String)> {
-    let index = params.iter().position(|p| p == name);
-    let keyword = call.args.iter().find(|(k, ..)| k.as_deref() == Some(name));
-    let positional = || call.args.iter().filter(|(k, ..)| k.is_none()).nth(index?);
-    keyword
-        .or_else(positional)
+    given_for(params, &call.args, |(k, ..)| k.as_deref(), name)
         .map(|(_, _, span, text)| (span.clone(), text.clone()))
 }

@@ -565,12 +565,20 @@ pub(super) struct FunctionIndex {
 
 /// The argument a call gave for parameter `name`.
 fn argument(params: &[String], args: &Args, name: &str) -> Option<Prov> {
-    if let Some((_, v)) = args.iter().find(|(k, _)| k.as_deref() == Some(name)) {
-        return Some(v.clone());
+    given_for(params, args, |(k, _)| k.as_deref(), name).map(|(_, v)| v.clone())
+}
+
+/// The argument given for parameter `name`: by keyword, else by its position among the
+/// positional ones. `keyword` reads an argument's keyword.
+pub(super) fn given_for<'a, A>(
+    params: &[String],
+    args: &'a [A],
+    keyword: impl Fn(&A) -> Option<&str>,
+    name: &str,
+) -> Option<&'a A> {
+    if let Some(a) = args.iter().find(|a| keyword(a) == Some(name)) {
+        return Some(a);
     }
     let index = params.iter().position(|p| p == name)?;
-    args.iter()
-        .filter(|(k, _)| k.is_none())
-        .nth(index)
-        .map(|(_, v)| v.clone())
+    args.iter().filter(|a| keyword(a).is_none()).nth(index)
 }
