@@ -4,7 +4,9 @@
 //! the launches it writes, the memory cases anchored in it). [`crate::project`] computes them.
 
 use crate::config::{Node, Value};
-use crate::facts::{Binding, Evidence, Facts, Framework, Precision};
+use crate::facts::{
+    Binding, Checkpointing, Evidence, Facts, Framework, Offload, Precision, Sharding,
+};
 use crate::knowledge::{knowledge, OptimizerRow};
 use crate::source::SourceFile;
 use std::ops::Range;
@@ -43,27 +45,108 @@ pub struct Located {
     pub evidence: Evidence,
     /// `(path, line)` of each optimizer mention, parallel to `evidence.optimizers`.
     pub optimizer_sites: Vec<String>,
+    /// Where each mention of the other kinds is, parallel to their lists in `evidence`.
+    pub sites: Sites,
+}
+
+/// `path:line` of evidence mentions, one list per kind.
+#[derive(Debug, Clone, Default)]
+pub struct Sites {
+    pub lora: Vec<String>,
+    pub precision: Vec<String>,
+    pub shards: Vec<String>,
+    pub offload: Vec<String>,
+    pub checkpointing: Vec<String>,
+    pub model_parallel: Vec<String>,
+}
+
+impl Sites {
+    fn of(ev: &Evidence, site: &dyn Fn(usize) -> String) -> Sites {
+        Sites {
+            lora: ev.lora.iter().map(|r| site(r.start)).collect(),
+            precision: ev.precision.iter().map(|m| site(m.span.start)).collect(),
+            shards: ev.shards.iter().map(|m| site(m.span.start)).collect(),
+            offload: ev.offload.iter().map(|m| site(m.span.start)).collect(),
+            checkpointing: ev
+                .checkpointing
+                .iter()
+                .map(|m| site(m.span.start))
+                .collect(),
+            model_parallel: ev
+                .model_parallel
+                .iter()
+                .map(|m| site(m.span.start))
+                .collect(),
+        }
+    }
+
+    fn extend(&mut self, o: &Sites) {
+        self.lora.extend(o.lora.iter().cloned());
+        self.precision.extend(o.precision.iter().cloned());
+        self.shards.extend(o.shards.iter().cloned());
+        self.offload.extend(o.offload.iter().cloned());
+        self.checkpointing.extend(o.checkpointing.iter().cloned());
+        self.model_parallel.extend(o.model_parallel.iter().cloned());
+    }
 }
 
 impl Located {
-    pub fn from_file(file: &SourceFile, facts: &Facts) -> Self {
-        let sites = facts
-            .evidence
-            .optimizers
-            .iter()
-            .map(|m| file.site(m.span.start))
-            .collect();
+    /// Evidence with each mention placed by `site` (a byte offset to `path:line`).
+    pub fn new(evidence: Evidence, site: &dyn Fn(usize) -> String) -> Self {
         Located {
-            evidence: facts.evidence.clone(),
-            optimizer_sites: sites,
+            optimizer_sites: evidence
+                .optimizers
+                .iter()
+                .map(|m| site(m.span.start))
+                .collect(),
+            sites: Sites::of(&evidence, site),
+            evidence,
         }
+    }
+
+    pub fn from_file(file: &SourceFile, facts: &Facts) -> Self {
+        let mut evidence = facts.evidence.clone();
+        // How the file's own configs (a DeepSpeed dict, argparse defaults) split and place the
+        // states holds for the file whether or not a run names them.
+        for inline in &facts.inline_configs {
+            let doc = crate::config::ConfigDoc {
+                roots: vec![inline.root.clone()],
+            };
+            let ev = crate::frontend::config::evidence(&doc);
+            evidence.shards.extend(ev.shards);
+            evidence.offload.extend(ev.offload);
+            evidence.checkpointing.extend(ev.checkpointing);
+            evidence.model_parallel.extend(ev.model_parallel);
+        }
+        Located::new(evidence, &|at| file.site(at))
     }
 
     pub fn join(&mut self, other: &Located) {
         self.evidence.extend(&other.evidence);
         self.optimizer_sites
             .extend(other.optimizer_sites.iter().cloned());
+        self.sites.extend(&other.sites);
     }
+}
+
+/// One piece of evidence and where it was seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen<T> {
+    pub value: T,
+    pub at: String,
+}
+
+fn seen<T: Copy + PartialEq>(values: impl Iterator<Item = T>, sites: &[String]) -> Vec<Seen<T>> {
+    let mut out: Vec<Seen<T>> = Vec::new();
+    for (i, value) in values.enumerate() {
+        if !out.iter().any(|s| s.value == value) {
+            out.push(Seen {
+                value,
+                at: sites.get(i).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    out
 }
 
 /// What rules know about how the code in a file trains.
@@ -81,6 +164,15 @@ pub struct TrainingContext {
     pub frameworks: Vec<Framework>,
     /// An optimizer name that is not in the knowledge table: nothing may be asserted about it.
     pub unknown_optimizer: bool,
+    /// Where adapters were seen (the first mention).
+    pub lora_at: Option<String>,
+    /// Each distinct precision, sharding, offload, checkpointing and model-parallel degree seen,
+    /// with where.
+    pub precisions: Vec<Seen<Precision>>,
+    pub shards: Vec<Seen<Sharding>>,
+    pub offload: Vec<Seen<Offload>>,
+    pub checkpointing: Vec<Seen<Checkpointing>>,
+    pub model_parallel: Vec<Seen<u32>>,
     /// The launchers, scripts and configs around the file (see [`crate::project`]).
     pub project: Arc<ProjectView>,
     /// What the helpers this file imports from other modules of the project return, by module
@@ -125,6 +217,21 @@ impl TrainingContext {
             sharded: !ev.sharding.is_empty(),
             precision: ev.precision.iter().map(|m| m.value).collect(),
             frameworks: ev.frameworks.iter().map(|m| m.value).collect(),
+            lora_at: located.sites.lora.first().cloned(),
+            precisions: seen(
+                ev.precision.iter().map(|m| m.value),
+                &located.sites.precision,
+            ),
+            shards: seen(ev.shards.iter().map(|m| m.value), &located.sites.shards),
+            offload: seen(ev.offload.iter().map(|m| m.value), &located.sites.offload),
+            checkpointing: seen(
+                ev.checkpointing.iter().map(|m| m.value),
+                &located.sites.checkpointing,
+            ),
+            model_parallel: seen(
+                ev.model_parallel.iter().map(|m| m.value),
+                &located.sites.model_parallel,
+            ),
             ..TrainingContext::default()
         };
         for (i, m) in ev.optimizers.iter().enumerate() {

@@ -23,6 +23,10 @@ pub enum Role {
     KvCache,
     /// A name that holds a total requirement: `total_memory`, `required_gb`, `fixed_memory_gb`.
     Total,
+    /// A count of devices: `world_size`, `num_gpus`, `dp_size` (see [`device_count`]).
+    Devices,
+    /// What trains under an adapter: `trainable_params`, `lora_params_gb`.
+    Trainable,
     Unknown,
 }
 
@@ -64,8 +68,80 @@ pub fn role_of(name: &str) -> Role {
     })
 }
 
-fn role_of_name(name: &str) -> Role {
+/// What a count of devices counts, from its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceCount {
+    /// Every process of the job: `world_size`, `num_gpus`, `torch.cuda.device_count()`.
+    Total,
+    /// The data-parallel degree: `dp_size`, `data_parallel_size`.
+    DataParallel,
+    /// The GPUs of one node: `gpus_per_node`, `local_world_size`.
+    PerNode,
+    /// A model-parallel degree: `tensor_parallel_size`, `pp_size`.
+    ModelParallel,
+}
+
+/// The kind of device count a (possibly dotted, possibly called) name is, if it is one.
+pub fn device_count(name: &str) -> Option<DeviceCount> {
+    let name = name.trim_end_matches("()");
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let n = last.trim_matches('_');
+    let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
+    if has(&["per_node", "local_world", "local_size", "per_host"]) {
+        return Some(DeviceCount::PerNode);
+    }
+    if n.starts_with("dp") || has(&["data_parallel", "_dp_", "dp_world"]) && !has(&["dropout"]) {
+        return matches!(
+            n,
+            "dp" | "dp_size" | "dp_degree" | "dp_world_size" | "dp_ranks" | "dp_group_size"
+        )
+        .then_some(DeviceCount::DataParallel)
+        .or_else(|| has(&["data_parallel"]).then_some(DeviceCount::DataParallel));
+    }
+    if has(&[
+        "tensor_parallel",
+        "pipeline_parallel",
+        "model_parallel",
+        "context_parallel",
+    ]) || matches!(
+        n,
+        "tp" | "pp" | "cp" | "tp_size" | "pp_size" | "cp_size" | "sp_size"
+    ) {
+        return Some(DeviceCount::ModelParallel);
+    }
+    matches!(
+        n,
+        "world_size"
+            | "world"
+            | "num_gpus"
+            | "n_gpus"
+            | "ngpus"
+            | "gpus"
+            | "total_gpus"
+            | "num_gpu"
+            | "n_gpu"
+            | "gpu_count"
+            | "num_devices"
+            | "n_devices"
+            | "ndevices"
+            | "device_count"
+            | "num_ranks"
+            | "nranks"
+            | "num_processes"
+            | "get_world_size"
+    )
+    .then_some(DeviceCount::Total)
+}
+
+fn role_of_name(name: &str) -> Role {
+    if device_count(name).is_some() {
+        return Role::Devices;
+    }
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    // `per_gpu_model_mem` is a model's memory on each GPU, not the GPU's memory.
+    let last = ["per_gpu_", "per_device_", "per_rank_"]
+        .iter()
+        .fold(last, |n, p| n.replace(p, ""));
     let n = last.trim_matches('_');
     let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
     // A unit or memory word makes a model/param name a size; "size" alone does not
@@ -139,6 +215,9 @@ fn role_of_name(name: &str) -> Role {
     ]) {
         return Role::Gpu;
     }
+    if has(&["trainable", "lora", "adapter"]) {
+        return Role::Trainable;
+    }
     if (has(&["model", "weight", "param"]) && sized) || n == "model_size" {
         return Role::Model;
     }
@@ -192,6 +271,9 @@ pub struct Term {
     pub opaque: bool,
     /// The symbol's value when it was assigned a literal (`model_size_gb = 14`).
     pub value: Option<f64>,
+    /// A per-device share (`params_gb / world_size`): the count it is divided by, as written.
+    /// Such a term is opaque to rules that judge whole-model sums.
+    pub divided_by: Option<String>,
 }
 
 /// How much of an opaque term's text is kept as its symbol.
@@ -233,6 +315,7 @@ impl Lin {
                 literal: None,
                 opaque: false,
                 value: None,
+                divided_by: None,
             }],
             roles_seen: vec![role],
             ..Lin::default()
@@ -364,6 +447,9 @@ impl Lin {
                     a.scale(1.0 / b.constant, None, Some(span))
                 }
             }
+            "/" | "//" if a.is_linear() && !a.is_constant() && b.counts_devices() => {
+                a.shared_by(&b, span)
+            }
             "**" if a.is_constant() && b.is_constant() => {
                 Lin::constant(a.constant.powf(b.constant), None)
             }
@@ -394,6 +480,30 @@ impl Lin {
             }
         }
         lin
+    }
+
+    /// A single count of devices (`world_size`, `(tp * pp)`).
+    pub fn counts_devices(&self) -> bool {
+        matches!(self.terms.as_slice(), [t] if t.role == Role::Devices && t.coef == 1.0 && t.divided_by.is_none())
+            && self.constant == 0.0
+    }
+
+    /// Each term divided by a device count: a per-device share.
+    fn shared_by(mut self, devices: &Lin, span: Range<usize>) -> Lin {
+        let by = devices.terms.first().map(|t| t.symbol.clone());
+        let single = self.terms.len() == 1;
+        for t in &mut self.terms {
+            t.opaque = true;
+            t.literal = None;
+            t.divided_by = by.clone();
+            if single {
+                t.span = span.clone();
+            }
+        }
+        self.constant = 0.0;
+        self.const_literal = None;
+        self.roles_seen.push(Role::Devices);
+        self
     }
 
     /// Every term's value is known up to its symbols: safe to substitute for a name.

@@ -53,6 +53,10 @@ pub struct Facts {
     /// The loop model and loss provenance were read (a Python file parsed for other rules skips
     /// them: it has no loops, backwards or exports).
     pub loops_read: bool,
+    /// The file's functions (index 0: the module), as memory rules see them.
+    pub scopes: Vec<ScopeFacts>,
+    /// Values assigned because gradient checkpointing is on.
+    pub checkpointed: Vec<CheckpointedValue>,
 }
 
 /// An expression that may be memory arithmetic, lowered.
@@ -65,6 +69,106 @@ pub struct Formula {
     /// Written under `torch.no_grad()`/`inference_mode()` or in a function for inference
     /// (decorated with one, or named for generation or serving): no training rule applies.
     pub inference: bool,
+    /// The function it is written in: an index into [`Facts::scopes`].
+    pub scope: usize,
+    /// What the conditions it is written under test (`if cpu_offload:` ... `else:` both count).
+    pub guard: Topics,
+}
+
+/// What a memory calculator may branch on. A formula written under such a test, or in a function
+/// that tests it, was written for that case and is judged with it in mind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Topics {
+    /// A ZeRO stage or sharding strategy (`if zero_stage >= 2:`).
+    pub stage: bool,
+    pub offload: bool,
+    pub checkpointing: bool,
+    /// Mixed or 16-bit precision (`if args.bf16:`).
+    pub precision: bool,
+    pub lora: bool,
+}
+
+impl Topics {
+    /// The topics a condition's text names, read by the words of its names (`zero_stage`,
+    /// `args.use_amp`; not `example`).
+    pub fn of(text: &str) -> Topics {
+        let t = text.to_ascii_lowercase();
+        let words: Vec<&str> = t
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let starts = |prefixes: &[&str]| {
+            words
+                .iter()
+                .any(|w| prefixes.iter().any(|p| w.starts_with(p)))
+        };
+        Topics {
+            stage: starts(&["stage", "zero", "shard", "fsdp"]),
+            offload: starts(&["offload"]),
+            checkpointing: starts(&["checkpointing", "recompute"])
+                || [
+                    "grad_ckpt",
+                    "act_ckpt",
+                    "activation_ckpt",
+                    "gradient_checkpoint",
+                ]
+                .iter()
+                .any(|w| t.contains(w))
+                || t.contains("activation_checkpoint")
+                || t.contains("use_checkpoint"),
+            precision: starts(&[
+                "bf16",
+                "fp16",
+                "amp",
+                "mixed",
+                "half",
+                "precision",
+                "autocast",
+            ]),
+            lora: starts(&["lora", "qlora", "peft", "adapter"]),
+        }
+    }
+
+    pub fn union(self, o: Topics) -> Topics {
+        Topics {
+            stage: self.stage || o.stage,
+            offload: self.offload || o.offload,
+            checkpointing: self.checkpointing || o.checkpointing,
+            precision: self.precision || o.precision,
+            lora: self.lora || o.lora,
+        }
+    }
+}
+
+/// A function (or the module) as memory rules see it.
+#[derive(Debug, Clone, Default)]
+pub struct ScopeFacts {
+    pub name: String,
+    /// What any condition in it tests.
+    pub tests: Topics,
+}
+
+impl ScopeFacts {
+    /// The ZeRO stage the function is named for (`estimate_zero2_model_states_mem_needs`).
+    pub fn named_stage(&self) -> Option<u8> {
+        let n = self.name.to_ascii_lowercase().replace('_', "");
+        ["zerostage", "zero", "stage"].iter().find_map(|w| {
+            let at = n.find(w)? + w.len();
+            let d = n.as_bytes().get(at)?;
+            (b'0'..=b'3').contains(d).then(|| d - b'0')
+        })
+    }
+}
+
+/// `if gradient_checkpointing: activation_gb = 0`, `opt_gb *= 0.5 if use_checkpoint else 1`: a
+/// memory value set in the branch taken when checkpointing is on.
+#[derive(Debug, Clone)]
+pub struct CheckpointedValue {
+    pub target: String,
+    pub role: Role,
+    /// The value in that branch.
+    pub lin: Lin,
+    pub span: Range<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +209,41 @@ pub enum Precision {
     Pure16,
 }
 
+/// How model states are split over the data-parallel ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharding {
+    /// A ZeRO stage; FSDP's `NO_SHARD` is 0, `SHARD_GRAD_OP` 2, `FULL_SHARD` and `fully_shard` 3.
+    Stage(u8),
+    /// FSDP `HYBRID_SHARD`: sharded within a node, replicated across nodes.
+    Hybrid,
+    /// ZeRO++ hierarchical partitions (`zero_hpz_partition_size`) or MiCS: secondary partitions.
+    Secondary,
+    /// Megatron's distributed optimizer: optimizer states sharded (about ZeRO-1).
+    DistributedOptimizer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offloaded {
+    Optimizer,
+    Params,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offload {
+    pub what: Offloaded,
+    /// To NVMe: host memory stays small by design.
+    pub nvme: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpointing {
+    /// Activations recomputed in the backward (`gradient_checkpointing: true`).
+    On,
+    /// Checkpointed activations moved off the GPU (`enable_activation_offloading`,
+    /// DeepSpeed `cpu_checkpointing`).
+    Offloaded,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framework {
     Accelerate,
@@ -127,6 +266,13 @@ pub struct Evidence {
     pub frozen: Vec<Range<usize>>,
     /// ZeRO / FSDP sharding or optimizer offload.
     pub sharding: Vec<Range<usize>>,
+    /// How states are sharded, where it is said (`zero_optimization.stage: 2`, `SHARD_GRAD_OP`).
+    pub shards: Vec<Mention<Sharding>>,
+    /// DeepSpeed offload of optimizer states or parameters.
+    pub offload: Vec<Mention<Offload>>,
+    pub checkpointing: Vec<Mention<Checkpointing>>,
+    /// Tensor, pipeline, context or sequence parallel degree above 1 (`--tensor-model-parallel-size 4`).
+    pub model_parallel: Vec<Mention<u32>>,
     pub precision: Vec<Mention<Precision>>,
     pub frameworks: Vec<Mention<Framework>>,
 }
@@ -139,6 +285,12 @@ impl Evidence {
         self.lora.extend(other.lora.iter().cloned());
         self.frozen.extend(other.frozen.iter().cloned());
         self.sharding.extend(other.sharding.iter().cloned());
+        self.shards.extend(other.shards.iter().cloned());
+        self.offload.extend(other.offload.iter().cloned());
+        self.checkpointing
+            .extend(other.checkpointing.iter().cloned());
+        self.model_parallel
+            .extend(other.model_parallel.iter().cloned());
         self.precision.extend(other.precision.iter().cloned());
         self.frameworks.extend(other.frameworks.iter().cloned());
     }

@@ -33,6 +33,7 @@ pub fn evidence(doc: &ConfigDoc) -> Evidence {
                     }
                 }
                 if k == "zero_optimization" {
+                    super::regime::zero_section(node, &mut ev);
                     let stage = node.get("stage").and_then(Node::as_number).unwrap_or(0.0);
                     if stage >= 1.0 {
                         ev.sharding.push(node.span.clone());

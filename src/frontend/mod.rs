@@ -5,6 +5,7 @@ pub mod config;
 mod loops;
 pub mod python;
 pub mod python_config;
+pub mod regime;
 pub mod shell;
 
 /// Numbers read the same in every language memlint reads.
@@ -110,6 +111,7 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
         });
         return;
     }
+    regime::flag(&k, &v, span.clone(), ev);
     match k.as_str() {
         "bf16" | "fp16" | "half" if matches!(v.as_str(), "" | "true" | "1" | "yes") => {
             ev.precision.push(Mention {

@@ -238,16 +238,9 @@ pub(super) fn located(files: &Files, f: Fid, config: Option<ConfigRef>) -> Locat
             let doc = ConfigDoc {
                 roots: vec![c.root.clone()],
             };
-            let evidence = evidence(&doc);
-            let sites = evidence
-                .optimizers
-                .iter()
-                .map(|m| format!("{}:{}", file.display, file.position(m.span.start).row))
-                .collect();
-            Located {
-                evidence,
-                optimizer_sites: sites,
-            }
+            Located::new(evidence(&doc), &|at| {
+                format!("{}:{}", file.display, file.position(at).row)
+            })
         }
         _ => Located::from_file(file, facts),
     }

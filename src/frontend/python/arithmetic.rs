@@ -439,6 +439,8 @@ impl<'s> Walker<'s> {
                 kind,
                 lin: lin.clone(),
                 span,
+                scope: self.scope(),
+                guard: self.guard(),
                 inference,
             });
         }

@@ -23,6 +23,14 @@ impl<'s> Walker<'s> {
                 node.byte_range(),
                 &mut self.facts.evidence,
             );
+        } else if matches!(value.kind(), "integer" | "attribute") && v.len() < 80 {
+            // `zero_stage=2`, `sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`.
+            crate::frontend::regime::flag(
+                &key.to_ascii_lowercase(),
+                &v.to_ascii_lowercase(),
+                node.byte_range(),
+                &mut self.facts.evidence,
+            );
         }
         // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
         let in_autocast = node
@@ -111,7 +119,34 @@ impl<'s> Walker<'s> {
             | "ShardingStrategy"
             | "DeepSpeedPlugin"
             | "FSDPStrategy"
-            | "DeepSpeedStrategy" => ev.sharding.push(span.clone()),
+            | "DeepSpeedStrategy" => {
+                ev.sharding.push(span.clone());
+                // FSDP's default strategy is FULL_SHARD; FSDP2's `fully_shard` has its semantics.
+                let strategy_given = args.is_some_and(|a| clip(t(a)).contains("sharding_strategy"));
+                if matches!(last, "FullyShardedDataParallel" | "FSDP" | "fully_shard")
+                    && !strategy_given
+                {
+                    ev.shards.push(Mention {
+                        value: Sharding::Stage(3),
+                        span: span.clone(),
+                    });
+                }
+            }
+            "gradient_checkpointing_enable"
+            | "enable_gradient_checkpointing"
+            | "apply_activation_checkpointing"
+            | "checkpoint_sequential" => ev.checkpointing.push(Mention {
+                value: Checkpointing::On,
+                span: span.clone(),
+            }),
+            "checkpoint" if callee.contains("utils.checkpoint") => ev.checkpointing.push(Mention {
+                value: Checkpointing::On,
+                span: span.clone(),
+            }),
+            "OffloadActivations" | "offload_wrapper" => ev.checkpointing.push(Mention {
+                value: Checkpointing::Offloaded,
+                span: span.clone(),
+            }),
             "Accelerator" => ev.frameworks.push(Mention {
                 value: Framework::Accelerate,
                 span: span.clone(),

@@ -161,6 +161,8 @@ struct Scope {
     params: Vec<String>,
     /// Names assigned in the scope.
     assigned: Vec<String>,
+    /// What its conditions test.
+    tests: Topics,
 }
 
 /// `if (i + 1) % N != 0: continue` inside a loop: what follows in the loop is the boundary.
@@ -185,6 +187,8 @@ struct Walker<'s> {
     cond_reads_factor: Vec<bool>,
     /// The strings each condition compares a name with (`dtype == "bf16"`, `opt in ("adam", "adamw")`).
     cond_keys: Vec<Vec<String>>,
+    /// What each condition tests, for memory rules.
+    cond_topics: Vec<Topics>,
     /// Tables built from the arms of `if` chains, by scope and assigned name.
     branch_tables: HashMap<(usize, String), usize>,
     /// Units of names assigned a converted value (`free_gib = free / 2**30`).
@@ -310,11 +314,13 @@ impl<'s> Walker<'s> {
                 inference: false,
                 params: Vec::new(),
                 assigned: Vec::new(),
+                tests: Topics::default(),
             }],
             conds: Vec::new(),
             cond_texts: HashMap::new(),
             cond_reads_factor: Vec::new(),
             cond_keys: Vec::new(),
+            cond_topics: Vec::new(),
             branch_tables: HashMap::new(),
             name_units: HashMap::new(),
             cond_ids: HashMap::new(),
@@ -596,6 +602,7 @@ impl<'s> Walker<'s> {
             inference,
             params,
             assigned: Vec::new(),
+            tests: Topics::default(),
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
@@ -772,7 +779,27 @@ impl<'s> Walker<'s> {
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
+        self.facts.scopes = self
+            .scopes
+            .iter()
+            .map(|s| ScopeFacts {
+                name: s.name.clone(),
+                tests: s.tests,
+            })
+            .collect();
         self.facts
+    }
+
+    /// What the conditions around the current statement test.
+    fn guard(&self) -> Topics {
+        self.stack
+            .iter()
+            .fold(Topics::default(), |t, (_, f)| match f {
+                Frame::Branch(c, _) => {
+                    t.union(self.cond_topics.get(*c).copied().unwrap_or_default())
+                }
+                _ => t,
+            })
     }
 }
 

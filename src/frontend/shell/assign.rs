@@ -6,7 +6,7 @@ use super::expand::{self, Mode, RChar};
 use super::flow::Status;
 use super::Walker;
 use crate::expr::{role_of, Lin};
-use crate::facts::{Formula, FormulaKind};
+use crate::facts::{Formula, FormulaKind, Topics};
 use crate::frontend::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use std::ops::Range;
 use tree_sitter::Node;
@@ -114,6 +114,8 @@ impl<'s> Walker<'s> {
                 lin,
                 span,
                 inference: false,
+                scope: 0,
+                guard: Topics::default(),
             });
         }
     }
