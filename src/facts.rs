@@ -168,7 +168,11 @@ pub struct CheckpointedValue {
     pub role: Role,
     /// The value in that branch.
     pub lin: Lin,
+    /// What the statement scales the name's own value by (`opt_gb *= 0.5`, `x = x / 2`).
+    pub factor: Option<f64>,
     pub span: Range<usize>,
+    /// The same test also names offloading (`if ckpt and offload_activations:`).
+    pub offloaded: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

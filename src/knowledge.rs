@@ -52,6 +52,23 @@ pub struct DtypeRow {
     pub source: String,
 }
 
+/// Which model states a ZeRO stage divides over the data-parallel ranks.
+#[derive(Debug, Deserialize)]
+pub struct StageRow {
+    pub stage: u8,
+    pub display: String,
+    pub params: bool,
+    pub grads: bool,
+    pub optimizer_states: bool,
+    pub formula: String,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct StageTable {
+    stage: Vec<StageRow>,
+}
+
 #[derive(Debug, Deserialize)]
 struct OptimizerTable {
     optimizer: Vec<OptimizerRow>,
@@ -66,6 +83,7 @@ struct DtypeTable {
 pub struct Knowledge {
     pub optimizers: Vec<OptimizerRow>,
     pub dtypes: Vec<DtypeRow>,
+    pub stages: Vec<StageRow>,
 }
 
 fn table(name: &str) -> &'static str {
@@ -87,6 +105,9 @@ pub fn knowledge() -> &'static Knowledge {
         dtypes: toml::from_str::<DtypeTable>(table("dtypes"))
             .map(|t| t.dtype)
             .unwrap_or_default(),
+        stages: toml::from_str::<StageTable>(table("sharding"))
+            .map(|t| t.stage)
+            .unwrap_or_default(),
     })
 }
 
@@ -106,6 +127,10 @@ impl Knowledge {
         self.dtypes
             .iter()
             .find(|d| d.names.iter().any(|m| *m == n || *m == last))
+    }
+
+    pub fn stage(&self, stage: u8) -> Option<&StageRow> {
+        self.stages.iter().find(|s| s.stage == stage)
     }
 
     pub fn optimizer_by_id(&self, id: &str) -> Option<&OptimizerRow> {
@@ -134,6 +159,21 @@ mod tests {
         for d in &k.dtypes {
             assert!(!d.source.trim().is_empty(), "{} has no source", d.id);
         }
+        // Each stage shards what the one before it does, and one more state.
+        let sharded: Vec<(bool, bool, bool)> = (0..=3)
+            .filter_map(|n| k.stage(n))
+            .map(|s| (s.optimizer_states, s.grads, s.params))
+            .collect();
+        assert_eq!(
+            sharded,
+            [
+                (false, false, false),
+                (true, false, false),
+                (true, true, false),
+                (true, true, true)
+            ]
+        );
+        assert!(k.stages.iter().all(|s| !s.source.trim().is_empty()));
     }
 
     #[test]

@@ -36,6 +36,39 @@ impl Scan<'_> {
             })
     }
 
+    /// The memory rules of the second wave (MEM007-MEM010) read parameter counts anywhere in a
+    /// formula (`gpu_mem = 4 * total_params + 16 * total_params / total_gpus`): any name whose
+    /// role is a parameter count, or a model size.
+    pub(super) fn counted_or_sized(&self) -> bool {
+        self.sized_name()
+            || memchr::memmem::find_iter(&self.lower, b"param").any(|at| {
+                let (start, end) = identifier_at(&self.lower, at, false);
+                self.text
+                    .get(start..end)
+                    .is_some_and(|name| role_of(name) == Role::ParamCount)
+            })
+    }
+
+    /// Gradient checkpointing misattributed (MEM011) needs a test of checkpointing and a memory
+    /// name assigned under it (see the Python frontend's `is_memory_name`).
+    pub(super) fn checkpointed_memory(&self) -> bool {
+        let lower = &self.lower;
+        let tests = [
+            "checkpointing",
+            "recompute",
+            "grad_ckpt",
+            "act_ckpt",
+            "activation_ckpt",
+            "gradient_checkpoint",
+        ]
+        .iter()
+        .any(|w| contains(lower, w.as_bytes()));
+        tests
+            && ["mem", "gb", "gib", "mb", "mib", "bytes", "footprint"]
+                .iter()
+                .any(|w| contains(lower, w.as_bytes()))
+    }
+
     /// `weights = n_b * 2  # bf16`: a part of the model assigned on a line whose comment names
     /// a dtype makes the name it multiplies a model size (see the Python frontend).
     fn part_sized_by_dtype(&self) -> bool {

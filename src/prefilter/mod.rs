@@ -49,6 +49,10 @@ pub struct Wanted {
     pub batch: bool,
     /// MEM005: whether training fits, from constants and configs joined across files.
     pub fit: bool,
+    /// MEM007-MEM010: model states counted per parameter or per device.
+    pub states: bool,
+    /// MEM011: memory set under a test of gradient checkpointing.
+    pub checkpointing: bool,
     pub suppressions: bool,
     /// A reported rule the scan knows nothing about: parse everything.
     pub unknown: bool,
@@ -63,6 +67,8 @@ impl Wanted {
         tables: true,
         batch: true,
         fit: true,
+        states: true,
+        checkpointing: true,
         suppressions: true,
         unknown: false,
     };
@@ -87,6 +93,8 @@ impl Wanted {
                     w.batch = true;
                     w.fit = true;
                 }
+                "MEM007" | "MEM008" | "MEM009" | "MEM010" => w.states = true,
+                "MEM011" => w.checkpointing = true,
                 "BS001" | "BS002" | "BS003" => w.batch = true,
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
@@ -102,6 +110,8 @@ impl Wanted {
             || self.units
             || self.tables
             || self.batch
+            || self.states
+            || self.checkpointing
             || self.suppressions
     }
 }
@@ -145,6 +155,8 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
         || (wanted.memory && scan.sized_name())
+        || (wanted.states && scan.counted_or_sized())
+        || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model());
     Needs { parse, loop_model }
 }

@@ -17,6 +17,12 @@ mod mem003;
 mod mem004;
 mod mem005;
 mod mem006;
+mod mem007;
+mod mem008;
+mod mem009;
+mod mem010;
+mod mem011;
+mod states;
 
 pub use crate::diagnostic::fmt_num;
 
@@ -44,6 +50,11 @@ pub static RULES: &[&dyn Rule] = &[
     &mem003::WrongDtypeBytes,
     &mem004::GbGibMismatch,
     &mem006::MissingGradientTerm,
+    &mem007::LoraFullMultiplier,
+    &mem008::ShardingDivisor,
+    &mem009::MixedPrecisionHalving,
+    &mem010::OffloadedStatesOnGpu,
+    &mem011::CheckpointingMisattributed,
     &ga001::UnscaledAccumulationLoss,
     &ga002::DoubleScaledLoss,
     &ga003::ZeroGradInsideAccumulation,

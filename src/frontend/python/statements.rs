@@ -130,6 +130,14 @@ impl<'s> Walker<'s> {
 
         self.note_counts(&target, right);
         let lin = self.lower(right, 0);
+        let rescaled = unparen(right);
+        let factor = (rescaled.kind() == "binary_operator"
+            && rescaled
+                .child_by_field_name("left")
+                .is_some_and(|l| self.text(unparen(l)) == target))
+        .then(|| self.factor(rescaled))
+        .flatten();
+        self.note_checkpointed(&target, right, &lin, factor, node.byte_range());
         self.facts.note_constant(&target, &lin, right.byte_range());
         if lin.terms.iter().all(|t| t.opaque) && reads_device_memory(rtext) {
             self.gpu_names.push((scope, target.clone()));
@@ -195,6 +203,8 @@ impl<'s> Walker<'s> {
             let current = self.name(left);
             let rhs = self.lower(right, 0);
             let lin = Lin::binary(&op, current, rhs, self.text(node), node.byte_range());
+            let factor = self.factor(node);
+            self.note_checkpointed(&target, right, &lin, factor, node.byte_range());
             // A running sum (`total += part`) is not a statement of what training needs.
             self.record_formula(FormulaKind::Expr, &lin, node.byte_range());
             self.bind(&target, &lin);
@@ -246,4 +256,75 @@ impl<'s> Walker<'s> {
             value.byte_range(),
         );
     }
+}
+
+impl Walker<'_> {
+    /// A memory value set in the branch taken when gradient checkpointing is on: under
+    /// `if gradient_checkpointing:`, or the matching arm of `a if use_checkpoint else b`.
+    fn note_checkpointed(
+        &mut self,
+        target: &str,
+        right: Node,
+        lin: &Lin,
+        factor: Option<f64>,
+        span: Range<usize>,
+    ) {
+        if !is_memory_name(target) {
+            return;
+        }
+        let guard = self.guard();
+        let mut offloaded = guard.offload;
+        let value = if guard.checkpointing {
+            Some(lin.clone())
+        } else if right.kind() == "conditional_expression" {
+            let mut c = right.walk();
+            let kids: Vec<Node> = right.named_children(&mut c).collect();
+            match kids.as_slice() {
+                [then, cond, otherwise] if Topics::of(self.text(*cond)).checkpointing => {
+                    offloaded |= Topics::of(self.text(*cond)).offload;
+                    let negated = self.text(*cond).trim_start().starts_with("not ");
+                    Some(self.lower(if negated { *otherwise } else { *then }, 0))
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(lin) = value {
+            self.facts.checkpointed.push(CheckpointedValue {
+                target: target.to_string(),
+                role: role_of(target),
+                lin,
+                factor,
+                span,
+                offloaded,
+            });
+        }
+    }
+
+    /// `x * 0.5`, `x /= 2`: the number a value is scaled by.
+    fn factor(&self, node: Node) -> Option<f64> {
+        let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
+        let k = self.number(node.child_by_field_name("right")?)?;
+        match op.trim_end_matches('=') {
+            "*" => Some(k),
+            "/" | "//" if k != 0.0 => Some(1.0 / k),
+            _ => None,
+        }
+    }
+}
+
+/// A name for memory the model states or activations take (`activation_gb`, `optimizer_mem`):
+/// its role's word and a unit or memory word.
+pub(super) fn is_memory_name(name: &str) -> bool {
+    let n = last_segment(name).to_ascii_lowercase();
+    let role = [
+        "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
+    ]
+    .iter()
+    .any(|w| n.contains(w));
+    let unit = n.split('_').any(|seg| {
+        matches!(seg, "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint") || seg.starts_with("mem")
+    });
+    role && unit
 }

@@ -1,0 +1,132 @@
+//! MEM009 mixed-precision-halving: with mixed precision on, a training estimate that prices every
+//! model state at 16 bits, as if mixed precision halved the fp32 estimate. Documentation:
+//! `rules/MEM009.toml`.
+
+use super::mem001::requirement;
+use super::states::{
+    bytes_per_param, component, in_bytes, per_device, says_upper_bound, Component, Reported,
+};
+use super::{fmt_num, Checker, Rule};
+use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
+use crate::expr::Role;
+use crate::facts::{FormulaKind, Precision};
+
+pub struct MixedPrecisionHalving;
+
+/// Bytes of an fp32 value and of a 16-bit one.
+const FP32: f64 = 4.0;
+const HALF: f64 = 2.0;
+
+impl Rule for MixedPrecisionHalving {
+    fn code(&self) -> &'static str {
+        "MEM009"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        let training = cx.training;
+        if !training.trains || training.inference || !training.whole_model_multipliers_apply() {
+            return;
+        }
+        // Weights cast to 16 bits with a torch optimizer train with no fp32 copy: 16-bit states
+        // are right there.
+        if training
+            .precisions
+            .iter()
+            .any(|p| p.value == Precision::Pure16)
+        {
+            return;
+        }
+        let Some(mixed) = training
+            .precisions
+            .iter()
+            .find(|p| p.value == Precision::Amp)
+        else {
+            return;
+        };
+        let Some(optimizers) = training.judged_optimizers() else {
+            return;
+        };
+        let Some(least) = optimizers
+            .iter()
+            .min_by(|a, b| a.row.states.total_cmp(&b.row.states))
+        else {
+            return;
+        };
+        // fp32 master weights, fp32 gradients (or 16-bit ones plus the master copy) and fp32
+        // states: 4 + 4 + 4 x states bytes per parameter (KNOWLEDGE.md §3.1).
+        let states = least.row.states;
+        let expected = FP32 * (2.0 + states);
+        let all_half = HALF * (2.0 + states);
+        let mut reported = Reported::default();
+        for f in &cx.facts.formulas {
+            if f.inference || per_device(f) || f.lin.saw(Role::KvCache) || says_upper_bound(cx, f) {
+                continue;
+            }
+            let total = matches!(
+                f.kind,
+                FormulaKind::Assign {
+                    role: Role::Total,
+                    ..
+                } | FormulaKind::Return {
+                    role: Role::Total,
+                    ..
+                }
+            );
+            if requirement(f).is_none() && !total {
+                continue;
+            }
+            // States counted apart (`optimizer_gb`) are another rule's to judge.
+            if f.lin.terms.iter().any(|t| {
+                matches!(
+                    component(t),
+                    Component::States | Component::Grads | Component::Weights
+                )
+            }) {
+                continue;
+            }
+            let b = bytes_per_param(f, false).abs();
+            if b < all_half * 0.95 || b >= expected * 0.95 || !reported.first(f) {
+                continue;
+            }
+            let message = format!(
+                "memory formula counts {} bytes per parameter, every model state at 16 bits, but mixed precision (seen at {}) keeps fp32 master weights, and {} keeps its {} in fp32: {} bytes per parameter",
+                fmt_num(b),
+                mixed.at,
+                least.row.display,
+                if states == 1.0 { "state" } else { "states" },
+                fmt_num(expected),
+            );
+            let help = format!(
+                "mixed precision saves activation memory, not model states: count {} bytes per parameter (fp32 weights 4 + gradients 4 + {} x 4 for the states), or cast the model to 16 bits if that is what trains",
+                fmt_num(expected),
+                fmt_num(states)
+            );
+            out.push(
+                Diagnostic::new("MEM009", f.span.clone(), message)
+                    .with_help(help)
+                    .with_fix(fix(f, b, expected)),
+            );
+        }
+    }
+}
+
+/// Raise the one bytes-per-parameter literal. Unsafe: the weights might be meant to train in
+/// 16 bits, which memlint cannot see.
+fn fix(f: &crate::facts::Formula, b: f64, expected: f64) -> Option<Fix> {
+    let counts: Vec<_> = f
+        .lin
+        .terms
+        .iter()
+        .filter(|t| component(t) == Component::PerParam)
+        .collect();
+    let [t] = counts.as_slice() else { return None };
+    let lit = t
+        .literal
+        .clone()
+        .filter(|_| (in_bytes(t.coef.abs()) - b).abs() < 1e-9)?;
+    Some(Fix {
+        applicability: Applicability::Unsafe,
+        message: format!("count {} bytes per parameter", fmt_num(expected)),
+        edits: vec![Edit::replace(lit, fmt_num(expected))],
+    })
+}

@@ -1,0 +1,162 @@
+//! MEM010 offloaded-states-on-gpu: DeepSpeed offloads the optimizer states (or parameters) of the
+//! run, while a GPU-memory estimate still counts them on the GPU, or nothing checks the host
+//! memory the offload needs. Documentation: `rules/MEM010.toml`.
+
+use super::mem001::requirement;
+use super::states::{
+    bytes_per_param, component, says_upper_bound, scope, target, Component, Reported,
+};
+use super::{fmt_num, Checker, Rule};
+use crate::context::Seen;
+use crate::diagnostic::Diagnostic;
+use crate::expr::Role;
+use crate::facts::{Formula, Offload, Offloaded};
+
+pub struct OffloadedStatesOnGpu;
+
+/// What DeepSpeed keeps on the GPU when the optimizer is offloaded: the 16-bit weights
+/// (`estimate_zero2_model_states_mem_needs`: `gpu_mem = 2 * total_params`; KNOWLEDGE.md §4.2).
+const GPU_BYTES_OFFLOADED: f64 = 2.0;
+/// More than fp32 weights: states or gradients are counted too.
+const WEIGHTS_MAX: f64 = 4.0;
+
+impl Rule for OffloadedStatesOnGpu {
+    fn code(&self) -> &'static str {
+        "MEM010"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        let training = cx.training;
+        if training.inference {
+            return;
+        }
+        let Some(offload) = training
+            .offload
+            .iter()
+            .find(|o| o.value.what == Offloaded::Optimizer)
+        else {
+            return;
+        };
+        let mut reported = Reported::default();
+        let mut gpu_estimates = 0;
+        let mut first: Option<&Formula> = None;
+        for f in &cx.facts.formulas {
+            if f.inference || says_upper_bound(cx, f) || !estimates_gpu(f) {
+                continue;
+            }
+            // A calculator that branches on offload knows where the states go.
+            if f.guard.offload || scope(cx, f).is_some_and(|s| s.tests.offload) {
+                continue;
+            }
+            gpu_estimates += 1;
+            first.get_or_insert(f);
+            if let Some(d) = judge(cx, f, offload) {
+                if reported.first(f) {
+                    out.push(d);
+                }
+            }
+        }
+        // No host-memory check at all for a CPU offload (NVMe keeps host memory small by design).
+        let Some(f) = first.filter(|_| !offload.value.nvme && gpu_estimates > 0) else {
+            return;
+        };
+        let text = cx.file.text.to_ascii_lowercase();
+        let checks_host = [
+            "cpu_mem",
+            "host_mem",
+            "cpu_ram",
+            "host_ram",
+            "virtual_memory",
+            "psutil",
+            "meminfo",
+            "ram_gb",
+            "cpu_memory",
+            "host_memory",
+        ]
+        .iter()
+        .any(|w| text.contains(w));
+        {
+            if !checks_host && out.iter().all(|d| d.code != "MEM010") {
+                out.push(
+                    Diagnostic::new(
+                        "MEM010",
+                        f.span.clone(),
+                        format!(
+                            "optimizer states are offloaded to the CPU (seen at {}), but nothing here checks host memory: DeepSpeed's estimator asks for params x max(4 x GPUs, 16) x 1.5 bytes of RAM",
+                            offload.at
+                        ),
+                    )
+                    .with_help("check host RAM too: about 16-18 bytes per parameter (fp32 master weights, gradients and Adam moments) with DeepSpeed's 1.5 safety factor"),
+                );
+            }
+        }
+    }
+}
+
+/// A formula that states GPU memory: a budget or fit check against the GPU, or a total named
+/// for the GPU (`gpu_mem = ...`), not one named for the host.
+fn estimates_gpu(f: &Formula) -> bool {
+    let name = target(f).map(str::to_ascii_lowercase).unwrap_or_default();
+    let words: Vec<&str> = name.split(['_', '.']).collect();
+    if words.iter().any(|w| {
+        matches!(
+            *w,
+            "cpu" | "host" | "ram" | "offload" | "offloaded" | "nvme"
+        )
+    }) {
+        return false;
+    }
+    if requirement(f).is_some() {
+        return true;
+    }
+    let named_gpu = ["gpu", "vram", "device", "cuda"]
+        .iter()
+        .any(|w| name.contains(w));
+    named_gpu
+        && !f.lin.terms.iter().any(|t| t.role == Role::Gpu)
+        && f.lin.terms.iter().all(|t| t.coef >= 0.0)
+}
+
+fn judge(cx: &Checker<'_>, f: &Formula, offload: &Seen<Offload>) -> Option<Diagnostic> {
+    let device = if offload.value.nvme {
+        "NVMe"
+    } else {
+        "the CPU"
+    };
+    if let Some(t) = f
+        .lin
+        .terms
+        .iter()
+        .find(|t| component(t) == Component::States && t.coef > 0.0)
+    {
+        return Some(
+            Diagnostic::new(
+                "MEM010",
+                t.span.clone(),
+                format!(
+                    "counts optimizer states (`{}`) in GPU memory, but they are offloaded to {device} (seen at {})",
+                    cx.file.slice(&t.span),
+                    offload.at
+                ),
+            )
+            .with_help("move the optimizer-state term to a host-memory estimate; the GPU keeps the 16-bit weights (and, at ZeRO-3 with parameter offload, only the largest layer)"),
+        );
+    }
+    let b = bytes_per_param(f, false) + bytes_per_param(f, true);
+    if b > WEIGHTS_MAX * 1.05 {
+        return Some(
+            Diagnostic::new(
+                "MEM010",
+                f.span.clone(),
+                format!(
+                    "counts {} bytes per parameter in GPU memory, but the optimizer states are offloaded to {device} (seen at {}): DeepSpeed keeps the 16-bit weights there, {} bytes per parameter",
+                    fmt_num(b),
+                    offload.at,
+                    fmt_num(GPU_BYTES_OFFLOADED)
+                ),
+            )
+            .with_help("count the offloaded states against host memory, not the GPU"),
+        );
+    }
+    None
+}

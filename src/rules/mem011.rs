@@ -1,0 +1,65 @@
+//! MEM011 checkpointing-misattributed: a memory value that gradient checkpointing sets to zero
+//! (activations) or shrinks (parameters, gradients, optimizer states). Documentation:
+//! `rules/MEM011.toml`.
+
+use super::{fmt_num, Checker, Rule};
+use crate::diagnostic::Diagnostic;
+use crate::expr::Role;
+use crate::facts::{CheckpointedValue, Checkpointing};
+
+pub struct CheckpointingMisattributed;
+
+impl Rule for CheckpointingMisattributed {
+    fn code(&self) -> &'static str {
+        "MEM011"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        let training = cx.training;
+        if training.inference {
+            return;
+        }
+        // Offloaded activations legitimately leave the GPU.
+        let offloads = training
+            .checkpointing
+            .iter()
+            .any(|c| c.value == Checkpointing::Offloaded);
+        for v in &cx.facts.checkpointed {
+            let message = if activations(v) && zeroed(v) && !offloads && !v.offloaded {
+                format!(
+                    "sets `{}` to 0 when checkpointing: checkpointing still keeps each layer's input (about 2 x seq x batch x hidden bytes per layer in 16 bits) and one layer's activations while it is recomputed",
+                    v.target
+                )
+            } else if let Some(k) = shrunk(v) {
+                format!(
+                    "scales `{}` by {} when checkpointing, but checkpointing recomputes activations only: parameters, gradients and optimizer states are the same size with or without it",
+                    v.target,
+                    fmt_num(k)
+                )
+            } else {
+                continue;
+            };
+            out.push(
+                Diagnostic::new("MEM011", v.span.clone(), message).with_help(
+                    "with checkpointing, count activations as about 2 x seq x batch x hidden x layers bytes plus one layer's full activations, and keep the model-state terms as they are",
+                ),
+            );
+        }
+    }
+}
+
+fn activations(v: &CheckpointedValue) -> bool {
+    v.role == Role::Activations && v.target.to_ascii_lowercase().contains("activ")
+        || v.target.to_ascii_lowercase().contains("act_mem")
+}
+
+fn zeroed(v: &CheckpointedValue) -> bool {
+    v.lin.terms.is_empty() && v.lin.constant == 0.0
+}
+
+/// A model state scaled down (`optimizer_gb *= 0.5`, `params_gb = params_gb / 2`).
+fn shrunk(v: &CheckpointedValue) -> Option<f64> {
+    let k = v.factor?;
+    (matches!(v.role, Role::Model | Role::Grads | Role::Optimizer) && k > 0.0 && k < 1.0 - 1e-9)
+        .then_some(k)
+}
