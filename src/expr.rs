@@ -83,6 +83,19 @@ pub enum DeviceCount {
 
 /// The kind of device count a (possibly dotted, possibly called) name is, if it is one.
 pub fn device_count(name: &str) -> Option<DeviceCount> {
+    let name = name
+        .trim()
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .trim();
+    // `(tp * pp)`: a product of model-parallel degrees is one.
+    if name.contains('*') {
+        let kinds: Vec<Option<DeviceCount>> = name.split('*').map(device_count).collect();
+        return kinds
+            .iter()
+            .all(|k| *k == Some(DeviceCount::ModelParallel))
+            .then_some(DeviceCount::ModelParallel);
+    }
     let name = name.trim_end_matches("()");
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let n = last.trim_matches('_');
@@ -250,6 +263,20 @@ fn role_of_name(name: &str) -> Role {
     Role::Unknown
 }
 
+/// A name for memory that model states or activations take (`activation_gb`,
+/// `optimizer_mem`): a role word and a unit or memory word.
+pub fn is_memory_name(name: &str) -> bool {
+    let n = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let role = [
+        "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
+    ]
+    .iter()
+    .any(|w| n.contains(w));
+    role && n.split('_').any(|seg| {
+        matches!(seg, "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint") || seg.starts_with("mem")
+    })
+}
+
 /// One symbol with its coefficient.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Term {
@@ -271,9 +298,11 @@ pub struct Term {
     pub opaque: bool,
     /// The symbol's value when it was assigned a literal (`model_size_gb = 14`).
     pub value: Option<f64>,
-    /// A per-device share (`params_gb / world_size`): the count it is divided by, as written.
-    /// Such a term is opaque to rules that judge whole-model sums.
+    /// A per-device share (`params_gb / world_size`): the count it is divided by, as written
+    /// (the last one). Such a term is opaque to rules that judge whole-model sums.
     pub divided_by: Option<String>,
+    /// Every device count it was divided by, in order (`/ (tp * pp)` then `/ num_gpus`).
+    pub device_divisors: Vec<DeviceCount>,
 }
 
 /// How much of an opaque term's text is kept as its symbol.
@@ -316,6 +345,7 @@ impl Lin {
                 opaque: false,
                 value: None,
                 divided_by: None,
+                device_divisors: Vec::new(),
             }],
             roles_seen: vec![role],
             ..Lin::default()
@@ -447,7 +477,11 @@ impl Lin {
                     a.scale(1.0 / b.constant, None, Some(span))
                 }
             }
-            "/" | "//" if a.is_linear() && !a.is_constant() && b.counts_devices() => {
+            "/" | "//"
+                if (a.is_linear() || a.terms.len() == 1)
+                    && !a.is_constant()
+                    && b.counts_devices() =>
+            {
                 a.shared_by(&b, span)
             }
             "**" if a.is_constant() && b.is_constant() => {
@@ -491,11 +525,13 @@ impl Lin {
     /// Each term divided by a device count: a per-device share.
     fn shared_by(mut self, devices: &Lin, span: Range<usize>) -> Lin {
         let by = devices.terms.first().map(|t| t.symbol.clone());
+        let kind = by.as_deref().and_then(device_count);
         let single = self.terms.len() == 1;
         for t in &mut self.terms {
             t.opaque = true;
             t.literal = None;
             t.divided_by = by.clone();
+            t.device_divisors.extend(kind);
             if single {
                 t.span = span.clone();
             }
@@ -509,6 +545,14 @@ impl Lin {
     /// Every term's value is known up to its symbols: safe to substitute for a name.
     pub fn is_linear(&self) -> bool {
         self.terms.iter().all(|t| !t.opaque)
+    }
+
+    /// Worth substituting for a name: linear, or per-device shares whose divisors a later
+    /// formula must see (`per_gpu_mem = mem / world_size; total = per_gpu_mem + ...`).
+    pub fn is_bindable(&self) -> bool {
+        self.terms
+            .iter()
+            .all(|t| !t.opaque || t.divided_by.is_some())
     }
 
     /// Sized by the model: the only expressions memory rules read.

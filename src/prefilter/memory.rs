@@ -4,7 +4,7 @@
 
 use super::scan::{contains, identifier_at, Scan};
 use crate::config::parse_number;
-use crate::expr::{role_of, Role};
+use crate::expr::{is_memory_name, role_of, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::project::{params_from_name, MODEL_KEYS};
 
@@ -36,21 +36,30 @@ impl Scan<'_> {
             })
     }
 
-    /// The memory rules of the second wave (MEM007-MEM010) read parameter counts anywhere in a
-    /// formula (`gpu_mem = 4 * total_params + 16 * total_params / total_gpus`): any name whose
-    /// role is a parameter count, or a model size.
+    /// The memory rules of the second wave (MEM007-MEM010) read bytes per parameter: a parameter
+    /// count multiplied or divided (`4 * total_params + 16 * total_params / total_gpus`), or bound
+    /// to a name that is (`x = n_params`); or a model size.
     pub(super) fn counted_or_sized(&self) -> bool {
         self.sized_name()
             || memchr::memmem::find_iter(&self.lower, b"param").any(|at| {
                 let (start, end) = identifier_at(&self.lower, at, false);
-                self.text
+                let counts = self
+                    .text
                     .get(start..end)
-                    .is_some_and(|name| role_of(name) == Role::ParamCount)
+                    .is_some_and(|name| role_of(name) == Role::ParamCount);
+                counts && {
+                    let before = self.text[..start].trim_end_matches([' ', '\t', '(']);
+                    let after = self.text[end..].trim_start_matches([' ', '\t', ')']);
+                    let assigned = before
+                        .strip_suffix('=')
+                        .is_some_and(|b| !b.ends_with(['=', '!', '<', '>']));
+                    before.ends_with(['*', '/']) || after.starts_with(['*', '/']) || assigned
+                }
             })
     }
 
     /// Gradient checkpointing misattributed (MEM011) needs a test of checkpointing and a memory
-    /// name assigned under it (see the Python frontend's `is_memory_name`).
+    /// name ([`is_memory_name`]) assigned under it.
     pub(super) fn checkpointed_memory(&self) -> bool {
         let lower = &self.lower;
         let tests = [
@@ -64,9 +73,14 @@ impl Scan<'_> {
         .iter()
         .any(|w| contains(lower, w.as_bytes()));
         tests
-            && ["mem", "gb", "gib", "mb", "mib", "bytes", "footprint"]
+            && ["mem", "_gb", "_gib", "_mb", "_mib", "bytes", "footprint"]
                 .iter()
-                .any(|w| contains(lower, w.as_bytes()))
+                .any(|unit| {
+                    memchr::memmem::find_iter(lower, unit.as_bytes()).any(|at| {
+                        let (start, end) = identifier_at(lower, at, false);
+                        self.text.get(start..end).is_some_and(is_memory_name)
+                    })
+                })
     }
 
     /// `weights = n_b * 2  # bf16`: a part of the model assigned on a line whose comment names

@@ -248,14 +248,26 @@ mod tests {
         ));
         assert!(yes("MB = 1e-6\nfree_mib = free * MB\n"));
         assert!(!yes("x = f(a, inf=1e9) / 2**30\n"));
-        // A parameter count counts as a constant, a config key, or on its way to state bytes.
+        // For the first memory rules, a parameter count counts as a constant, a config key, or
+        // on its way to state bytes; the second wave reads it multiplied or divided.
+        let memory = |t: &str| {
+            needs_parse(
+                py,
+                t,
+                Wanted {
+                    memory: true,
+                    ..Wanted::default()
+                },
+            )
+        };
         assert!(!yes(
             "total_params = 0\nfor p in ps:\n    total_params += p.numel()\n"
         ));
         assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
         assert!(yes("cfg = {\"num_params\": 7e9}\n"));
         assert!(yes("optimizer_state_bytes = n_params * 8\n"));
-        assert!(!yes("flops = 6 * tokens * num_params\n"));
+        assert!(!memory("flops = 6 * tokens * num_params\n"));
+        assert!(yes("flops = 6 * tokens * num_params\n"));
         // Batch keys where a config holds them.
         assert!(!yes("effective_batch_size = input_ids.shape[0]\n"));
         assert!(!yes("cfg['train_batch_size'] = 8\n"));

@@ -3,7 +3,7 @@
 //! `rules/MEM007.toml`.
 
 use super::mem001::requirement;
-use super::states::{component, in_bytes, says_upper_bound, scope, Component, Reported};
+use super::states::{component, in_bytes, says_upper_bound, scope, sharded, Component, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::expr::{Role, Term};
@@ -50,7 +50,7 @@ impl Rule for LoraFullMultiplier {
                 .filter(|t| {
                     matches!(component(t), Component::Grads | Component::States)
                         && matches!(t.role, Role::Model | Role::ParamCount)
-                        && t.divided_by.is_none()
+                        && !sharded(t)
                 })
                 .collect();
             let per_param: f64 = terms

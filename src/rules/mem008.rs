@@ -2,11 +2,14 @@
 //! wrong model states by the device count, or divides by the wrong count. Documentation:
 //! `rules/MEM008.toml`; which states each stage shards: `rules/knowledge/sharding.toml`.
 
-use super::states::{bytes_per_param, component, divisor, per_device, scope, Component, Reported};
+use super::states::{
+    bytes_per_param, component, divisor, per_device, scope, sharded as is_sharded, Component,
+    Reported,
+};
 use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
-use crate::expr::DeviceCount;
+use crate::expr::{DeviceCount, Term};
 use crate::facts::{Formula, Sharding};
 use crate::knowledge::{knowledge, StageRow};
 
@@ -42,8 +45,18 @@ impl Rule for ShardingDivisor {
             .filter(|s| matches!(s.value, Sharding::Stage(_) | Sharding::Hybrid))
             .collect();
         let mut reported = Reported::default();
+        // A share divided twice, by what and where it was first written: reported once.
+        let mut twice: Vec<(String, Option<String>)> = Vec::new();
         for f in &cx.facts.formulas {
             if f.inference || !per_device(f) {
+                continue;
+            }
+            if let Some((t, d)) = model_parallel_twice(f) {
+                let key = (t.symbol.clone(), t.divided_by.clone());
+                if !twice.contains(&key) {
+                    twice.push(key);
+                    out.push(d);
+                }
                 continue;
             }
             // A calculator that branches on the stage computes every stage: not one to judge.
@@ -71,6 +84,30 @@ impl Rule for ShardingDivisor {
             }
         }
     }
+}
+
+/// A state divided by the model-parallel size and then by every GPU of the job: the GPU count
+/// already holds the model-parallel ranks, so they are divided out twice. Wrong at any stage.
+fn model_parallel_twice(f: &Formula) -> Option<(&Term, Diagnostic)> {
+    let t = f.lin.terms.iter().find(|t| {
+        !matches!(component(t), Component::Other | Component::Trainable)
+            && t.device_divisors
+                .iter()
+                .skip_while(|d| **d != DeviceCount::ModelParallel)
+                .any(|d| *d == DeviceCount::Total)
+    })?;
+    Some((
+        t,
+        Diagnostic::new(
+            "MEM008",
+            t.span.clone(),
+            format!(
+                "divides by `{}`, every GPU of the job, after dividing by the model-parallel size: the GPU count already holds the model-parallel ranks, so they are divided out twice",
+                t.divided_by.as_deref().unwrap_or_default()
+            ),
+        )
+        .with_help("ZeRO and FSDP shard over the data-parallel degree: divide by world_size / (tensor_parallel x pipeline_parallel) instead"),
+    ))
 }
 
 fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option<Diagnostic> {
@@ -131,7 +168,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option
             Component::States => ("the optimizer states", row.optimizer_states),
             _ => continue,
         };
-        let divided = t.divided_by.is_some();
+        let divided = is_sharded(t);
         if divided == sharded {
             continue;
         }

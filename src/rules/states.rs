@@ -46,9 +46,18 @@ pub fn divisor(t: &Term) -> Option<DeviceCount> {
     t.divided_by.as_deref().and_then(device_count)
 }
 
+/// Divided over data-parallel ranks (or every GPU), not only split by model parallelism.
+pub fn sharded(t: &Term) -> bool {
+    t.divided_by.is_some()
+        && (t.device_divisors.is_empty()
+            || t.device_divisors
+                .iter()
+                .any(|d| *d != DeviceCount::ModelParallel))
+}
+
 /// Some term is a per-device share: the formula states memory on one GPU of a sharded run.
 pub fn per_device(f: &Formula) -> bool {
-    f.lin.terms.iter().any(|t| t.divided_by.is_some())
+    f.lin.terms.iter().any(sharded)
 }
 
 /// The sum of bytes per parameter over a formula's parameter-count terms, undivided or divided
@@ -57,7 +66,7 @@ pub fn bytes_per_param(f: &Formula, divided: bool) -> f64 {
     f.lin
         .terms
         .iter()
-        .filter(|t| component(t) == Component::PerParam && t.divided_by.is_some() == divided)
+        .filter(|t| component(t) == Component::PerParam && sharded(t) == divided)
         .map(|t| in_bytes(t.coef))
         .sum()
 }

@@ -395,7 +395,7 @@ impl<'s> Walker<'s> {
             self.scope()
         };
         let key = (key_scope, name.to_string());
-        if value.is_linear() {
+        if value.is_bindable() {
             self.env.insert(key, value.clone());
         } else {
             self.env.remove(&key);

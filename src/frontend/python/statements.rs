@@ -269,7 +269,7 @@ impl Walker<'_> {
         factor: Option<f64>,
         span: Range<usize>,
     ) {
-        if !is_memory_name(target) {
+        if !crate::expr::is_memory_name(target) {
             return;
         }
         let guard = self.guard();
@@ -312,19 +312,4 @@ impl Walker<'_> {
             _ => None,
         }
     }
-}
-
-/// A name for memory the model states or activations take (`activation_gb`, `optimizer_mem`):
-/// its role's word and a unit or memory word.
-pub(super) fn is_memory_name(name: &str) -> bool {
-    let n = last_segment(name).to_ascii_lowercase();
-    let role = [
-        "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
-    ]
-    .iter()
-    .any(|w| n.contains(w));
-    let unit = n.split('_').any(|seg| {
-        matches!(seg, "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint") || seg.starts_with("mem")
-    });
-    role && unit
 }
