@@ -38,24 +38,23 @@ impl Scan<'_> {
 
     /// The memory rules of the second wave (MEM007-MEM010) read bytes per parameter: a parameter
     /// count multiplied or divided (`4 * total_params + 16 * total_params / total_gpus`), or bound
-    /// to a name that is (`x = n_params`); or a model size.
-    pub(super) fn counted_or_sized(&self) -> bool {
-        self.sized_name()
-            || memchr::memmem::find_iter(&self.lower, b"param").any(|at| {
-                let (start, end) = identifier_at(&self.lower, at, false);
-                let counts = self
-                    .text
-                    .get(start..end)
-                    .is_some_and(|name| role_of(name) == Role::ParamCount);
-                counts && {
-                    let before = self.text[..start].trim_end_matches([' ', '\t', '(']);
-                    let after = self.text[end..].trim_start_matches([' ', '\t', ')']);
-                    let assigned = before
-                        .strip_suffix('=')
-                        .is_some_and(|b| !b.ends_with(['=', '!', '<', '>']));
-                    before.ends_with(['*', '/']) || after.starts_with(['*', '/']) || assigned
-                }
-            })
+    /// to a name that is (`x = n_params`); or else a model size ([`Scan::sized_name`]).
+    pub(super) fn count_scaled(&self) -> bool {
+        memchr::memmem::find_iter(&self.lower, b"param").any(|at| {
+            let (start, end) = identifier_at(&self.lower, at, false);
+            let counts = self
+                .text
+                .get(start..end)
+                .is_some_and(|name| role_of(name) == Role::ParamCount);
+            counts && {
+                let before = self.text[..start].trim_end_matches([' ', '\t', '(']);
+                let after = self.text[end..].trim_start_matches([' ', '\t', ')']);
+                let assigned = before
+                    .strip_suffix('=')
+                    .is_some_and(|b| !b.ends_with(['=', '!', '<', '>']));
+                before.ends_with(['*', '/']) || after.starts_with(['*', '/']) || assigned
+            }
+        })
     }
 
     /// Gradient checkpointing misattributed (MEM011) needs a test of checkpointing and a memory

@@ -154,8 +154,8 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
-        || (wanted.memory && scan.sized_name())
-        || (wanted.states && scan.counted_or_sized())
+        || ((wanted.memory || wanted.states) && scan.sized_name())
+        || (wanted.states && scan.count_scaled())
         || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model());
     Needs { parse, loop_model }
