@@ -33,6 +33,8 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// The same optimizer unscaled twice before the scaler updates (in any training loop).
+    pub double_unscales: Vec<DoubleUnscale>,
     /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
     /// instance of each class returns when called (`"Class()"`): read by files that import them.
     pub exports: Vec<(String, Prov)>,
@@ -170,6 +172,12 @@ pub struct AccumLoop {
     pub clips: Vec<Call>,
     /// `scaler.unscale_(...)` at the boundary.
     pub unscales: Vec<Call>,
+    /// `scaler.update()` and `scaler.unscale_(...)` that run on every micro-step.
+    pub scaler_micro_calls: Vec<ScalerCall>,
+    /// A `scaler.update()` already runs at the boundary.
+    pub update_at_boundary: bool,
+    /// A gradient clip runs at the boundary.
+    pub clip_at_boundary: bool,
     /// A `zero_grad()` already runs at the boundary.
     pub zero_grad_at_boundary: bool,
     /// The loop's gradients go through a `GradScaler`.
@@ -182,6 +190,29 @@ impl AccumLoop {
     pub fn last_step_statement(&self) -> Option<Range<usize>> {
         self.steps.iter().rev().find_map(|s| s.statement.clone())
     }
+}
+
+/// What a `GradScaler` call does to the loss scale or the gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalerOp {
+    /// `scaler.update()`: a new loss scale.
+    Update,
+    /// `scaler.unscale_(optimizer)`: gradients divided by the loss scale.
+    Unscale,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalerCall {
+    pub op: ScalerOp,
+    pub call: Call,
+}
+
+/// `scaler.unscale_(optimizer)` twice for one optimizer with no `scaler.update()` between: the
+/// second raises a RuntimeError.
+#[derive(Debug, Clone)]
+pub struct DoubleUnscale {
+    pub first: Range<usize>,
+    pub second: Call,
 }
 
 /// A call as a statement: where the call is, and the whole statement line when the call stands

@@ -7,10 +7,11 @@
 //!   identifier that contains `model`, `weight` or `param`. A parameter count counts only where
 //!   a rule can use one: assigned a possible constant, as a config key, or multiplied where an
 //!   optimizer-state `*byte*` name is assigned;
-//! - the training-loop rules (GA001-GA005) need an attribute call named exactly `step` (the
-//!   frontend compares the text after the callee's last `.`) with a `backward`, a
+//! - the training-loop rules (GA001-GA005, GA008) need an attribute call named exactly `step`
+//!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
-//!   return divided by `accumulate_grad_batches`;
+//!   return divided by `accumulate_grad_batches`; a second `unscale_` of one optimizer (GA008)
+//!   needs `unscale_` written twice;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
 //!   contains one of `DIVISORS`;
@@ -188,7 +189,7 @@ impl Scan<'_> {
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
     /// compares the text after the callee's last `.`) with a `backward`, a `manual_backward` or a
     /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
-    /// `accumulate_grad_batches`.
+    /// `accumulate_grad_batches`, or `unscale_` written twice.
     fn training_loop(&self) -> bool {
         let attribute = |word: &[u8]| {
             memchr::memmem::find_iter(self.bytes, word)
@@ -206,6 +207,7 @@ impl Scan<'_> {
         contains(&self.lower, b"accumulate_grad_batches")
             || contains(&self.lower, b".accumulate(")
             || ((backward || scaled_clip()) && attribute(b".step"))
+            || memchr::memmem::find_iter(self.bytes, b"unscale_").nth(1).is_some()
     }
 }
 

@@ -11,6 +11,7 @@ mod ga002;
 mod ga003;
 mod ga004;
 mod ga005;
+mod ga008;
 mod mem001;
 mod mem002;
 mod mem003;
@@ -49,6 +50,7 @@ pub static RULES: &[&dyn Rule] = &[
     &ga003::ZeroGradInsideAccumulation,
     &ga004::SchedulerPerMicroStep,
     &ga005::ClipPerMicroStep,
+    &ga008::ScalerPerMicroStep,
     &bs001::DeepSpeedBatchMismatch,
     &bs002::EffectiveBatchMismatch,
     &bs003::TrainerDeepSpeedMismatch,
@@ -56,6 +58,15 @@ pub static RULES: &[&dyn Rule] = &[
 ];
 
 pub const UNUSED_SUPPRESSION: &str = "ML900";
+
+/// Where a piece of evidence is in the file being checked: `line 12`, or `cell 2, line 4` in a
+/// notebook.
+pub fn line_of(file: &SourceFile, offset: usize) -> String {
+    match file.locate(offset) {
+        (Some(cell), p) => format!("cell {cell}, line {}", p.row),
+        (None, p) => format!("line {}", p.row),
+    }
+}
 
 /// Codes memlint can report, in catalogue order.
 pub fn implemented_codes() -> Vec<&'static str> {

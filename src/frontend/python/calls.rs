@@ -323,7 +323,11 @@ impl<'s> Walker<'s> {
             "clip_grad_norm_" | "clip_grad_norm" | "clip_grad_value_" => CallKind::Clip {
                 framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
             },
-            "unscale_" => CallKind::Unscale,
+            // The call as written, without spaces, tells the optimizers (and scalers) apart.
+            "unscale_" => CallKind::Unscale {
+                key: self.text(node).split_whitespace().collect(),
+            },
+            "update" if positional <= 1 && recv_last.contains("scaler") => CallKind::ScalerUpdate,
             // Opacus accumulates clipped per-sample gradients and divides by the samples seen.
             "virtual_step" => CallKind::GradRescale,
             _ if last.to_ascii_lowercase().contains("scale_grads")

@@ -763,6 +763,7 @@ impl<'s> Walker<'s> {
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;
+        self.facts.double_unscales = assembled.double_unscales;
         if accelerate_divides {
             self.facts.clips_in_accumulate = assembled.clips_in_accumulate;
         }
