@@ -33,6 +33,10 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// HF Trainer losses written by hand that never read the window's item count.
+    pub custom_losses: Vec<CustomLoss>,
+    /// `gradient_accumulation_steps=<number>` keyword arguments.
+    pub accumulation_settings: Vec<Mention<f64>>,
     /// The same optimizer unscaled twice before the scaler updates (in any training loop).
     pub double_unscales: Vec<DoubleUnscale>,
     /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
@@ -213,6 +217,33 @@ pub struct ScalerCall {
 pub struct DoubleUnscale {
     pub first: Range<usize>,
     pub second: Call,
+}
+
+/// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`
+/// (the item count of the accumulation window), although it receives it.
+#[derive(Debug, Clone)]
+pub struct CustomLoss {
+    pub kind: CustomLossKind,
+    /// Where to report: the `compute_loss_func=f` keyword, or the `def compute_loss` line.
+    pub at: Range<usize>,
+    /// The function as written (`my_loss`, `MyTrainer.compute_loss`).
+    pub function: String,
+    /// Its `def` line (or the lambda).
+    pub defined: Range<usize>,
+    /// The parameter that receives the count (`num_items_in_batch`, or a `**kwargs` name).
+    pub param: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum CustomLossKind {
+    /// `Trainer(..., compute_loss_func=f)`.
+    LossFunc,
+    /// A `Trainer` subclass overriding `compute_loss`, in a file that loads a causal LM
+    /// (a model that accepts loss keywords), at `causal_lm`.
+    Override {
+        class: String,
+        causal_lm: Range<usize>,
+    },
 }
 
 /// A call as a statement: where the call is, and the whole statement line when the call stands

@@ -21,6 +21,8 @@
 //!   `byte` or `multiplier`;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
 //!   batch where a config holds it (a quoted dict key, an argparse flag, a class field);
+//! - a Trainer loss written by hand (GA007) needs `compute_loss` and
+//!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
 //! - ML900: suppression directives need `memlint` or `noqa`.
 //!
 //! What a file gives other files (a script's context for its launcher's run) does not depend on
@@ -45,6 +47,8 @@ use scan::{contains, is_ident, Scan};
 pub struct Wanted {
     pub memory: bool,
     pub accumulation: bool,
+    /// GA007: a Trainer loss written by hand.
+    pub trainer_loss: bool,
     pub units: bool,
     pub tables: bool,
     pub batch: bool,
@@ -60,6 +64,7 @@ impl Wanted {
     pub const ALL: Wanted = Wanted {
         memory: true,
         accumulation: true,
+        trainer_loss: true,
         units: true,
         tables: true,
         batch: true,
@@ -89,6 +94,7 @@ impl Wanted {
                     w.fit = true;
                 }
                 "BS001" | "BS002" | "BS003" => w.batch = true,
+                "GA007" => w.trainer_loss = true,
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
                 _ => w.unknown = true,
@@ -100,6 +106,7 @@ impl Wanted {
     fn any(self) -> bool {
         self.memory
             || self.accumulation
+            || self.trainer_loss
             || self.units
             || self.tables
             || self.batch
@@ -142,6 +149,7 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
     let loop_model = wanted.accumulation && scan.training_loop();
     let parse = loop_model
         || (wanted.suppressions && scan.directive())
+        || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
@@ -184,6 +192,12 @@ impl Scan<'_> {
             self.config_key(at, at + "batch_size".len(), batch)
                 .is_some()
         })
+    }
+
+    /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, `def compute_loss`) and
+    /// the accumulation key that turns the rule on.
+    fn trainer_loss(&self) -> bool {
+        contains(self.bytes, b"compute_loss") && contains(self.bytes, b"gradient_accumulation_steps")
     }
 
     /// The training-loop rules need an attribute call named exactly `step` (the frontend

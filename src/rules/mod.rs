@@ -11,6 +11,7 @@ mod ga002;
 mod ga003;
 mod ga004;
 mod ga005;
+mod ga007;
 mod ga008;
 mod mem001;
 mod mem002;
@@ -50,6 +51,7 @@ pub static RULES: &[&dyn Rule] = &[
     &ga003::ZeroGradInsideAccumulation,
     &ga004::SchedulerPerMicroStep,
     &ga005::ClipPerMicroStep,
+    &ga007::CustomLossIgnoresItemCount,
     &ga008::ScalerPerMicroStep,
     &bs001::DeepSpeedBatchMismatch,
     &bs002::EffectiveBatchMismatch,

@@ -16,6 +16,11 @@ impl<'s> Walker<'s> {
         };
         let key = self.text(name);
         let v = self.text(value);
+        match key {
+            "compute_loss_func" => self.note_loss_func(node, value),
+            "gradient_accumulation_steps" => self.note_accumulation_setting(value),
+            _ => {}
+        }
         if value.kind() == "string" || matches!(v, "True" | "False") {
             flag_evidence(
                 key,

@@ -15,6 +15,7 @@ mod conditions;
 mod inline;
 mod provenance;
 mod statements;
+mod trainer_loss;
 
 use super::loops::{
     self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
@@ -47,6 +48,7 @@ pub fn extract_with(text: &str, loops: bool) -> Result<Facts, String> {
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.loop_model = loops;
+    w.trainer_loss.active = memchr::memmem::find(text.as_bytes(), b"compute_loss").is_some();
     w.facts.loops_read = loops;
     w.walk(&tree);
     let mut facts = w.finish();
@@ -237,6 +239,8 @@ struct Walker<'s> {
     /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
     zero_grad_receivers: Vec<String>,
     scheduler_steps: Vec<(Range<usize>, String)>,
+    /// Trainer losses written by hand (GA007).
+    trainer_loss: trainer_loss::TrainerLossNotes,
     facts: Facts,
 }
 
@@ -342,6 +346,7 @@ impl<'s> Walker<'s> {
             accelerate_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
+            trainer_loss: Default::default(),
             facts: Facts::default(),
         }
     }
@@ -587,6 +592,7 @@ impl<'s> Walker<'s> {
         } else {
             self.params_of(node)
         };
+        self.note_definition(node, Some(parent).filter(|_| !is_class));
         self.scopes.push(Scope {
             name,
             class,
@@ -770,6 +776,7 @@ impl<'s> Walker<'s> {
         if self.loop_model {
             self.facts.exports = self.exports();
         }
+        self.facts.custom_losses = self.custom_losses();
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
