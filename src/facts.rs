@@ -176,6 +176,14 @@ pub struct AccumLoop {
     pub clips: Vec<Call>,
     /// `scaler.unscale_(...)` at the boundary.
     pub unscales: Vec<Call>,
+    /// `scheduler.step()` at the boundary.
+    pub boundary_scheduler_steps: Vec<Call>,
+    /// What the micro-step loop iterates over, as written, when each iteration is one
+    /// micro-batch and a test marks the boundary (`enumerate(train_loader)`).
+    pub iterates: Option<String>,
+    /// Schedulers stepped at the boundary whose length counts the micro-batches of the loader
+    /// this loop iterates.
+    pub micro_sized_schedules: Vec<MicroSchedule>,
     /// `scaler.update()` and `scaler.unscale_(...)` that run on every micro-step.
     pub scaler_micro_calls: Vec<ScalerCall>,
     /// A `scaler.update()` already runs at the boundary.
@@ -194,6 +202,17 @@ impl AccumLoop {
     pub fn last_step_statement(&self) -> Option<Range<usize>> {
         self.steps.iter().rev().find_map(|s| s.statement.clone())
     }
+}
+
+/// A scheduler stepped once per optimizer step, sized in micro-batches.
+#[derive(Debug, Clone)]
+pub struct MicroSchedule {
+    /// The boundary's `scheduler.step()`.
+    pub step: Call,
+    /// The scheduler's construction.
+    pub built: Range<usize>,
+    /// The length as written, followed through the names it reads (`len(train_loader) * epochs`).
+    pub length: String,
 }
 
 /// What a `GradScaler` call does to the loss scale or the gradients.

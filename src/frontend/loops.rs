@@ -80,6 +80,8 @@ pub struct LoopInfo {
     pub micro_factor: Option<String>,
     /// Names assigned inside the loop, its own variables included.
     pub assigned: Vec<String>,
+    /// What a `for` loop iterates over, as written (`enumerate(train_loader)`).
+    pub iterates: String,
 }
 
 /// What an `if` tests about the accumulation window.
@@ -370,6 +372,12 @@ fn build(
         scheduler_steps: Vec::new(),
         clips: Vec::new(),
         unscales: Vec::new(),
+        boundary_scheduler_steps: Vec::new(),
+        iterates: match (micro, boundary) {
+            (Micro::Loop(l), Boundary::Branch(_)) => rec.loops.get(l).map(|i| i.iterates.clone()),
+            _ => None,
+        },
+        micro_sized_schedules: Vec::new(),
         scaler_micro_calls: Vec::new(),
         update_at_boundary: false,
         clip_at_boundary: false,
@@ -429,6 +437,9 @@ fn build(
             CallKind::ZeroGrad if every => lp.zero_grads.push(ev.call.clone()),
             CallKind::ZeroGrad if on_boundary(ev) => lp.zero_grad_at_boundary = true,
             CallKind::SchedulerStep if every => lp.scheduler_steps.push(ev.call.clone()),
+            CallKind::SchedulerStep if on_boundary(ev) => {
+                lp.boundary_scheduler_steps.push(ev.call.clone())
+            }
             CallKind::Clip { .. } if every => lp.clips.push(ev.call.clone()),
             CallKind::Clip { .. } if on_boundary(ev) => lp.clip_at_boundary = true,
             CallKind::Unscale { .. } if on_boundary(ev) => lp.unscales.push(ev.call.clone()),
@@ -450,6 +461,7 @@ fn build(
     dedup_calls(&mut lp.zero_grads);
     dedup_calls(&mut lp.scheduler_steps);
     dedup_calls(&mut lp.clips);
+    dedup_calls(&mut lp.boundary_scheduler_steps);
     let mut seen: Vec<Range<usize>> = Vec::new();
     lp.scaler_micro_calls.retain(|c| {
         let new = !seen.contains(&c.call.span);

@@ -14,6 +14,7 @@ mod calls;
 mod conditions;
 mod inline;
 mod provenance;
+mod schedules;
 mod statements;
 mod trainer_loss;
 
@@ -239,6 +240,9 @@ struct Walker<'s> {
     /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
     zero_grad_receivers: Vec<String>,
     scheduler_steps: Vec<(Range<usize>, String)>,
+    /// Schedulers whose length counts a loader's batches: name, construction, length as
+    /// written, the loader.
+    micro_schedules: Vec<schedules::MicroSized>,
     /// Trainer losses written by hand (GA007).
     trainer_loss: trainer_loss::TrainerLossNotes,
     facts: Facts,
@@ -346,6 +350,7 @@ impl<'s> Walker<'s> {
             accelerate_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
+            micro_schedules: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),
         }
@@ -464,6 +469,10 @@ impl<'s> Walker<'s> {
                     header: node.start_byte()..line_end(self.src, node.start_byte()),
                     micro_factor: self.micro_factor(node),
                     assigned: Vec::new(),
+                    iterates: node
+                        .child_by_field_name("right")
+                        .map(|r| self.text(r).to_string())
+                        .unwrap_or_default(),
                 });
                 self.push(node, Frame::Loop(id));
                 if let Some(left) = node.child_by_field_name("left").filter(|_| self.loop_model) {
@@ -766,6 +775,7 @@ impl<'s> Walker<'s> {
                 v.terms.is_empty().then_some(v.constant)
             });
         }
+        self.match_micro_schedules(&mut assembled.loops);
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;

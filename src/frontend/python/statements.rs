@@ -38,6 +38,8 @@ impl<'s> Walker<'s> {
                     self.scheduler_names.push(target.clone());
                     if self.counts_accumulation(rtext, 0) {
                         self.facts.schedule_in_optimizer_steps = true;
+                    } else {
+                        self.note_micro_schedule(&target, right);
                     }
                 }
                 // `engine, optimizer, _, _ = deepspeed.initialize(...)`
