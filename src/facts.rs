@@ -33,6 +33,13 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// `DistributedDataParallel(...)` constructions.
+    pub ddp_wraps: Vec<Range<usize>>,
+    /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`).
+    pub controls_grad_sync: bool,
+    /// `with model.no_sync():` blocks that hold backwards only: the forward ran outside, so
+    /// the backward still synchronises. The `with` line.
+    pub no_sync_backward_only: Vec<Range<usize>>,
     /// HF Trainer losses written by hand that never read the window's item count.
     pub custom_losses: Vec<CustomLoss>,
     /// `gradient_accumulation_steps=<number>` keyword arguments.

@@ -13,6 +13,7 @@ mod ga004;
 mod ga005;
 mod ga007;
 mod ga008;
+mod ga009;
 mod mem001;
 mod mem002;
 mod mem003;
@@ -53,6 +54,7 @@ pub static RULES: &[&dyn Rule] = &[
     &ga005::ClipPerMicroStep,
     &ga007::CustomLossIgnoresItemCount,
     &ga008::ScalerPerMicroStep,
+    &ga009::DdpSyncEveryMicroStep,
     &bs001::DeepSpeedBatchMismatch,
     &bs002::EffectiveBatchMismatch,
     &bs003::TrainerDeepSpeedMismatch,

@@ -117,6 +117,9 @@ impl<'s> Walker<'s> {
             | "DeepSpeedPlugin"
             | "FSDPStrategy"
             | "DeepSpeedStrategy" => ev.sharding.push(span.clone()),
+            _ if last == "DistributedDataParallel" || last.ends_with("DDP") => {
+                self.facts.ddp_wraps.push(span.clone())
+            }
             "Accelerator" => ev.frameworks.push(Mention {
                 value: Framework::Accelerate,
                 span: span.clone(),

@@ -517,6 +517,11 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks += 1;
                     self.accumulate_blocks
                 });
+                if items.contains("no_sync(") && backward_only(node, self.src) {
+                    self.facts
+                        .no_sync_backward_only
+                        .push(node.start_byte()..line_end(self.src, node.start_byte()));
+                }
                 if self.loop_model && items.contains("scale_loss(") {
                     self.scaled_loss_alias(node);
                 }
@@ -787,11 +792,34 @@ impl<'s> Walker<'s> {
             self.facts.exports = self.exports();
         }
         self.facts.custom_losses = self.custom_losses();
+        self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
+            .iter()
+            .any(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()).is_some());
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
         self.facts
     }
+}
+
+/// A `with` block whose statements are all backwards (`loss.backward()`,
+/// `scaler.scale(loss).backward()`): what it computes was computed before it.
+fn backward_only(with: Node, src: &str) -> bool {
+    let Some(body) = with.child_by_field_name("body") else {
+        return false;
+    };
+    let mut c = body.walk();
+    let mut statements = body
+        .named_children(&mut c)
+        .filter(|n| n.kind() != "comment")
+        .peekable();
+    statements.peek().is_some()
+        && statements.all(|n| {
+            n.kind() == "expression_statement"
+                && src
+                    .get(n.byte_range())
+                    .is_some_and(|t| t.contains(".backward("))
+        })
 }
 
 /// An expression that reads how much memory the device has.
