@@ -33,6 +33,8 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// Global batches computed as products that leave out a factor the file shows (BS004).
+    pub global_batches: Vec<GlobalBatch>,
     /// `DistributedDataParallel(...)` constructions.
     pub ddp_wraps: Vec<Range<usize>>,
     /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`).
@@ -209,6 +211,27 @@ impl AccumLoop {
     pub fn last_step_statement(&self) -> Option<Range<usize>> {
         self.steps.iter().rev().find_map(|s| s.statement.clone())
     }
+}
+
+/// `global_batch = a * b` that leaves out the world size or the accumulation factor, read by a
+/// step count or a learning rate.
+#[derive(Debug, Clone)]
+pub struct GlobalBatch {
+    pub name: String,
+    /// The product.
+    pub span: Range<usize>,
+    pub text: String,
+    pub missing: Missing,
+    /// The step count or learning rate computed from it.
+    pub used_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Missing {
+    /// The file runs data-parallel (a DDP wrapper, `init_process_group`).
+    World,
+    /// The file accumulates over this factor, in the loop at this span.
+    Accumulation(String, Range<usize>),
 }
 
 /// A scheduler stepped once per optimizer step, sized in micro-batches.

@@ -22,6 +22,9 @@
 //!   `byte` or `multiplier`;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
 //!   batch where a config holds it (a quoted dict key, an argparse flag, a class field);
+//! - a global batch computed in code (BS004) needs `batch` with `global`, `effective` or
+//!   `total`, and a `*`; its accumulation factor comes from the loop model, read when the
+//!   training-loop condition holds;
 //! - a Trainer loss written by hand (GA007) needs `compute_loss` and
 //!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
 //! - ML900: suppression directives need `memlint` or `noqa`.
@@ -50,6 +53,8 @@ pub struct Wanted {
     pub accumulation: bool,
     /// GA007: a Trainer loss written by hand.
     pub trainer_loss: bool,
+    /// BS004: a global batch computed in code, with the loop model (the accumulation factor).
+    pub global_batch: bool,
     pub units: bool,
     pub tables: bool,
     pub batch: bool,
@@ -66,6 +71,7 @@ impl Wanted {
         memory: true,
         accumulation: true,
         trainer_loss: true,
+        global_batch: true,
         units: true,
         tables: true,
         batch: true,
@@ -96,6 +102,7 @@ impl Wanted {
                 }
                 "BS001" | "BS002" | "BS003" => w.batch = true,
                 "GA007" => w.trainer_loss = true,
+                "BS004" => w.global_batch = true,
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
                 _ => w.unknown = true,
@@ -108,6 +115,7 @@ impl Wanted {
         self.memory
             || self.accumulation
             || self.trainer_loss
+            || self.global_batch
             || self.units
             || self.tables
             || self.batch
@@ -147,10 +155,12 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         };
     }
     let scan = Scan::new(text);
-    let loop_model = wanted.accumulation && scan.training_loop();
+    let global_batch = wanted.global_batch && scan.global_batch();
+    let loop_model = (wanted.accumulation || global_batch) && scan.training_loop();
     let parse = loop_model
         || (wanted.suppressions && scan.directive())
         || (wanted.trainer_loss && scan.trainer_loss())
+        || global_batch
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
@@ -193,6 +203,16 @@ impl Scan<'_> {
             self.config_key(at, at + "batch_size".len(), batch)
                 .is_some()
         })
+    }
+
+    /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, assigned a
+    /// product (`*`).
+    fn global_batch(&self) -> bool {
+        contains(&self.lower, b"batch")
+            && contains(self.bytes, b"*")
+            && (contains(&self.lower, b"global")
+                || contains(&self.lower, b"effective")
+                || contains(&self.lower, b"total"))
     }
 
     /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, `def compute_loss`) and

@@ -4,6 +4,7 @@ mod batch;
 mod bs001;
 mod bs002;
 mod bs003;
+mod bs004;
 pub mod catalog;
 mod edits;
 mod ga001;
@@ -58,6 +59,7 @@ pub static RULES: &[&dyn Rule] = &[
     &bs001::DeepSpeedBatchMismatch,
     &bs002::EffectiveBatchMismatch,
     &bs003::TrainerDeepSpeedMismatch,
+    &bs004::GlobalBatchMissingFactor,
     &mem005::TrainingDoesNotFit,
 ];
 

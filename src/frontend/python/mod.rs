@@ -12,6 +12,7 @@
 mod arithmetic;
 mod calls;
 mod conditions;
+mod global_batch;
 mod inline;
 mod provenance;
 mod schedules;
@@ -243,6 +244,8 @@ struct Walker<'s> {
     /// Schedulers whose length counts a loader's batches: name, construction, length as
     /// written, the loader.
     micro_schedules: Vec<schedules::MicroSized>,
+    /// Products named as global batches (BS004).
+    global_products: Vec<global_batch::Product>,
     /// Trainer losses written by hand (GA007).
     trainer_loss: trainer_loss::TrainerLossNotes,
     facts: Facts,
@@ -351,6 +354,7 @@ impl<'s> Walker<'s> {
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
             micro_schedules: Vec::new(),
+            global_products: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),
         }
@@ -781,6 +785,7 @@ impl<'s> Walker<'s> {
             });
         }
         self.match_micro_schedules(&mut assembled.loops);
+        self.facts.global_batches = self.global_batches(&assembled.loops);
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;

@@ -79,6 +79,7 @@ impl<'s> Walker<'s> {
             }
         }
         self.assigned_text.insert(target.clone(), rtext);
+        self.note_global_batch(&target, right);
         // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
         let division = self.division_of(right).map(|(divisor, mut d)| {
             let rebinds = unparen(right)
