@@ -33,6 +33,8 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// Data loaders built with the batch the file divides by the micro batch (BS002).
+    pub loader_batches: Vec<LoaderBatch>,
     /// Global batches computed as products that leave out a factor the file shows (BS004).
     pub global_batches: Vec<GlobalBatch>,
     /// `DistributedDataParallel(...)` constructions.
@@ -211,6 +213,21 @@ impl AccumLoop {
     pub fn last_step_statement(&self) -> Option<Range<usize>> {
         self.steps.iter().rev().find_map(|s| s.statement.clone())
     }
+}
+
+/// `DataLoader(ds, batch_size=batch_size)` where the file computes the accumulation factor as
+/// `batch_size // micro_batch_size`: the loader yields whole windows at every micro-step.
+#[derive(Debug, Clone)]
+pub struct LoaderBatch {
+    /// The loader's `batch_size` value.
+    pub span: Range<usize>,
+    pub arg: String,
+    /// The micro batch the derivation divides by, as written.
+    pub micro: String,
+    /// The accumulation factor's name and its derivation as written.
+    pub accum: String,
+    pub derivation: String,
+    pub derived_at: Option<Range<usize>>,
 }
 
 /// `global_batch = a * b` that leaves out the world size or the accumulation factor, read by a

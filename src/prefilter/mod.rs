@@ -21,7 +21,8 @@
 //!   known key compared (`==`, `in (...)`) in a file that assigns a number to a name holding
 //!   `byte` or `multiplier`;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
-//!   batch where a config holds it (a quoted dict key, an argparse flag, a class field);
+//!   batch where a config holds it (a quoted dict key, an argparse flag, a class field); a data
+//!   loader built with the global batch (BS002) needs `DataLoader` and `micro`;
 //! - a global batch computed in code (BS004) needs `batch` with `global`, `effective` or
 //!   `total`, and a `*`; its accumulation factor comes from the loop model, read when the
 //!   training-loop condition holds;
@@ -193,8 +194,12 @@ impl Scan<'_> {
         contains(&self.lower, b"memlint") || contains(&self.lower, b"noqa")
     }
 
-    /// A batch key where a config can hold it. Every key holds `batch_size`.
+    /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
+    /// with the batch its accumulation factor is derived from needs `DataLoader` and `micro`.
     fn batch_key(&self) -> bool {
+        if contains(self.bytes, b"DataLoader") && contains(&self.lower, b"micro") {
+            return true;
+        }
         let axolotl = contains(&self.lower, b"base_model");
         let hits = memchr::memmem::find_iter(&self.lower, b"batch_size")
             .chain(memchr::memmem::find_iter(&self.lower, b"batch-size"));

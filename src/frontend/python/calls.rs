@@ -19,6 +19,7 @@ impl<'s> Walker<'s> {
         match key {
             "compute_loss_func" => self.note_loss_func(node, value),
             "gradient_accumulation_steps" => self.note_accumulation_setting(value),
+            "batch_size" => self.note_loader_batch(node, value),
             _ => {}
         }
         if value.kind() == "string" || matches!(v, "True" | "False") {

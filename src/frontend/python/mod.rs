@@ -14,6 +14,7 @@ mod calls;
 mod conditions;
 mod global_batch;
 mod inline;
+mod loader_batch;
 mod provenance;
 mod schedules;
 mod statements;
@@ -244,6 +245,8 @@ struct Walker<'s> {
     /// Schedulers whose length counts a loader's batches: name, construction, length as
     /// written, the loader.
     micro_schedules: Vec<schedules::MicroSized>,
+    /// `batch_size=` values of data loaders, as written.
+    loader_batch_args: Vec<(&'s str, Range<usize>)>,
     /// Products named as global batches (BS004).
     global_products: Vec<global_batch::Product>,
     /// Trainer losses written by hand (GA007).
@@ -355,6 +358,7 @@ impl<'s> Walker<'s> {
             scheduler_steps: Vec::new(),
             micro_schedules: Vec::new(),
             global_products: Vec::new(),
+            loader_batch_args: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),
         }
@@ -786,6 +790,7 @@ impl<'s> Walker<'s> {
         }
         self.match_micro_schedules(&mut assembled.loops);
         self.facts.global_batches = self.global_batches(&assembled.loops);
+        self.facts.loader_batches = self.loader_batches();
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;
