@@ -33,6 +33,9 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// What the file shows about its per-micro-batch losses being token means of padded
+    /// batches (GA006); read only when the file accumulates.
+    pub token_means: Option<TokenMeans>,
     /// Data loaders built with the batch the file divides by the micro batch (BS002).
     pub loader_batches: Vec<LoaderBatch>,
     /// Global batches computed as products that leave out a factor the file shows (BS004).
@@ -213,6 +216,17 @@ impl AccumLoop {
     pub fn last_step_statement(&self) -> Option<Range<usize>> {
         self.steps.iter().rev().find_map(|s| s.statement.clone())
     }
+}
+
+/// A causal-LM token loss of padded batches: where each is seen (the last mention, the use
+/// rather than the import).
+#[derive(Debug, Clone)]
+pub struct TokenMeans {
+    /// The word that shows it: `ignore_index` of a cross-entropy, or a causal LM (`ForCausalLM`)
+    /// whose `.loss` is a token mean.
+    pub token_loss: Range<usize>,
+    /// Padding: `pad_sequence`, `padding=`, a padding collator.
+    pub padding: Range<usize>,
 }
 
 /// `DataLoader(ds, batch_size=batch_size)` where the file computes the accumulation factor as

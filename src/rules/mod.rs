@@ -12,6 +12,7 @@ mod ga002;
 mod ga003;
 mod ga004;
 mod ga005;
+mod ga006;
 mod ga007;
 mod ga008;
 mod ga009;
@@ -53,6 +54,7 @@ pub static RULES: &[&dyn Rule] = &[
     &ga003::ZeroGradInsideAccumulation,
     &ga004::SchedulerPerMicroStep,
     &ga005::ClipPerMicroStep,
+    &ga006::TokenMeanOfMeans,
     &ga007::CustomLossIgnoresItemCount,
     &ga008::ScalerPerMicroStep,
     &ga009::DdpSyncEveryMicroStep,

@@ -18,6 +18,7 @@ mod loader_batch;
 mod provenance;
 mod schedules;
 mod statements;
+mod token_means;
 mod trainer_loss;
 
 use super::loops::{
@@ -791,6 +792,9 @@ impl<'s> Walker<'s> {
         self.match_micro_schedules(&mut assembled.loops);
         self.facts.global_batches = self.global_batches(&assembled.loops);
         self.facts.loader_batches = self.loader_batches();
+        if !assembled.loops.is_empty() {
+            self.facts.token_means = self.token_means();
+        }
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;
