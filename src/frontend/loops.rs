@@ -14,7 +14,7 @@
 //! `if grad_clip != 0.0:`) runs on every micro-step, in one arm or the other.
 
 use crate::facts::{
-    AccumLoop, Backward, Call, DoubleUnscale, Prov, ScalerCall, ScalerOp, ScaledClip,
+    AccumLoop, Backward, Call, DoubleUnscale, Prov, ScaledClip, ScalerCall, ScalerOp,
 };
 use std::ops::Range;
 

@@ -223,7 +223,8 @@ impl Scan<'_> {
     /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, `def compute_loss`) and
     /// the accumulation key that turns the rule on.
     fn trainer_loss(&self) -> bool {
-        contains(self.bytes, b"compute_loss") && contains(self.bytes, b"gradient_accumulation_steps")
+        contains(self.bytes, b"compute_loss")
+            && contains(self.bytes, b"gradient_accumulation_steps")
     }
 
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
@@ -247,7 +248,9 @@ impl Scan<'_> {
         contains(&self.lower, b"accumulate_grad_batches")
             || contains(&self.lower, b".accumulate(")
             || ((backward || scaled_clip()) && attribute(b".step"))
-            || memchr::memmem::find_iter(self.bytes, b"unscale_").nth(1).is_some()
+            || memchr::memmem::find_iter(self.bytes, b"unscale_")
+                .nth(1)
+                .is_some()
             || (backward && contains(self.bytes, b"no_sync("))
     }
 }

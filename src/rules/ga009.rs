@@ -29,7 +29,10 @@ impl Rule for DdpSyncEveryMicroStep {
         let managed = cx.training.frameworks.iter().any(|f| {
             matches!(
                 f,
-                Framework::Accelerate | Framework::DeepSpeed | Framework::HfTrainer | Framework::Lightning
+                Framework::Accelerate
+                    | Framework::DeepSpeed
+                    | Framework::HfTrainer
+                    | Framework::Lightning
             )
         }) || cx.training.sharded;
         let Some(ddp) = cx.facts.ddp_wraps.first() else {

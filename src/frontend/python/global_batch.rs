@@ -43,7 +43,9 @@ impl<'s> Walker<'s> {
     pub(super) fn note_global_batch(&mut self, target: &str, right: Node) {
         let t = target.to_ascii_lowercase();
         if !t.contains("batch")
-            || !["global", "effective", "total"].iter().any(|k| t.contains(k))
+            || !["global", "effective", "total"]
+                .iter()
+                .any(|k| t.contains(k))
             || ["batches", "num", "count", "token", "idx", "index"]
                 .iter()
                 .any(|k| t.contains(k))
@@ -53,9 +55,12 @@ impl<'s> Walker<'s> {
         let text = self.text(right);
         // A plain product of names, attributes and calls without arguments that compute.
         if !text.contains('*')
-            || text
-                .chars()
-                .any(|c| matches!(c, '+' | '-' | '/' | '%' | ',' | '[' | '"' | '\'' | '<' | '>'))
+            || text.chars().any(|c| {
+                matches!(
+                    c,
+                    '+' | '-' | '/' | '%' | ',' | '[' | '"' | '\'' | '<' | '>'
+                )
+            })
             || text.contains(" if ")
             || text.contains("**")
         {
@@ -77,7 +82,9 @@ impl<'s> Walker<'s> {
             span: right.byte_range(),
             text: text.split_whitespace().collect::<Vec<_>>().join(" "),
             world: words.iter().any(|w| names_world(w)),
-            accum: words.iter().any(|w| names_accumulation(w) || w.contains("micro_batches")),
+            accum: words
+                .iter()
+                .any(|w| names_accumulation(w) || w.contains("micro_batches")),
         });
     }
 

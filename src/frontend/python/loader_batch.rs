@@ -36,7 +36,9 @@ impl<'s> Walker<'s> {
                     return None;
                 }
                 let compact: String = text.split_whitespace().collect();
-                let (left, right) = compact.split_once("//").or_else(|| compact.split_once('/'))?;
+                let (left, right) = compact
+                    .split_once("//")
+                    .or_else(|| compact.split_once('/'))?;
                 let left = left.trim_start_matches("int(").trim_start_matches('(');
                 let right = right.trim_end_matches(')');
                 let micro = right.strip_prefix(prefix)?;

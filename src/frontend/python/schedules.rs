@@ -31,9 +31,14 @@ impl<'s> Walker<'s> {
                 || t.contains(" if ")
                 || words(t).any(|w| {
                     !self.assigned_text.contains_key(w)
-                        && ["max_steps", "total_steps", "update_steps", "optimizer_steps"]
-                            .iter()
-                            .any(|k| contains_word(w, k))
+                        && [
+                            "max_steps",
+                            "total_steps",
+                            "update_steps",
+                            "optimizer_steps",
+                        ]
+                        .iter()
+                        .any(|k| contains_word(w, k))
                 })
         });
         // A name divided in place later (`total //= accum`).
@@ -123,8 +128,14 @@ impl Walker<'_> {
     fn iterates_over(&self, iterates: &str, loader: &str) -> bool {
         words(iterates).any(|w| {
             w == loader
-                || self.assigned_text.get(w).is_some_and(|t| t.trim() == loader)
-                || self.assigned_text.get(loader).is_some_and(|t| t.trim() == w)
+                || self
+                    .assigned_text
+                    .get(w)
+                    .is_some_and(|t| t.trim() == loader)
+                || self
+                    .assigned_text
+                    .get(loader)
+                    .is_some_and(|t| t.trim() == w)
         })
     }
 }
@@ -147,8 +158,6 @@ fn len_argument(text: &str) -> Option<&str> {
         .then_some(arg)
     })
 }
-
-
 
 /// The names and attributes in `text` (`train_loader`, `args.epochs`).
 fn words(text: &str) -> impl Iterator<Item = &str> {
