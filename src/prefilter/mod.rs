@@ -12,7 +12,7 @@
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
 //!   return divided by `accumulate_grad_batches`; a second `unscale_` of one optimizer (GA008)
 //!   needs `unscale_` written twice; a `no_sync()` around a backward (GA009) needs `no_sync(`
-//!   with a `.backward`;
+//!   with `backward`;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
 //!   contains one of `DIVISORS`;
@@ -230,7 +230,7 @@ impl Scan<'_> {
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
     /// compares the text after the callee's last `.`) with a `backward`, a `manual_backward` or a
     /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
-    /// `accumulate_grad_batches`, or `unscale_` written twice, or `no_sync(` with a backward.
+    /// `accumulate_grad_batches`, or `unscale_` written twice, or `no_sync(` with `backward`.
     fn training_loop(&self) -> bool {
         let attribute = |word: &[u8]| {
             memchr::memmem::find_iter(self.bytes, word)
@@ -251,7 +251,7 @@ impl Scan<'_> {
             || memchr::memmem::find_iter(self.bytes, b"unscale_")
                 .nth(1)
                 .is_some()
-            || (backward && contains(self.bytes, b"no_sync("))
+            || (contains(&self.lower, b"backward") && contains(self.bytes, b"no_sync("))
     }
 }
 

@@ -806,6 +806,11 @@ impl<'s> Walker<'s> {
             self.facts.exports = self.exports();
         }
         self.facts.custom_losses = self.custom_losses();
+        // A `no_sync()` elsewhere in the file may hold the forward (a context of its own).
+        let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
+        if no_syncs > self.facts.no_sync_backward_only.len() {
+            self.facts.no_sync_backward_only.clear();
+        }
         self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
             .iter()
             .any(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()).is_some());
@@ -832,7 +837,7 @@ fn backward_only(with: Node, src: &str) -> bool {
             n.kind() == "expression_statement"
                 && src
                     .get(n.byte_range())
-                    .is_some_and(|t| t.contains(".backward("))
+                    .is_some_and(|t| t.contains("backward("))
         })
 }
 
