@@ -218,7 +218,11 @@ pub fn assemble(rec: &Recorded) -> Assembled {
         zero_grad_in_accumulate: zero_grads_in_accumulate(rec.calls),
         clips_in_accumulate: clips_in_accumulate(rec),
         clips_before_unscale: clips_before_unscale(rec.calls, rec.unscales),
-        double_unscales: double_unscales(rec.calls),
+        double_unscales: if trains(rec.calls) {
+            double_unscales(rec.calls)
+        } else {
+            Vec::new()
+        },
     };
     for (_, micro, boundary, factor, steps) in groups {
         // A helper that accumulates by itself is judged where it is written, once.
@@ -529,6 +533,20 @@ fn clips_before_unscale(calls: &[CallEvent], file_unscales: bool) -> Vec<ScaledC
         }
     }
     out
+}
+
+/// The file's walk saw a backward and an optimizer step: what the literal prefilter asks of
+/// every file whose training calls are read.
+pub fn trains(calls: &[CallEvent]) -> bool {
+    calls
+        .iter()
+        .any(|c| matches!(c.kind, CallKind::Step { .. }))
+        && calls.iter().any(|c| {
+            matches!(
+                c.kind,
+                CallKind::Backward { .. } | CallKind::FrameworkBackward
+            )
+        })
 }
 
 /// `scaler.unscale_(optimizer)` twice in one iteration, for the same optimizer, with no

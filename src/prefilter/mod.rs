@@ -7,12 +7,11 @@
 //!   identifier that contains `model`, `weight` or `param`. A parameter count counts only where
 //!   a rule can use one: assigned a possible constant, as a config key, or multiplied where an
 //!   optimizer-state `*byte*` name is assigned;
-//! - the training-loop rules (GA001-GA005, GA008) need an attribute call named exactly `step`
+//! - the training-loop rules (GA001-GA006, GA008, GA009) need an attribute call named exactly `step`
 //!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
-//!   return divided by `accumulate_grad_batches`; a second `unscale_` of one optimizer (GA008)
-//!   needs `unscale_` written twice; a `no_sync()` around a backward (GA009) needs `no_sync(`
-//!   with `backward`;
+//!   return divided by `accumulate_grad_batches`; GA008's second `unscale_` and GA009's
+//!   backward-only `no_sync()` are read only in a file whose walk saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
 //!   contains one of `DIVISORS`;
@@ -22,11 +21,13 @@
 //!   `byte` or `multiplier`;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
 //!   batch where a config holds it (a quoted dict key, an argparse flag, a class field); a data
-//!   loader built with the global batch (BS002) needs `DataLoader` and `micro`;
-//! - a global batch computed in code (BS004) needs `batch` with `global`, `effective` or
-//!   `total`, and a `*`; its accumulation factor comes from the loop model, read when the
+//!   loader built with the global batch (BS002) needs `DataLoader` and a division by a name
+//!   holding `micro`;
+//! - a global batch computed in code (BS004) needs an identifier holding `batch` and `global`,
+//!   `effective` or `total` followed by `=`, and a `*`; its accumulation factor comes from the loop model, read when the
 //!   training-loop condition holds;
-//! - a Trainer loss written by hand (GA007) needs `compute_loss` and
+//! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=`, or
+//!   `compute_loss` followed by `(` with `CausalLM` or `ConditionalGeneration`, and
 //!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
 //! - ML900: suppression directives need `memlint` or `noqa`.
 //!
@@ -195,9 +196,10 @@ impl Scan<'_> {
     }
 
     /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
-    /// with the batch its accumulation factor is derived from needs `DataLoader` and `micro`.
+    /// with the batch its accumulation factor is derived from needs `DataLoader` and a division
+    /// by a name holding `micro`.
     fn batch_key(&self) -> bool {
-        if contains(self.bytes, b"DataLoader") && contains(&self.lower, b"micro") {
+        if contains(self.bytes, b"DataLoader") && self.divided_by_micro() {
             return true;
         }
         let axolotl = contains(&self.lower, b"base_model");
@@ -210,27 +212,77 @@ impl Scan<'_> {
         })
     }
 
-    /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, assigned a
-    /// product (`*`).
-    fn global_batch(&self) -> bool {
-        contains(&self.lower, b"batch")
-            && contains(self.bytes, b"*")
-            && (contains(&self.lower, b"global")
-                || contains(&self.lower, b"effective")
-                || contains(&self.lower, b"total"))
+    /// A division by a name holding `micro` (`batch_size // micro_batch_size`,
+    /// `cfg.batch_size / cfg.micro_batch_size`).
+    fn divided_by_micro(&self) -> bool {
+        let lower = &self.lower[..];
+        memchr::memmem::find_iter(lower, b"micro").any(|at| {
+            let before = lower[..at]
+                .iter()
+                .rev()
+                .skip_while(|b| is_ident(**b) || **b == b'.')
+                .find(|b| !matches!(**b, b' ' | b'\t'));
+            before == Some(&b'/')
+        })
     }
 
-    /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, `def compute_loss`) and
-    /// the accumulation key that turns the rule on.
+    /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, followed by `=`
+    /// (or `:`, an annotated assignment), and a product (`*`).
+    fn global_batch(&self) -> bool {
+        let lower = &self.lower[..];
+        if !contains(self.bytes, b"*") {
+            return false;
+        }
+        // The rarer words first: the identifier around each must hold `batch`.
+        [&b"global"[..], b"effective", b"total"].iter().any(|word| {
+            memchr::memmem::find_iter(lower, word).any(|at| {
+                let start = lower[..at]
+                    .iter()
+                    .rposition(|b| !is_ident(*b))
+                    .map_or(0, |p| p + 1);
+                let end = lower[at..]
+                    .iter()
+                    .position(|b| !is_ident(*b))
+                    .map_or(lower.len(), |p| at + p);
+                let mut rest = lower[end..]
+                    .iter()
+                    .copied()
+                    .skip_while(|b| *b == b' ' || *b == b'\t');
+                let assigned = match rest.next() {
+                    Some(b'=') => rest.next() != Some(b'='),
+                    // An annotated assignment (`global_batch: int = ...`).
+                    Some(b':') => true,
+                    _ => false,
+                };
+                assigned && contains(&lower[start..end], b"batch")
+            })
+        })
+    }
+
+    /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, or `def compute_loss(`
+    /// with a causal LM named) and the accumulation key that turns the rule on.
     fn trainer_loss(&self) -> bool {
-        contains(self.bytes, b"compute_loss")
-            && contains(self.bytes, b"gradient_accumulation_steps")
+        // `compute_loss_func` followed by `=` (a keyword), or `compute_loss` followed by `(` (a
+        // definition) in a file that names a causal LM.
+        let followed = |word: &[u8], by: u8| {
+            memchr::memmem::find_iter(self.bytes, word).any(|at| {
+                self.bytes[at + word.len()..]
+                    .iter()
+                    .find(|b| !matches!(**b, b' ' | b'\t'))
+                    == Some(&by)
+            })
+        };
+        contains(self.bytes, b"gradient_accumulation_steps")
+            && (followed(b"compute_loss_func", b'=')
+                || (followed(b"compute_loss", b'(')
+                    && (contains(self.bytes, b"CausalLM")
+                        || contains(self.bytes, b"ConditionalGeneration"))))
     }
 
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
     /// compares the text after the callee's last `.`) with a `backward`, a `manual_backward` or a
     /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
-    /// `accumulate_grad_batches`, or `unscale_` written twice, or `no_sync(` with `backward`.
+    /// `accumulate_grad_batches`.
     fn training_loop(&self) -> bool {
         let attribute = |word: &[u8]| {
             memchr::memmem::find_iter(self.bytes, word)
@@ -248,10 +300,6 @@ impl Scan<'_> {
         contains(&self.lower, b"accumulate_grad_batches")
             || contains(&self.lower, b".accumulate(")
             || ((backward || scaled_clip()) && attribute(b".step"))
-            || memchr::memmem::find_iter(self.bytes, b"unscale_")
-                .nth(1)
-                .is_some()
-            || (contains(&self.lower, b"backward") && contains(self.bytes, b"no_sync("))
     }
 }
 

@@ -41,6 +41,9 @@ impl<'s> Walker<'s> {
     /// `name = a * b * c` where the name says it is a global, effective or total batch and one
     /// factor is a batch size.
     pub(super) fn note_global_batch(&mut self, target: &str, right: Node) {
+        if !contains_word(target, "batch") {
+            return;
+        }
         let t = target.to_ascii_lowercase();
         if !t.contains("batch")
             || !["global", "effective", "total"]

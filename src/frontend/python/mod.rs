@@ -808,7 +808,7 @@ impl<'s> Walker<'s> {
         self.facts.custom_losses = self.custom_losses();
         // A `no_sync()` elsewhere in the file may hold the forward (a context of its own).
         let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
-        if no_syncs > self.facts.no_sync_backward_only.len() {
+        if no_syncs > self.facts.no_sync_backward_only.len() || !loops::trains(&calls) {
             self.facts.no_sync_backward_only.clear();
         }
         self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
