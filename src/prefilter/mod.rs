@@ -24,7 +24,9 @@
 //!   loader built with the global batch (BS002) needs `DataLoader` and a division by a name
 //!   holding `micro`;
 //! - a global batch computed in code (BS004) needs an identifier holding `batch` and `global`,
-//!   `effective` or `total` followed by `=`, and a `*`; its accumulation factor comes from the loop model, read when the
+//!   `effective` or `total` followed by `=` (or `:`), a `*`, and either the training-loop
+//!   condition (the loop it accumulates in) or a data-parallel wrapper (`DDP`,
+//!   `DistributedDataParallel`, `init_process_group`); its accumulation factor comes from the loop model, read when the
 //!   training-loop condition holds;
 //! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=`, or
 //!   `compute_loss` followed by `(` with `CausalLM` or `ConditionalGeneration`, and
@@ -157,8 +159,11 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         };
     }
     let scan = Scan::new(text);
-    let global_batch = wanted.global_batch && scan.global_batch();
-    let loop_model = (wanted.accumulation || global_batch) && scan.training_loop();
+    // BS004 judges a product only beside a data-parallel wrapper or an accumulating loop.
+    let training_loop = (wanted.accumulation || wanted.global_batch) && scan.training_loop();
+    let global_batch =
+        wanted.global_batch && scan.global_batch() && (training_loop || scan.data_parallel());
+    let loop_model = (wanted.accumulation || global_batch) && training_loop;
     let parse = loop_model
         || (wanted.suppressions && scan.directive())
         || (wanted.trainer_loss && scan.trainer_loss())
@@ -257,6 +262,14 @@ impl Scan<'_> {
                 assigned && contains(&lower[start..end], b"batch")
             })
         })
+    }
+
+    /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or
+    /// `init_process_group`.
+    fn data_parallel(&self) -> bool {
+        contains(self.bytes, b"DDP")
+            || contains(self.bytes, b"DistributedDataParallel")
+            || contains(self.bytes, b"init_process_group")
     }
 
     /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, or `def compute_loss(`
