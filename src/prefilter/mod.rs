@@ -159,20 +159,21 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         };
     }
     let scan = Scan::new(text);
-    // BS004 judges a product only beside a data-parallel wrapper or an accumulating loop.
+    // BS004 judges a product only beside an accumulating loop (read with the loop model) or a
+    // data-parallel wrapper (no loop model needed); its scans run last, when nothing else has
+    // asked for the parse.
     let training_loop = (wanted.accumulation || wanted.global_batch) && scan.training_loop();
-    let global_batch =
-        wanted.global_batch && scan.global_batch() && (training_loop || scan.data_parallel());
-    let loop_model = (wanted.accumulation || global_batch) && training_loop;
+    let loop_model =
+        training_loop && (wanted.accumulation || (wanted.global_batch && scan.global_batch()));
     let parse = loop_model
         || (wanted.suppressions && scan.directive())
-        || (wanted.trainer_loss && scan.trainer_loss())
-        || global_batch
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
         || (wanted.memory && scan.sized_name())
-        || (wanted.fit && scan.names_a_sized_model());
+        || (wanted.fit && scan.names_a_sized_model())
+        || (wanted.trainer_loss && scan.trainer_loss())
+        || (wanted.global_batch && scan.data_parallel() && scan.global_batch());
     Needs { parse, loop_model }
 }
 
