@@ -42,7 +42,8 @@ pub struct Facts {
     pub global_batches: Vec<GlobalBatch>,
     /// `DistributedDataParallel(...)` constructions.
     pub ddp_wraps: Vec<Range<usize>>,
-    /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`).
+    /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`);
+    /// read only when the file wraps a model in DDP.
     pub controls_grad_sync: bool,
     /// `with model.no_sync():` blocks that hold backwards only: the forward ran outside, so
     /// the backward still synchronises. The `with` line.

@@ -807,13 +807,19 @@ impl<'s> Walker<'s> {
         }
         self.facts.custom_losses = self.custom_losses();
         // A `no_sync()` elsewhere in the file may hold the forward (a context of its own).
-        let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
-        if no_syncs > self.facts.no_sync_backward_only.len() || !loops::trains(&calls) {
-            self.facts.no_sync_backward_only.clear();
+        // Read only when there is something to judge: most files have no `no_sync` block and
+        // no DDP wrapper.
+        if !self.facts.no_sync_backward_only.is_empty() {
+            let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
+            if no_syncs > self.facts.no_sync_backward_only.len() || !loops::trains(&calls) {
+                self.facts.no_sync_backward_only.clear();
+            }
         }
-        self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
-            .iter()
-            .any(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()).is_some());
+        if !self.facts.ddp_wraps.is_empty() {
+            self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
+                .iter()
+                .any(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()).is_some());
+        }
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);

@@ -23,6 +23,10 @@ impl<'s> Walker<'s> {
         }
         let mut texts: Vec<&'s str> = Vec::new();
         self.gather(self.text(ctor), 0, &mut texts);
+        // Most schedules are not sized by a `len()`: look for one first.
+        let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
+            return;
+        };
         // A division, a choice or an explicit step count may size the schedule in optimizer
         // steps: not known.
         // A count read from outside (`args.max_steps`) is not followed.
@@ -55,9 +59,6 @@ impl<'s> Walker<'s> {
         if unknown || divided_later {
             return;
         }
-        let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
-            return;
-        };
         // The assignment that holds the count, or the count alone when it is written in the
         // constructor.
         let length = if text == self.text(ctor) {
