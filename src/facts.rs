@@ -33,6 +33,27 @@ pub struct Facts {
     /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
     /// the scaler's step, with no `unscale_` between (in any training loop).
     pub clips_before_unscale: Vec<ScaledClip>,
+    /// What the file shows about its per-micro-batch losses being token means of padded
+    /// batches (GA006); read only when the file accumulates.
+    pub token_means: Option<TokenMeans>,
+    /// Data loaders built with the batch the file divides by the micro batch (BS002).
+    pub loader_batches: Vec<LoaderBatch>,
+    /// Global batches computed as products that leave out a factor the file shows (BS004).
+    pub global_batches: Vec<GlobalBatch>,
+    /// `DistributedDataParallel(...)` constructions.
+    pub ddp_wraps: Vec<Range<usize>>,
+    /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`);
+    /// read only when the file wraps a model in DDP.
+    pub controls_grad_sync: bool,
+    /// `with model.no_sync():` blocks that hold backwards only: the forward ran outside, so
+    /// the backward still synchronises. The `with` line.
+    pub no_sync_backward_only: Vec<Range<usize>>,
+    /// HF Trainer losses written by hand that never read the window's item count.
+    pub custom_losses: Vec<CustomLoss>,
+    /// `gradient_accumulation_steps=<number>` keyword arguments.
+    pub accumulation_settings: Vec<Mention<f64>>,
+    /// The same optimizer unscaled twice before the scaler updates (in any training loop).
+    pub double_unscales: Vec<DoubleUnscale>,
     /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
     /// instance of each class returns when called (`"Class()"`): read by files that import them.
     pub exports: Vec<(String, Prov)>,
@@ -326,6 +347,20 @@ pub struct AccumLoop {
     pub clips: Vec<Call>,
     /// `scaler.unscale_(...)` at the boundary.
     pub unscales: Vec<Call>,
+    /// `scheduler.step()` at the boundary.
+    pub boundary_scheduler_steps: Vec<Call>,
+    /// What the micro-step loop iterates over, as written, when each iteration is one
+    /// micro-batch and a test marks the boundary (`enumerate(train_loader)`).
+    pub iterates: Option<String>,
+    /// Schedulers stepped at the boundary whose length counts the micro-batches of the loader
+    /// this loop iterates.
+    pub micro_sized_schedules: Vec<MicroSchedule>,
+    /// `scaler.update()` and `scaler.unscale_(...)` that run on every micro-step.
+    pub scaler_micro_calls: Vec<ScalerCall>,
+    /// A `scaler.update()` already runs at the boundary.
+    pub update_at_boundary: bool,
+    /// A gradient clip runs at the boundary.
+    pub clip_at_boundary: bool,
     /// A `zero_grad()` already runs at the boundary.
     pub zero_grad_at_boundary: bool,
     /// The loop's gradients go through a `GradScaler`.
@@ -338,6 +373,114 @@ impl AccumLoop {
     pub fn last_step_statement(&self) -> Option<Range<usize>> {
         self.steps.iter().rev().find_map(|s| s.statement.clone())
     }
+}
+
+/// A causal-LM token loss of padded batches: where each is seen (the last mention, the use
+/// rather than the import).
+#[derive(Debug, Clone)]
+pub struct TokenMeans {
+    /// The word that shows it: `ignore_index` of a cross-entropy, or a causal LM (`ForCausalLM`)
+    /// whose `.loss` is a token mean.
+    pub token_loss: Range<usize>,
+    /// Padding: `pad_sequence`, `padding=`, a padding collator.
+    pub padding: Range<usize>,
+}
+
+/// `DataLoader(ds, batch_size=batch_size)` where the file computes the accumulation factor as
+/// `batch_size // micro_batch_size`: the loader yields whole windows at every micro-step.
+#[derive(Debug, Clone)]
+pub struct LoaderBatch {
+    /// The loader's `batch_size` value.
+    pub span: Range<usize>,
+    pub arg: String,
+    /// The micro batch the derivation divides by, as written.
+    pub micro: String,
+    /// The accumulation factor's name and its derivation as written.
+    pub accum: String,
+    pub derivation: String,
+    pub derived_at: Option<Range<usize>>,
+}
+
+/// `global_batch = a * b` that leaves out the world size or the accumulation factor, read by a
+/// step count or a learning rate.
+#[derive(Debug, Clone)]
+pub struct GlobalBatch {
+    pub name: String,
+    /// The product.
+    pub span: Range<usize>,
+    pub text: String,
+    pub missing: Missing,
+    /// The step count or learning rate computed from it.
+    pub used_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Missing {
+    /// The file runs data-parallel (a DDP wrapper, `init_process_group`).
+    World,
+    /// The file accumulates over this factor, in the loop at this span.
+    Accumulation(String, Range<usize>),
+}
+
+/// A scheduler stepped once per optimizer step, sized in micro-batches.
+#[derive(Debug, Clone)]
+pub struct MicroSchedule {
+    /// The boundary's `scheduler.step()`.
+    pub step: Call,
+    /// The scheduler's construction.
+    pub built: Range<usize>,
+    /// The length as written, followed through the names it reads (`len(train_loader) * epochs`).
+    pub length: String,
+}
+
+/// What a `GradScaler` call does to the loss scale or the gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalerOp {
+    /// `scaler.update()`: a new loss scale.
+    Update,
+    /// `scaler.unscale_(optimizer)`: gradients divided by the loss scale.
+    Unscale,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalerCall {
+    pub op: ScalerOp,
+    pub call: Call,
+}
+
+/// `scaler.unscale_(optimizer)` twice for one optimizer with no `scaler.update()` between: the
+/// second raises a RuntimeError.
+#[derive(Debug, Clone)]
+pub struct DoubleUnscale {
+    pub first: Range<usize>,
+    pub second: Call,
+}
+
+/// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`
+/// (the item count of the accumulation window), although it receives it.
+#[derive(Debug, Clone)]
+pub struct CustomLoss {
+    pub kind: CustomLossKind,
+    /// Where to report: the `compute_loss_func=f` keyword, or the `def compute_loss` line.
+    pub at: Range<usize>,
+    /// The function as written (`my_loss`, `MyTrainer.compute_loss`).
+    pub function: String,
+    /// Its `def` line (or the lambda).
+    pub defined: Range<usize>,
+    /// The parameter that receives the count (`num_items_in_batch`, or a `**kwargs` name).
+    pub param: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum CustomLossKind {
+    /// `Trainer(..., compute_loss_func=f)`.
+    LossFunc,
+    /// A `Trainer` subclass overriding `compute_loss`, in a file that loads a causal LM
+    /// (a model that accepts loss keywords), at `causal_lm`.
+    Override {
+        class: String,
+        causal_lm: Range<usize>,
+    },
 }
 
 /// A call as a statement: where the call is, and the whole statement line when the call stands

@@ -13,7 +13,9 @@
 //! A call under an `if` whose test does not change between micro-steps (`if args.fp16:`,
 //! `if grad_clip != 0.0:`) runs on every micro-step, in one arm or the other.
 
-use crate::facts::{AccumLoop, Backward, Call, Prov, ScaledClip};
+use crate::facts::{
+    AccumLoop, Backward, Call, DoubleUnscale, Prov, ScaledClip, ScalerCall, ScalerOp,
+};
 use std::ops::Range;
 
 /// Where a call sits: its function scope, the loops around it (outermost first) and the branches
@@ -78,6 +80,8 @@ pub struct LoopInfo {
     pub micro_factor: Option<String>,
     /// Names assigned inside the loop, its own variables included.
     pub assigned: Vec<String>,
+    /// What a `for` loop iterates over, as written (`enumerate(train_loader)`).
+    pub iterates: String,
 }
 
 /// What an `if` tests about the accumulation window.
@@ -143,7 +147,12 @@ pub enum CallKind {
     Clip {
         framework: bool,
     },
-    Unscale,
+    /// `scaler.unscale_(optimizer)`; `key` is the call as written without spaces.
+    Unscale {
+        key: String,
+    },
+    /// `scaler.update()`.
+    ScalerUpdate,
 }
 
 /// The iterations that are micro-steps.
@@ -181,6 +190,7 @@ pub struct Assembled {
     pub zero_grad_in_accumulate: Vec<Range<usize>>,
     pub clips_in_accumulate: Vec<Range<usize>>,
     pub clips_before_unscale: Vec<ScaledClip>,
+    pub double_unscales: Vec<DoubleUnscale>,
 }
 
 pub fn assemble(rec: &Recorded) -> Assembled {
@@ -208,6 +218,11 @@ pub fn assemble(rec: &Recorded) -> Assembled {
         zero_grad_in_accumulate: zero_grads_in_accumulate(rec.calls),
         clips_in_accumulate: clips_in_accumulate(rec),
         clips_before_unscale: clips_before_unscale(rec.calls, rec.unscales),
+        double_unscales: if trains(rec.calls) {
+            double_unscales(rec.calls)
+        } else {
+            Vec::new()
+        },
     };
     for (_, micro, boundary, factor, steps) in groups {
         // A helper that accumulates by itself is judged where it is written, once.
@@ -361,6 +376,15 @@ fn build(
         scheduler_steps: Vec::new(),
         clips: Vec::new(),
         unscales: Vec::new(),
+        boundary_scheduler_steps: Vec::new(),
+        iterates: match (micro, boundary) {
+            (Micro::Loop(l), Boundary::Branch(_)) => rec.loops.get(l).map(|i| i.iterates.clone()),
+            _ => None,
+        },
+        micro_sized_schedules: Vec::new(),
+        scaler_micro_calls: Vec::new(),
+        update_at_boundary: false,
+        clip_at_boundary: false,
         zero_grad_at_boundary: false,
         uses_scaler: steps
             .iter()
@@ -417,8 +441,21 @@ fn build(
             CallKind::ZeroGrad if every => lp.zero_grads.push(ev.call.clone()),
             CallKind::ZeroGrad if on_boundary(ev) => lp.zero_grad_at_boundary = true,
             CallKind::SchedulerStep if every => lp.scheduler_steps.push(ev.call.clone()),
+            CallKind::SchedulerStep if on_boundary(ev) => {
+                lp.boundary_scheduler_steps.push(ev.call.clone())
+            }
             CallKind::Clip { .. } if every => lp.clips.push(ev.call.clone()),
-            CallKind::Unscale if on_boundary(ev) => lp.unscales.push(ev.call.clone()),
+            CallKind::Clip { .. } if on_boundary(ev) => lp.clip_at_boundary = true,
+            CallKind::Unscale { .. } if on_boundary(ev) => lp.unscales.push(ev.call.clone()),
+            CallKind::Unscale { .. } if every => lp.scaler_micro_calls.push(ScalerCall {
+                op: ScalerOp::Unscale,
+                call: ev.call.clone(),
+            }),
+            CallKind::ScalerUpdate if on_boundary(ev) => lp.update_at_boundary = true,
+            CallKind::ScalerUpdate if every => lp.scaler_micro_calls.push(ScalerCall {
+                op: ScalerOp::Update,
+                call: ev.call.clone(),
+            }),
             _ => {}
         }
     }
@@ -428,6 +465,13 @@ fn build(
     dedup_calls(&mut lp.zero_grads);
     dedup_calls(&mut lp.scheduler_steps);
     dedup_calls(&mut lp.clips);
+    dedup_calls(&mut lp.boundary_scheduler_steps);
+    let mut seen: Vec<Range<usize>> = Vec::new();
+    lp.scaler_micro_calls.retain(|c| {
+        let new = !seen.contains(&c.call.span);
+        seen.push(c.call.span.clone());
+        new
+    });
     Some(lp)
 }
 
@@ -476,7 +520,7 @@ fn clips_before_unscale(calls: &[CallEvent], file_unscales: bool) -> Vec<ScaledC
             ) && b.ctx.scope == clip.ctx.scope
         }) && !file_unscales);
         let unscaled = calls.iter().any(|u| {
-            matches!(u.kind, CallKind::Unscale)
+            matches!(u.kind, CallKind::Unscale { .. })
                 && together(u)
                 && u.order < clip.order
                 && u.ctx.loops.starts_with(&step.ctx.loops)
@@ -485,6 +529,57 @@ fn clips_before_unscale(calls: &[CallEvent], file_unscales: bool) -> Vec<ScaledC
             out.push(ScaledClip {
                 clip: clip.call.clone(),
                 step: step.call.span.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// The file's walk saw a backward and an optimizer step: what the literal prefilter asks of
+/// every file whose training calls are read.
+pub fn trains(calls: &[CallEvent]) -> bool {
+    calls
+        .iter()
+        .any(|c| matches!(c.kind, CallKind::Step { .. }))
+        && calls.iter().any(|c| {
+            matches!(
+                c.kind,
+                CallKind::Backward { .. } | CallKind::FrameworkBackward
+            )
+        })
+}
+
+/// `scaler.unscale_(optimizer)` twice in one iteration, for the same optimizer, with no
+/// `scaler.update()` between: whenever one runs the other does too (one's branches are a prefix
+/// of the other's), and `unscale_` may run once per step.
+fn double_unscales(calls: &[CallEvent]) -> Vec<DoubleUnscale> {
+    let mut out: Vec<DoubleUnscale> = Vec::new();
+    for (i, a) in calls.iter().enumerate() {
+        let CallKind::Unscale { key } = &a.kind else {
+            continue;
+        };
+        let Some(b) = calls.iter().skip(i + 1).find(|b| {
+            matches!(&b.kind, CallKind::Unscale { key: k } if k == key)
+                && b.call.span != a.call.span
+                && b.order > a.order
+                && b.ctx.scope == a.ctx.scope
+                && b.ctx.loops == a.ctx.loops
+                && (a.ctx.branches.starts_with(&b.ctx.branches)
+                    || b.ctx.branches.starts_with(&a.ctx.branches))
+        }) else {
+            continue;
+        };
+        // An update between them starts a new step.
+        let updated = calls.iter().any(|u| {
+            matches!(u.kind, CallKind::ScalerUpdate)
+                && u.ctx.scope == a.ctx.scope
+                && u.order > a.order
+                && u.order < b.order
+        });
+        if !updated && !out.iter().any(|d| d.second.span == b.call.span) {
+            out.push(DoubleUnscale {
+                first: a.call.span.clone(),
+                second: b.call.clone(),
             });
         }
     }

@@ -7,10 +7,11 @@
 //!   identifier that contains `model`, `weight` or `param`. A parameter count counts only where
 //!   a rule can use one: assigned a possible constant, as a config key, or multiplied where an
 //!   optimizer-state `*byte*` name is assigned;
-//! - the training-loop rules (GA001-GA005) need an attribute call named exactly `step` (the
-//!   frontend compares the text after the callee's last `.`) with a `backward`, a
+//! - the training-loop rules (GA001-GA006, GA008, GA009) need an attribute call named exactly `step`
+//!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
-//!   return divided by `accumulate_grad_batches`;
+//!   return divided by `accumulate_grad_batches`; GA008's second `unscale_` and GA009's
+//!   backward-only `no_sync()` are read only in a file whose walk saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
 //!   contains one of `DIVISORS`;
@@ -19,7 +20,17 @@
 //!   known key compared (`==`, `in (...)`) in a file that assigns a number to a name holding
 //!   `byte` or `multiplier`;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
-//!   batch where a config holds it (a quoted dict key, an argparse flag, a class field);
+//!   batch where a config holds it (a quoted dict key, an argparse flag, a class field); a data
+//!   loader built with the global batch (BS002) needs `DataLoader` and a division by a name
+//!   holding `micro`;
+//! - a global batch computed in code (BS004) needs an identifier holding `batch` and `global`,
+//!   `effective` or `total` followed by `=` (or `:`), a `*`, and either the training-loop
+//!   condition (the loop it accumulates in) or a data-parallel wrapper (`DDP`,
+//!   `DistributedDataParallel`, `init_process_group`); its accumulation factor comes from the loop model, read when the
+//!   training-loop condition holds;
+//! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=`, or
+//!   `compute_loss` followed by `(` with `CausalLM` or `ConditionalGeneration`, and
+//!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
 //! - ML900: suppression directives need `memlint` or `noqa`.
 //!
 //! What a file gives other files (a script's context for its launcher's run) does not depend on
@@ -44,6 +55,10 @@ use scan::{contains, is_ident, Scan};
 pub struct Wanted {
     pub memory: bool,
     pub accumulation: bool,
+    /// GA007: a Trainer loss written by hand.
+    pub trainer_loss: bool,
+    /// BS004: a global batch computed in code, with the loop model (the accumulation factor).
+    pub global_batch: bool,
     pub units: bool,
     pub tables: bool,
     pub batch: bool,
@@ -63,6 +78,8 @@ impl Wanted {
     pub const ALL: Wanted = Wanted {
         memory: true,
         accumulation: true,
+        trainer_loss: true,
+        global_batch: true,
         units: true,
         tables: true,
         batch: true,
@@ -96,6 +113,8 @@ impl Wanted {
                 "MEM007" | "MEM008" | "MEM009" | "MEM010" => w.states = true,
                 "MEM011" => w.checkpointing = true,
                 "BS001" | "BS002" | "BS003" => w.batch = true,
+                "GA007" => w.trainer_loss = true,
+                "BS004" => w.global_batch = true,
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
                 _ => w.unknown = true,
@@ -107,6 +126,8 @@ impl Wanted {
     fn any(self) -> bool {
         self.memory
             || self.accumulation
+            || self.trainer_loss
+            || self.global_batch
             || self.units
             || self.tables
             || self.batch
@@ -148,7 +169,12 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         };
     }
     let scan = Scan::new(text);
-    let loop_model = wanted.accumulation && scan.training_loop();
+    // BS004 judges a product only beside an accumulating loop (read with the loop model) or a
+    // data-parallel wrapper (no loop model needed); its scans run last, when nothing else has
+    // asked for the parse.
+    let training_loop = (wanted.accumulation || wanted.global_batch) && scan.training_loop();
+    let loop_model =
+        training_loop && (wanted.accumulation || (wanted.global_batch && scan.global_batch()));
     let parse = loop_model
         || (wanted.suppressions && scan.directive())
         || (wanted.batch && scan.batch_key())
@@ -157,7 +183,9 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         || ((wanted.memory || wanted.states) && scan.sized_name())
         || (wanted.states && scan.count_scaled())
         || (wanted.checkpointing && scan.checkpointed_memory())
-        || (wanted.fit && scan.names_a_sized_model());
+        || (wanted.fit && scan.names_a_sized_model())
+        || (wanted.trainer_loss && scan.trainer_loss())
+        || (wanted.global_batch && scan.data_parallel() && scan.global_batch());
     Needs { parse, loop_model }
 }
 
@@ -185,8 +213,13 @@ impl Scan<'_> {
         contains(&self.lower, b"memlint") || contains(&self.lower, b"noqa")
     }
 
-    /// A batch key where a config can hold it. Every key holds `batch_size`.
+    /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
+    /// with the batch its accumulation factor is derived from needs `DataLoader` and a division
+    /// by a name holding `micro`.
     fn batch_key(&self) -> bool {
+        if contains(self.bytes, b"DataLoader") && self.divided_by_micro() {
+            return true;
+        }
         let axolotl = contains(&self.lower, b"base_model");
         let hits = memchr::memmem::find_iter(&self.lower, b"batch_size")
             .chain(memchr::memmem::find_iter(&self.lower, b"batch-size"));
@@ -195,6 +228,81 @@ impl Scan<'_> {
             self.config_key(at, at + "batch_size".len(), batch)
                 .is_some()
         })
+    }
+
+    /// A division by a name holding `micro` (`batch_size // micro_batch_size`,
+    /// `cfg.batch_size / cfg.micro_batch_size`).
+    fn divided_by_micro(&self) -> bool {
+        let lower = &self.lower[..];
+        memchr::memmem::find_iter(lower, b"micro").any(|at| {
+            let before = lower[..at]
+                .iter()
+                .rev()
+                .skip_while(|b| is_ident(**b) || **b == b'.')
+                .find(|b| !matches!(**b, b' ' | b'\t'));
+            before == Some(&b'/')
+        })
+    }
+
+    /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, followed by `=`
+    /// (or `:`, an annotated assignment), and a product (`*`).
+    fn global_batch(&self) -> bool {
+        let lower = &self.lower[..];
+        if !contains(self.bytes, b"*") {
+            return false;
+        }
+        // The rarer words first: the identifier around each must hold `batch`.
+        [&b"global"[..], b"effective", b"total"].iter().any(|word| {
+            memchr::memmem::find_iter(lower, word).any(|at| {
+                let start = lower[..at]
+                    .iter()
+                    .rposition(|b| !is_ident(*b))
+                    .map_or(0, |p| p + 1);
+                let end = lower[at..]
+                    .iter()
+                    .position(|b| !is_ident(*b))
+                    .map_or(lower.len(), |p| at + p);
+                let mut rest = lower[end..]
+                    .iter()
+                    .copied()
+                    .skip_while(|b| *b == b' ' || *b == b'\t');
+                let assigned = match rest.next() {
+                    Some(b'=') => rest.next() != Some(b'='),
+                    // An annotated assignment (`global_batch: int = ...`).
+                    Some(b':') => true,
+                    _ => false,
+                };
+                assigned && contains(&lower[start..end], b"batch")
+            })
+        })
+    }
+
+    /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or
+    /// `init_process_group`.
+    fn data_parallel(&self) -> bool {
+        contains(self.bytes, b"DDP")
+            || contains(self.bytes, b"DistributedDataParallel")
+            || contains(self.bytes, b"init_process_group")
+    }
+
+    /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, or `def compute_loss(`
+    /// with a causal LM named) and the accumulation key that turns the rule on.
+    fn trainer_loss(&self) -> bool {
+        // `compute_loss_func` followed by `=` (a keyword), or `compute_loss` followed by `(` (a
+        // definition) in a file that names a causal LM.
+        let followed = |word: &[u8], by: u8| {
+            memchr::memmem::find_iter(self.bytes, word).any(|at| {
+                self.bytes[at + word.len()..]
+                    .iter()
+                    .find(|b| !matches!(**b, b' ' | b'\t'))
+                    == Some(&by)
+            })
+        };
+        contains(self.bytes, b"gradient_accumulation_steps")
+            && (followed(b"compute_loss_func", b'=')
+                || (followed(b"compute_loss", b'(')
+                    && (contains(self.bytes, b"CausalLM")
+                        || contains(self.bytes, b"ConditionalGeneration"))))
     }
 
     /// The training-loop rules need an attribute call named exactly `step` (the frontend

@@ -3,7 +3,7 @@
 //! batch x accumulation x data-parallel size. Documentation: `rules/BS002.toml`.
 
 use super::batch::{docs, looks_deepspeed, ranks, val, via_note, worlds, Val};
-use super::{Checker, Rule};
+use super::{line_of, Checker, Rule};
 use crate::config::{Key, Node, Value};
 use crate::context::World;
 use crate::diagnostic::Diagnostic;
@@ -50,6 +50,7 @@ impl Rule for EffectiveBatchMismatch {
     }
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        loaders(cx, out);
         for doc in docs(cx) {
             // Defaults of a script: the launcher may pass other values, so only what no world
             // size can fix is reported there.
@@ -248,4 +249,25 @@ fn check_map(
         Diagnostic::new("BS002", span, message)
             .with_help(format!("use a multiple of {step}, e.g. {near}")),
     )
+}
+
+/// A data loader built with the batch the file divides by the micro batch to get the
+/// accumulation factor: every micro-step reads a whole window.
+fn loaders(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+    for l in &cx.facts.loader_batches {
+        let (arg, micro, accum, derivation) = (&l.arg, &l.micro, &l.accum, &l.derivation);
+        let at = l
+            .derived_at
+            .as_ref()
+            .map(|r| format!(" ({})", line_of(cx.file, r.start)))
+            .unwrap_or_default();
+        out.push(
+            Diagnostic::new(
+                "BS002",
+                l.span.clone(),
+                format!("the data loader is built with `batch_size={arg}` while the accumulation factor is derived as `{accum} = {derivation}`{at}: `{arg}` is the batch of a whole window and `{micro}` the batch of one micro-step, so each micro-step reads `{accum}` times the micro batch"),
+            )
+            .with_help(format!("build the loader with `batch_size={micro}`")),
+        );
+    }
 }

@@ -4,6 +4,7 @@ mod batch;
 mod bs001;
 mod bs002;
 mod bs003;
+mod bs004;
 pub mod catalog;
 mod edits;
 mod ga001;
@@ -11,6 +12,10 @@ mod ga002;
 mod ga003;
 mod ga004;
 mod ga005;
+mod ga006;
+mod ga007;
+mod ga008;
+mod ga009;
 mod mem001;
 mod mem002;
 mod mem003;
@@ -60,13 +65,27 @@ pub static RULES: &[&dyn Rule] = &[
     &ga003::ZeroGradInsideAccumulation,
     &ga004::SchedulerPerMicroStep,
     &ga005::ClipPerMicroStep,
+    &ga006::TokenMeanOfMeans,
+    &ga007::CustomLossIgnoresItemCount,
+    &ga008::ScalerPerMicroStep,
+    &ga009::DdpSyncEveryMicroStep,
     &bs001::DeepSpeedBatchMismatch,
     &bs002::EffectiveBatchMismatch,
     &bs003::TrainerDeepSpeedMismatch,
+    &bs004::GlobalBatchMissingFactor,
     &mem005::TrainingDoesNotFit,
 ];
 
 pub const UNUSED_SUPPRESSION: &str = "ML900";
+
+/// Where a piece of evidence is in the file being checked: `line 12`, or `cell 2, line 4` in a
+/// notebook.
+pub fn line_of(file: &SourceFile, offset: usize) -> String {
+    match file.locate(offset) {
+        (Some(cell), p) => format!("cell {cell}, line {}", p.row),
+        (None, p) => format!("line {}", p.row),
+    }
+}
 
 /// Codes memlint can report, in catalogue order.
 pub fn implemented_codes() -> Vec<&'static str> {

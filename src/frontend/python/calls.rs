@@ -16,6 +16,12 @@ impl<'s> Walker<'s> {
         };
         let key = self.text(name);
         let v = self.text(value);
+        match key {
+            "compute_loss_func" => self.note_loss_func(node, value),
+            "gradient_accumulation_steps" => self.note_accumulation_setting(value),
+            "batch_size" => self.note_loader_batch(node, value),
+            _ => {}
+        }
         if value.kind() == "string" || matches!(v, "True" | "False") {
             flag_evidence(
                 key,
@@ -147,6 +153,9 @@ impl<'s> Walker<'s> {
                 value: Checkpointing::Offloaded,
                 span: span.clone(),
             }),
+            _ if last == "DistributedDataParallel" || last.ends_with("DDP") => {
+                self.facts.ddp_wraps.push(span.clone())
+            }
             "Accelerator" => ev.frameworks.push(Mention {
                 value: Framework::Accelerate,
                 span: span.clone(),
@@ -358,7 +367,11 @@ impl<'s> Walker<'s> {
             "clip_grad_norm_" | "clip_grad_norm" | "clip_grad_value_" => CallKind::Clip {
                 framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
             },
-            "unscale_" => CallKind::Unscale,
+            // The call as written, without spaces, tells the optimizers (and scalers) apart.
+            "unscale_" => CallKind::Unscale {
+                key: self.text(node).split_whitespace().collect(),
+            },
+            "update" if positional <= 1 && recv_last.contains("scaler") => CallKind::ScalerUpdate,
             // Opacus accumulates clipped per-sample gradients and divides by the samples seen.
             "virtual_step" => CallKind::GradRescale,
             _ if last.to_ascii_lowercase().contains("scale_grads")

@@ -12,9 +12,14 @@
 mod arithmetic;
 mod calls;
 mod conditions;
+mod global_batch;
 mod inline;
+mod loader_batch;
 mod provenance;
+mod schedules;
 mod statements;
+mod token_means;
+mod trainer_loss;
 
 use super::loops::{
     self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
@@ -47,6 +52,7 @@ pub fn extract_with(text: &str, loops: bool) -> Result<Facts, String> {
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.loop_model = loops;
+    w.trainer_loss.active = memchr::memmem::find(text.as_bytes(), b"compute_loss").is_some();
     w.facts.loops_read = loops;
     w.walk(&tree);
     let mut facts = w.finish();
@@ -241,6 +247,15 @@ struct Walker<'s> {
     /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
     zero_grad_receivers: Vec<String>,
     scheduler_steps: Vec<(Range<usize>, String)>,
+    /// Schedulers whose length counts a loader's batches: name, construction, length as
+    /// written, the loader.
+    micro_schedules: Vec<schedules::MicroSized>,
+    /// `batch_size=` values of data loaders, as written.
+    loader_batch_args: Vec<(&'s str, Range<usize>)>,
+    /// Products named as global batches (BS004).
+    global_products: Vec<global_batch::Product>,
+    /// Trainer losses written by hand (GA007).
+    trainer_loss: trainer_loss::TrainerLossNotes,
     facts: Facts,
 }
 
@@ -348,6 +363,10 @@ impl<'s> Walker<'s> {
             accelerate_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
+            micro_schedules: Vec::new(),
+            global_products: Vec::new(),
+            loader_batch_args: Vec::new(),
+            trainer_loss: Default::default(),
             facts: Facts::default(),
         }
     }
@@ -465,6 +484,10 @@ impl<'s> Walker<'s> {
                     header: node.start_byte()..line_end(self.src, node.start_byte()),
                     micro_factor: self.micro_factor(node),
                     assigned: Vec::new(),
+                    iterates: node
+                        .child_by_field_name("right")
+                        .map(|r| self.text(r).to_string())
+                        .unwrap_or_default(),
                 });
                 self.push(node, Frame::Loop(id));
                 if let Some(left) = node.child_by_field_name("left").filter(|_| self.loop_model) {
@@ -509,6 +532,11 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks += 1;
                     self.accumulate_blocks
                 });
+                if items.contains("no_sync(") && backward_only(node, self.src) {
+                    self.facts
+                        .no_sync_backward_only
+                        .push(node.start_byte()..line_end(self.src, node.start_byte()));
+                }
                 if self.loop_model && items.contains("scale_loss(") {
                     self.scaled_loss_alias(node);
                 }
@@ -593,6 +621,7 @@ impl<'s> Walker<'s> {
         } else {
             self.params_of(node)
         };
+        self.note_definition(node, Some(parent).filter(|_| !is_class));
         self.scopes.push(Scope {
             name,
             class,
@@ -767,14 +796,36 @@ impl<'s> Walker<'s> {
                 v.terms.is_empty().then_some(v.constant)
             });
         }
+        self.match_micro_schedules(&mut assembled.loops);
+        self.facts.global_batches = self.global_batches(&assembled.loops);
+        self.facts.loader_batches = self.loader_batches();
+        if !assembled.loops.is_empty() {
+            self.facts.token_means = self.token_means();
+        }
         self.facts.loops = assembled.loops;
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;
+        self.facts.double_unscales = assembled.double_unscales;
         if accelerate_divides {
             self.facts.clips_in_accumulate = assembled.clips_in_accumulate;
         }
         if self.loop_model {
             self.facts.exports = self.exports();
+        }
+        self.facts.custom_losses = self.custom_losses();
+        // A `no_sync()` elsewhere in the file may hold the forward (a context of its own).
+        // Read only when there is something to judge: most files have no `no_sync` block and
+        // no DDP wrapper.
+        if !self.facts.no_sync_backward_only.is_empty() {
+            let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
+            if no_syncs > self.facts.no_sync_backward_only.len() || !loops::trains(&calls) {
+                self.facts.no_sync_backward_only.clear();
+            }
+        }
+        if !self.facts.ddp_wraps.is_empty() {
+            self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
+                .iter()
+                .any(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()).is_some());
         }
         self.facts
             .manual_divisions
@@ -801,6 +852,26 @@ impl<'s> Walker<'s> {
                 _ => t,
             })
     }
+}
+
+/// A `with` block whose statements are all backwards (`loss.backward()`,
+/// `scaler.scale(loss).backward()`): what it computes was computed before it.
+fn backward_only(with: Node, src: &str) -> bool {
+    let Some(body) = with.child_by_field_name("body") else {
+        return false;
+    };
+    let mut c = body.walk();
+    let mut statements = body
+        .named_children(&mut c)
+        .filter(|n| n.kind() != "comment")
+        .peekable();
+    statements.peek().is_some()
+        && statements.all(|n| {
+            n.kind() == "expression_statement"
+                && src
+                    .get(n.byte_range())
+                    .is_some_and(|t| t.contains("backward("))
+        })
 }
 
 /// An expression that reads how much memory the device has.

@@ -38,6 +38,8 @@ impl<'s> Walker<'s> {
                     self.scheduler_names.push(target.clone());
                     if self.counts_accumulation(rtext, 0) {
                         self.facts.schedule_in_optimizer_steps = true;
+                    } else {
+                        self.note_micro_schedule(&target, right);
                     }
                 }
                 // `engine, optimizer, _, _ = deepspeed.initialize(...)`
@@ -77,6 +79,7 @@ impl<'s> Walker<'s> {
             }
         }
         self.assigned_text.insert(target.clone(), rtext);
+        self.note_global_batch(&target, right);
         // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
         let division = self.division_of(right).map(|(divisor, mut d)| {
             let rebinds = unparen(right)

@@ -1,0 +1,308 @@
+//! HF Trainer losses written by hand (GA007): `Trainer(..., compute_loss_func=f)` and `Trainer`
+//! subclasses that override `compute_loss`. The walk notes the functions, classes and keywords it
+//! passes; `finish` keeps the losses that never read the item count of the accumulation window.
+
+use super::Walker;
+use crate::facts::{CustomLoss, CustomLossKind, Mention};
+use std::ops::Range;
+use tree_sitter::Node;
+
+/// What the walk noted for the trainer-loss lowering.
+#[derive(Debug, Default)]
+pub(super) struct TrainerLossNotes {
+    /// The file writes `compute_loss`: the notes below are taken.
+    pub active: bool,
+    pub defs: Vec<FuncDef>,
+    pub classes: Vec<ClassDef>,
+    /// `compute_loss_func=<value>` in a call: the callee as written, the value's text and span,
+    /// and the keyword's span; a lambda is read where it is written.
+    pub loss_funcs: Vec<LossFuncArg>,
+}
+
+#[derive(Debug)]
+pub(super) struct FuncDef {
+    pub name: String,
+    /// The class the function is a method of (its name), when it is defined in a class body.
+    pub class: Option<String>,
+    /// The parameter that receives `num_items_in_batch=`: the parameter of that name, or the
+    /// `**kwargs` parameter.
+    pub count_param: Option<String>,
+    /// The count parameter is read in the body, or the body divides by an accumulation factor,
+    /// or sums its loss: the function takes care of the window itself.
+    pub handles_count: bool,
+    /// The `def` line.
+    pub span: Range<usize>,
+}
+
+#[derive(Debug)]
+pub(super) struct ClassDef {
+    pub name: String,
+    /// The last segment of each base (`Trainer`, `SFTTrainer`).
+    pub bases: Vec<String>,
+    /// The class says how its loss is scaled (`model_accepts_loss_kwargs`,
+    /// `loss_is_scaled_for_ga`).
+    pub opts_out: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct LossFuncArg {
+    pub callee: String,
+    pub value: String,
+    pub keyword: Range<usize>,
+    /// For a lambda: what a definition would say.
+    pub lambda: Option<FuncDef>,
+}
+
+/// Trainers that scale their loss for the window the way transformers' `Trainer` does. TRL's
+/// trainers normalise their own losses.
+const HF_TRAINERS: &[&str] = &["Trainer", "Seq2SeqTrainer"];
+
+impl<'s> Walker<'s> {
+    /// A function or class definition, when the file writes `compute_loss`.
+    pub(super) fn note_definition(&mut self, node: Node, class: Option<usize>) {
+        if !self.trainer_loss.active {
+            return;
+        }
+        let name = node
+            .child_by_field_name("name")
+            .map(|n| self.text(n).to_string())
+            .unwrap_or_default();
+        if node.kind() == "class_definition" {
+            let bases = node
+                .child_by_field_name("superclasses")
+                .map(|n| {
+                    let mut c = n.walk();
+                    n.named_children(&mut c)
+                        .map(|b| super::last_segment(self.text(b)).to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let text = self.text(node);
+            self.trainer_loss.classes.push(ClassDef {
+                name,
+                bases,
+                opts_out: text.contains("model_accepts_loss_kwargs")
+                    || text.contains("loss_is_scaled_for_ga"),
+            });
+            return;
+        }
+        // A method: defined directly in a class body.
+        let class = class
+            .and_then(|c| self.scopes.get(c))
+            .filter(|s| s.is_class)
+            .map(|s| s.name.clone());
+        let def = self.func_def(
+            name,
+            class,
+            node.child_by_field_name("parameters"),
+            node.child_by_field_name("body"),
+            node.start_byte()..super::line_end(self.src, node.start_byte()),
+        );
+        self.trainer_loss.defs.push(def);
+    }
+
+    fn func_def(
+        &self,
+        name: String,
+        class: Option<String>,
+        params: Option<Node>,
+        body: Option<Node>,
+        span: Range<usize>,
+    ) -> FuncDef {
+        let mut count_param = None;
+        if let Some(params) = params {
+            let mut c = params.walk();
+            for p in params.named_children(&mut c) {
+                let ident = match p.kind() {
+                    "identifier" => Some(p),
+                    "typed_parameter" => p.named_child(0),
+                    "default_parameter" | "typed_default_parameter" => {
+                        p.child_by_field_name("name")
+                    }
+                    "dictionary_splat_pattern" => p.named_child(0),
+                    _ => None,
+                };
+                let Some(ident) = ident else {
+                    continue;
+                };
+                let text = self.text(ident);
+                let splat = p.kind() == "dictionary_splat_pattern"
+                    || (p.kind() == "typed_parameter"
+                        && ident.kind() == "dictionary_splat_pattern");
+                if text == "num_items_in_batch" {
+                    count_param = Some(text.to_string());
+                } else if splat && count_param.is_none() {
+                    count_param = Some(format!("**{}", text.trim_start_matches("**")));
+                }
+            }
+        }
+        let body = body.map(|b| self.text(b)).unwrap_or("");
+        let lower = body.to_ascii_lowercase();
+        let handles_count = count_param
+            .as_deref()
+            .is_some_and(|p| contains_ident(body, p.trim_start_matches("**")))
+            || lower.contains("accum")
+            || lower.contains("reduction=\"sum\"")
+            || lower.contains("reduction='sum'")
+            || contains_ident(body, "num_items_in_batch");
+        FuncDef {
+            name,
+            class,
+            count_param,
+            handles_count,
+            span,
+        }
+    }
+
+    /// `compute_loss_func=<value>` inside a call.
+    pub(super) fn note_loss_func(&mut self, keyword: Node, value: Node) {
+        if !self.trainer_loss.active {
+            return;
+        }
+        let Some(callee) = keyword
+            .parent()
+            .and_then(|args| args.parent())
+            .filter(|call| call.kind() == "call")
+            .and_then(|call| call.child_by_field_name("function"))
+        else {
+            return;
+        };
+        let lambda = (value.kind() == "lambda").then(|| {
+            self.func_def(
+                "lambda".into(),
+                None,
+                value.child_by_field_name("parameters"),
+                value.child_by_field_name("body"),
+                value.byte_range(),
+            )
+        });
+        self.trainer_loss.loss_funcs.push(LossFuncArg {
+            callee: super::last_segment(self.text(callee)).to_string(),
+            value: self.text(value).to_string(),
+            keyword: keyword.byte_range(),
+            lambda,
+        });
+    }
+
+    /// The custom losses that ignore the window's item count.
+    pub(super) fn custom_losses(&mut self) -> Vec<CustomLoss> {
+        let notes = std::mem::take(&mut self.trainer_loss);
+        if !notes.active {
+            return Vec::new();
+        }
+        // A trainer class of transformers' kind: one of its own, or a class of this file that
+        // derives from one and sets nothing about loss scaling.
+        let hf_trainer = |name: &str| {
+            HF_TRAINERS.contains(&name)
+                || notes
+                    .classes
+                    .iter()
+                    .any(|c| c.name == name && !c.opts_out && hf_bases(&c.bases))
+        };
+        let mut out = Vec::new();
+        for arg in &notes.loss_funcs {
+            if !hf_trainer(&arg.callee) {
+                continue;
+            }
+            let def = match &arg.lambda {
+                Some(l) => Some(l),
+                None => notes
+                    .defs
+                    .iter()
+                    .rev()
+                    .find(|d| d.class.is_none() && d.name == arg.value),
+            };
+            let Some(def) = def else {
+                continue;
+            };
+            let Some(param) = def.count_param.clone().filter(|_| !def.handles_count) else {
+                continue;
+            };
+            out.push(CustomLoss {
+                kind: CustomLossKind::LossFunc,
+                at: arg.keyword.clone(),
+                function: if arg.lambda.is_some() {
+                    "lambda".into()
+                } else {
+                    arg.value.clone()
+                },
+                defined: def.span.clone(),
+                param,
+            });
+        }
+        // An override of `compute_loss` that receives the count and ignores it. Only with a
+        // model that accepts loss keywords does the Trainer skip its own division: a causal LM.
+        let causal_lm = ["CausalLM", "ConditionalGeneration"]
+            .iter()
+            .find_map(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()))
+            .map(|at| ident_around(self.src.as_bytes(), at));
+        if let Some(lm) = causal_lm {
+            for def in &notes.defs {
+                let Some(class) = def.class.as_deref() else {
+                    continue;
+                };
+                let Some(c) = notes.classes.iter().rev().find(|c| c.name == class) else {
+                    continue;
+                };
+                if def.name != "compute_loss" || c.opts_out || !hf_bases(&c.bases) {
+                    continue;
+                }
+                let Some(param) = def.count_param.clone().filter(|_| !def.handles_count) else {
+                    continue;
+                };
+                out.push(CustomLoss {
+                    kind: CustomLossKind::Override {
+                        class: class.to_string(),
+                        causal_lm: lm.clone(),
+                    },
+                    at: def.span.clone(),
+                    function: format!("{class}.compute_loss"),
+                    defined: def.span.clone(),
+                    param,
+                });
+            }
+        }
+        out
+    }
+
+    /// `gradient_accumulation_steps=<number>` as a keyword argument.
+    pub(super) fn note_accumulation_setting(&mut self, value: Node) {
+        if let Some(v) = super::parse_number(self.text(value)) {
+            self.facts.accumulation_settings.push(Mention {
+                value: v,
+                span: value.byte_range(),
+            });
+        }
+    }
+}
+
+/// Derives directly from transformers' `Trainer` (or `Seq2SeqTrainer`).
+fn hf_bases(bases: &[String]) -> bool {
+    bases.iter().any(|b| HF_TRAINERS.contains(&b.as_str()))
+}
+
+/// `name` appears in `text` as a whole identifier.
+fn contains_ident(text: &str, name: &str) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    let bytes = text.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    memchr::memmem::find_iter(bytes, name.as_bytes()).any(|at| {
+        let before = at.checked_sub(1).and_then(|i| bytes.get(i));
+        let after = bytes.get(at + name.len());
+        !before.is_some_and(|b| ident(*b)) && !after.is_some_and(|b| ident(*b))
+    })
+}
+
+/// The identifier that holds byte `at` (`AutoModelForCausalLM` around `CausalLM`).
+fn ident_around(bytes: &[u8], at: usize) -> Range<usize> {
+    let ident = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let start = bytes
+        .get(..at)
+        .map_or(at, |b| at - b.iter().rev().take_while(|c| ident(c)).count());
+    let end = bytes
+        .get(at..)
+        .map_or(at, |b| at + b.iter().take_while(|c| ident(c)).count());
+    start..end
+}

@@ -1,0 +1,40 @@
+//! BS004 global-batch-missing-factor: a global or effective batch computed as a product that
+//! leaves out the world size or the accumulation factor, then used for a step count, a warm-up
+//! or a learning rate. Documentation: `rules/BS004.toml`.
+
+use super::{line_of, Checker, Rule};
+use crate::diagnostic::Diagnostic;
+use crate::facts::Missing;
+
+pub struct GlobalBatchMissingFactor;
+
+impl Rule for GlobalBatchMissingFactor {
+    fn code(&self) -> &'static str {
+        "BS004"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        for g in &cx.facts.global_batches {
+            let (name, text, user) = (&g.name, &g.text, &g.used_by);
+            let (message, help) = match &g.missing {
+                Missing::World => {
+                    let ddp = cx
+                        .facts
+                        .ddp_wraps
+                        .first()
+                        .map(|d| format!("a `DistributedDataParallel` model at {}", line_of(cx.file, d.start)))
+                        .unwrap_or_else(|| "`init_process_group`".into());
+                    (
+                        format!("`{name} = {text}` leaves out the number of data-parallel processes although this file trains data-parallel ({ddp}): `{user}`, computed from it, counts one process's share of the batch"),
+                        "multiply by the data-parallel world size: global = micro x accumulation x world",
+                    )
+                }
+                Missing::Accumulation(n, header) => (
+                    format!("`{name} = {text}` leaves out the accumulation factor although this file accumulates over `{n}` micro-batches ({}): `{user}`, computed from it, counts micro-batches rather than optimizer steps", line_of(cx.file, header.start)),
+                    "multiply by the accumulation factor: global = micro x accumulation x world",
+                ),
+            };
+            out.push(Diagnostic::new("BS004", g.span.clone(), message).with_help(help));
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! GA007 custom-loss-ignores-item-count: an HF `Trainer` loss written by hand receives the item
+//! count of the accumulation window and never reads it, while the Trainer treats the loss as
+//! already scaled for accumulation. Documentation: `rules/GA007.toml`.
+
+use super::{fmt_num, line_of, Checker, Rule};
+use crate::diagnostic::Diagnostic;
+use crate::facts::CustomLossKind;
+
+pub struct CustomLossIgnoresItemCount;
+
+/// The key that turns accumulation on.
+const KEY: &str = "gradient_accumulation_steps";
+
+impl Rule for CustomLossIgnoresItemCount {
+    fn code(&self) -> &'static str {
+        "GA007"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        if cx.facts.custom_losses.is_empty() {
+            return;
+        }
+        // Accumulation is on: a number above 1 written in the file for the Trainer's key (a
+        // keyword argument, a dict, dataclass or argparse default). A value set elsewhere is
+        // not known here: silent.
+        let keyword = cx
+            .facts
+            .accumulation_settings
+            .iter()
+            .map(|m| (m.value, m.span.start));
+        let configs = cx
+            .facts
+            .inline_configs
+            .iter()
+            .filter_map(|c| c.root.get(KEY))
+            .filter_map(|n| Some((n.as_number()?, n.span.start)));
+        let Some((factor, at)) = keyword.chain(configs).find(|(v, _)| *v > 1.0) else {
+            return;
+        };
+        let gas = format!("`{KEY}={}` ({})", fmt_num(factor), line_of(cx.file, at));
+        for loss in &cx.facts.custom_losses {
+            let f = &loss.function;
+            // What the function ignores, and where the count would arrive.
+            let ignores = match loss.param.strip_prefix("**") {
+                Some(kw) => format!("`num_items_in_batch`, the item count of the accumulation window (it arrives in `**{kw}`)"),
+                None => format!("`{}`, the item count of the accumulation window", loss.param),
+            };
+            let p = "num_items_in_batch";
+            let defined = line_of(cx.file, loss.defined.start);
+            let (message, help) = match &loss.kind {
+                CustomLossKind::LossFunc => (
+                    format!(
+                        "`{f}` ({defined}) never reads {ignores}: with `compute_loss_func` set, the Trainer takes its loss as already scaled for accumulation and does not divide it by {gas}, so gradients come out {}x too large",
+                        fmt_num(factor)
+                    ),
+                    format!("sum the per-item losses and divide by `{p}` (as transformers' own losses do)"),
+                ),
+                CustomLossKind::Override { class, causal_lm } => (
+                    format!(
+                        "`{class}.compute_loss` never reads {ignores} and `{class}` does not set `model_accepts_loss_kwargs = False`: with a model that accepts loss keywords (a causal LM: `{}`, {}) the Trainer takes the returned per-batch mean as already scaled for accumulation and does not divide it by {gas}, so gradients come out {}x too large",
+                        cx.file.slice(causal_lm),
+                        line_of(cx.file, causal_lm.start),
+                        fmt_num(factor)
+                    ),
+                    format!("normalise by `{p}`, or set `self.model_accepts_loss_kwargs = False` in `{class}` so that the Trainer divides by the accumulation steps"),
+                ),
+            };
+            out.push(Diagnostic::new("GA007", loss.at.clone(), message).with_help(help));
+        }
+    }
+}

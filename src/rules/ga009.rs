@@ -1,0 +1,60 @@
+//! GA009 ddp-sync-every-micro-step: a `DistributedDataParallel` model in an accumulating loop
+//! all-reduces its gradients on every micro-step (no `no_sync()`), or `no_sync()` wraps the
+//! backward only. Off by default. Documentation: `rules/GA009.toml`.
+
+use super::{line_of, Checker, Rule};
+use crate::diagnostic::Diagnostic;
+use crate::facts::Framework;
+
+pub struct DdpSyncEveryMicroStep;
+
+impl Rule for DdpSyncEveryMicroStep {
+    fn code(&self) -> &'static str {
+        "GA009"
+    }
+
+    fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+        for w in &cx.facts.no_sync_backward_only {
+            let with = cx.file.slice(w).trim_end().trim_end_matches(':');
+            out.push(
+                Diagnostic::new(
+                    "GA009",
+                    w.clone(),
+                    format!("`{with}` wraps only the backward: the forward ran outside the context, so DDP still all-reduces the gradients on this micro-step"),
+                )
+                .with_help("run the forward and the backward of the non-final micro-steps inside `no_sync()`"),
+            );
+        }
+        // Frameworks and sharded wrappers that skip the sync between boundaries themselves.
+        let managed = cx.training.frameworks.iter().any(|f| {
+            matches!(
+                f,
+                Framework::Accelerate
+                    | Framework::DeepSpeed
+                    | Framework::HfTrainer
+                    | Framework::Lightning
+            )
+        }) || cx.training.sharded;
+        let Some(ddp) = cx.facts.ddp_wraps.first() else {
+            return;
+        };
+        if managed || cx.facts.controls_grad_sync {
+            return;
+        }
+        let wrapped = line_of(cx.file, ddp.start);
+        for lp in cx.facts.loops.iter().filter(|lp| !lp.backwards.is_empty()) {
+            if lp.factor_value.is_some_and(|v| v <= 1.0) {
+                continue;
+            }
+            let n = &lp.factor;
+            out.push(
+                Diagnostic::new(
+                    "GA009",
+                    lp.header.clone(),
+                    format!("this loop accumulates gradients over `{n}` micro-batches with a `DistributedDataParallel` model ({wrapped}) and never enters `no_sync()`: the gradients are all-reduced on every micro-step instead of once per optimizer step"),
+                )
+                .with_help("wrap the forward and backward of the non-final micro-steps in `with model.no_sync():`"),
+            );
+        }
+    }
+}
