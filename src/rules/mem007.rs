@@ -12,8 +12,6 @@ pub struct LoraFullMultiplier;
 
 /// A parameter count may carry up to fp32 weights' 4 bytes before it counts more than weights.
 const WEIGHT_BYTES_MAX: f64 = 4.0;
-/// A model size counted twice counts a second copy: gradients or states.
-const WEIGHT_COPIES_MAX: f64 = 1.5;
 
 impl Rule for LoraFullMultiplier {
     fn code(&self) -> &'static str {
@@ -81,7 +79,8 @@ impl Rule for LoraFullMultiplier {
                         fmt_num(per_param)
                     ),
                 ))
-            } else if copies >= 2.0 - 0.05 && copies > WEIGHT_COPIES_MAX {
+            } else if copies >= 2.0 - 0.05 {
+                // A model size counted twice counts a second copy: gradients or states.
                 Some((
                     f.span.clone(),
                     format!(
