@@ -558,3 +558,34 @@ fn notebook_cells_get_their_own_diagnostics() {
         .is_some_and(|v| v.contains("MEM001")));
     assert_eq!(c.shutdown(), 0);
 }
+
+#[test]
+fn a_notebook_open_as_json_text_gets_positions_in_the_json() {
+    let raw = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/notebook/finetune.ipynb"),
+    )
+    .expect("fixture");
+    let mut c = Client::start(utf16(), json!({}));
+    let uri = c.uri("finetune.ipynb");
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "json", "version": 1, "text": raw}}),
+    );
+    let diags = c.diagnostics_where(&uri, |d| d.iter().any(|d| d["code"] == "GA001"));
+    let ga = by_code(&diags, "GA001");
+    let line = ga["range"]["start"]["line"].as_u64().expect("line") as usize;
+    assert!(
+        raw.lines()
+            .nth(line)
+            .is_some_and(|l| l.contains("    loss.backward()")),
+        "GA001 on JSON line {line}"
+    );
+    let actions = c.actions(&uri, &ga["range"], Some(&["quickfix"]));
+    let fix = titled(&actions, "Fix GA001");
+    let fixed = apply(&raw, &fix["edit"], &uri);
+    assert!(
+        fixed.contains("\"    (loss / accum_steps).backward()\\n\""),
+        "{fixed}"
+    );
+    assert_eq!(c.shutdown(), 0);
+}

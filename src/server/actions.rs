@@ -96,12 +96,11 @@ pub fn all_diagnostics(server: &Server) -> Vec<(Uri, Vec<lsp_types::Diagnostic>)
 /// Edits of the linted text as a workspace edit (a notebook's go to its cells).
 fn workspace_edit(m: &Mapper, edits: &[&Edit]) -> Option<WorkspaceEdit> {
     let mut changes: HashMap<Uri, Vec<TextEdit>> = HashMap::new();
-    for e in edits {
-        let (uri, range) = m.range(&e.range)?;
-        changes.entry(uri).or_default().push(TextEdit {
-            range,
-            new_text: e.content.clone(),
-        });
+    for (uri, range, new_text) in m.edits(edits)? {
+        changes
+            .entry(uri)
+            .or_default()
+            .push(TextEdit { range, new_text });
     }
     Some(WorkspaceEdit {
         changes: Some(changes),
@@ -136,7 +135,8 @@ pub fn code_actions(server: &Server, p: &CodeActionParams) -> Value {
     let only = &p.context.only;
     let mut actions: Vec<CodeAction> = Vec::new();
     for d in &result.diagnostics {
-        let touches = d.range.start <= to && from <= d.range.end;
+        let span = m.span(&d.range);
+        let touches = span.start <= to && from <= span.end;
         let Some((d_uri, diag)) = lsp_diagnostic(&m, d) else {
             continue;
         };
@@ -282,7 +282,8 @@ pub fn hover(server: &Server, p: &HoverParams) -> Value {
     let mut pages: Vec<String> = Vec::new();
     let mut codes: Vec<&str> = Vec::new();
     for d in &result.diagnostics {
-        if d.range.start > offset || offset > d.range.end || codes.contains(&d.code) {
+        let span = m.span(&d.range);
+        if span.start > offset || offset > span.end || codes.contains(&d.code) {
             continue;
         }
         let Some((d_uri, r)) = m.range(&d.range) else {

@@ -1,6 +1,7 @@
 //! The documents an editor holds open: text documents and notebooks, the paths they stand for,
 //! and positions in the negotiated encoding (UTF-16 code units by default, or UTF-8 bytes).
 
+use crate::diagnostic::Edit;
 use crate::lint::FileResult;
 use crate::source::SourceFile;
 use lsp_types::{Position, Range, Uri};
@@ -230,32 +231,49 @@ impl<'t> Lines<'t> {
 }
 
 /// Where an offset of a linted file lands in the editor: the document (the cell of a notebook)
-/// and the position in it.
+/// and the position in it. A `.ipynb` file open as a text document (its JSON) gets the positions
+/// of the JSON, as the `github` format reports them.
 pub struct Mapper<'a> {
     pub file: &'a SourceFile,
-    /// For a notebook: the URI of each cell, by index among all cells.
-    pub cells: Option<Vec<Uri>>,
-    pub uri: Uri,
-    pub enc: Encoding,
+    /// For a notebook open through notebook sync: the URI of each cell, by index among all cells.
+    cells: Option<Vec<Uri>>,
+    uri: Uri,
+    enc: Encoding,
+    /// The text positions are counted in: the linted text, or a notebook's JSON.
     lines: Lines<'a>,
+    raw: bool,
 }
 
 impl<'a> Mapper<'a> {
     pub fn new(result: &'a FileResult, uri: Uri, cells: Option<Vec<Uri>>, enc: Encoding) -> Self {
         let file = &*result.file;
+        let raw = cells.is_none() && file.notebook.is_some();
         Mapper {
             file,
             cells,
             uri,
             enc,
-            lines: Lines::new(&file.text),
+            lines: Lines::new(if raw { file.disk_text() } else { &file.text }),
+            raw,
+        }
+    }
+
+    /// A span of the linted text in the offsets [`Mapper::offset`] gives.
+    pub fn span(&self, span: &std::ops::Range<usize>) -> std::ops::Range<usize> {
+        match (&self.file.notebook, self.raw) {
+            (Some(nb), true) => nb.raw_offset(span.start, false)..nb.raw_offset(span.end, true),
+            _ => span.clone(),
         }
     }
 
     /// The document and position of an offset of the linted text.
-    pub fn locate(&self, offset: usize) -> Option<(Uri, Position)> {
-        let (Some(nb), Some(cells)) = (&self.file.notebook, &self.cells) else {
+    fn locate(&self, offset: usize, end: bool) -> Option<(Uri, Position)> {
+        let Some(nb) = &self.file.notebook else {
             return Some((self.uri.clone(), self.lines.position(offset, self.enc)));
+        };
+        let Some(cells) = &self.cells else {
+            let raw = nb.raw_offset(offset, end);
+            return Some((self.uri.clone(), self.lines.position(raw, self.enc)));
         };
         let cell = nb.cell_at(offset)?;
         let uri = cells.get(cell.number.checked_sub(1)?)?.clone();
@@ -263,15 +281,40 @@ impl<'a> Mapper<'a> {
         Some((uri, Lines::new(&cell.source).position(o, self.enc)))
     }
 
-    /// The range of a span, when it stays in one document.
+    /// The range of a span of the linted text, when it stays in one document.
     pub fn range(&self, span: &std::ops::Range<usize>) -> Option<(Uri, Range)> {
-        let (uri, start) = self.locate(span.start)?;
-        let (end_uri, end) = self.locate(span.end.max(span.start))?;
+        let (uri, start) = self.locate(span.start, false)?;
+        let (end_uri, end) = self.locate(span.end.max(span.start), true)?;
         let end = if end_uri == uri { end } else { start };
         Some((uri, Range::new(start, end)))
     }
 
-    /// The offset of the linted text at a position of `uri` (a cell of the notebook, or the file).
+    /// Edits of the linted text as edits of the documents (a notebook's JSON gets its edits in
+    /// the strings of its cells). `None` when one cannot be written.
+    pub fn edits(&self, edits: &[&Edit]) -> Option<Vec<(Uri, Range, String)>> {
+        if !self.raw {
+            return edits
+                .iter()
+                .map(|e| {
+                    let (uri, range) = self.range(&e.range)?;
+                    Some((uri, range, e.content.clone()))
+                })
+                .collect();
+        }
+        let owned: Vec<Edit> = edits.iter().map(|e| (*e).clone()).collect();
+        let raw = self.file.disk_edits(&owned)?;
+        Some(
+            raw.into_iter()
+                .map(|e| {
+                    let start = self.lines.position(e.range.start, self.enc);
+                    let end = self.lines.position(e.range.end, self.enc);
+                    (self.uri.clone(), Range::new(start, end), e.content)
+                })
+                .collect(),
+        )
+    }
+
+    /// The offset at a position of `uri`, in the offsets of [`Mapper::span`].
     pub fn offset(&self, uri: &Uri, pos: Position) -> Option<usize> {
         let (Some(nb), Some(cells)) = (&self.file.notebook, &self.cells) else {
             return Some(self.lines.offset(pos, self.enc));
