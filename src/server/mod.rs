@@ -572,8 +572,12 @@ impl<'c> Server<'c> {
                 );
             }
         }
+        // Only the open files' reasons: a neighbour that is not a config (a tsconfig.json with
+        // comments) is no news, and would be logged at every keystroke.
         for s in &run.skipped {
-            self.log(format!("memlint: {}: skipped: {}", s.path, s.reason));
+            if overlay.contains_key(&crate::settings::absolute(Path::new(&s.path), &self.root)) {
+                self.log(format!("memlint: {}: skipped: {}", s.path, s.reason));
+            }
         }
         self.results = run
             .results
