@@ -589,3 +589,16 @@ fn a_notebook_open_as_json_text_gets_positions_in_the_json() {
     );
     assert_eq!(c.shutdown(), 0);
 }
+
+#[test]
+fn a_notebook_sent_as_python_text_is_linted_as_python() {
+    let mut c = Client::start(utf16(), json!({}));
+    let uri = c.uri(".virtual_documents/finetune.ipynb");
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": TRAIN}}),
+    );
+    let diags = c.diagnostics_where(&uri, |d| d.len() == 2);
+    assert_eq!(codes(&diags), ["GA001", "MEM001"]);
+    assert_eq!(c.shutdown(), 0);
+}

@@ -306,7 +306,14 @@ impl<'c> Server<'c> {
                     return;
                 };
                 let d = p.text_document;
-                let path = uri_to_path(&d.uri, &self.root, Some(&d.language_id));
+                let mut path = uri_to_path(&d.uri, &self.root, Some(&d.language_id));
+                // A notebook sent as one Python document of its cells (jupyterlab-lsp's virtual
+                // documents keep the `.ipynb` name): linted as the Python it is.
+                if d.language_id == "python"
+                    && Language::from_path(&path) == Some(Language::Notebook)
+                {
+                    path.as_mut_os_string().push(".py");
+                }
                 self.docs.texts.insert(
                     d.uri,
                     TextDoc {
