@@ -1,4 +1,5 @@
-//! The command line: `memlint [check] [PATHS]`, `memlint rule CODE`, `memlint rules`.
+//! The command line: `memlint [check] [PATHS]`, `memlint rule CODE`, `memlint rules`,
+//! `memlint server`.
 
 use crate::diagnostic::Applicability;
 use crate::fix;
@@ -34,6 +35,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         output_format: DocFormat,
     },
+    /// Speak the Language Server Protocol over stdin and stdout (for editors).
+    Server,
     /// List the rules.
     Rules {
         #[arg(long, value_enum, default_value = "text")]
@@ -115,6 +118,7 @@ pub fn main() -> i32 {
             output_format,
         }) => rule(&code, output_format),
         Some(Command::Rules { output_format }) => rules(output_format),
+        Some(Command::Server) => crate::server::main(),
         None => check(cli.check),
     }
 }

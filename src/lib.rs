@@ -45,5 +45,6 @@ pub mod settings;
 pub mod fix;
 pub mod report;
 
-// cli
+// commands
 pub mod cli;
+pub mod server;

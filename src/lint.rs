@@ -15,6 +15,7 @@ use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
 use crate::suppress;
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,17 +65,62 @@ pub struct Run {
     pub skipped: Vec<Skipped>,
 }
 
+/// Texts that stand in for files on disk, by absolute path (an editor's unsaved buffers): a file
+/// of the overlay is linted from its text, and read for context from it, whether or not it
+/// exists on disk.
+pub type Overlay = HashMap<PathBuf, String>;
+
 pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
+    lint_with(paths, resolver, opts, &Overlay::new())
+}
+
+/// [`lint`], with the files of `overlay` read from it instead of from disk. The paths that
+/// the overlay holds are linted as given (they need not exist on disk); the others are
+/// discovered as on the command line.
+pub fn lint_with(
+    paths: &[PathBuf],
+    resolver: &Resolver,
+    opts: LintOptions,
+    overlay: &Overlay,
+) -> Run {
     let cwd = crate::discover::cwd();
-    let (candidates, errors) = discover(paths, resolver, opts.force_exclude);
+    let (held, on_disk): (Vec<&PathBuf>, Vec<&PathBuf>) = paths
+        .iter()
+        .partition(|p| overlay.contains_key(&absolute(p, &cwd)));
+    let on_disk: Vec<PathBuf> = on_disk.into_iter().cloned().collect();
+    let (mut candidates, errors) = if on_disk.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        discover(&on_disk, resolver, opts.force_exclude)
+    };
+    for p in held {
+        let text = overlay.get(&absolute(p, &cwd)).map_or("", String::as_str);
+        let first = text.as_bytes().split(|b| *b == b'\n').next().unwrap_or(b"");
+        let language = if p.extension().is_some() {
+            Language::from_path(p)
+        } else {
+            Language::from_shebang(first)
+        };
+        if let Some(language) = language {
+            candidates.push(Candidate {
+                path: p.clone(),
+                language,
+            });
+        }
+    }
+    candidates.sort_by_key(|c| absolute(&c.path, &cwd));
+    candidates.dedup_by_key(|c| absolute(&c.path, &cwd));
     let mut got = Loading {
+        units: Vec::new(),
+        ruled_out: Vec::new(),
         errors,
-        ..Loading::default()
+        skipped: Vec::new(),
+        overlay,
     };
     let all: Vec<&Candidate> = candidates.iter().collect();
     got.load(&all, resolver, &cwd, opts);
     let mut context = ContextFiles::default();
-    let mut contexts = project_contexts(&got.units, &mut context, &cwd);
+    let mut contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
     // A script the prefilter ruled out but a run reaches may get the run's diagnostics (its
     // argparse defaults against the launcher's world size, a parameter count in its name): it
     // is analysed whole, and the runs joined again.
@@ -93,7 +139,7 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
             ..opts
         };
         got.load(&reached, resolver, &cwd, whole);
-        contexts = project_contexts(&got.units, &mut context, &cwd);
+        contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
     }
     let Loading {
         units,
@@ -127,7 +173,6 @@ pub fn lint(paths: &[PathBuf], resolver: &Resolver, opts: LintOptions) -> Run {
 }
 
 /// Candidates loaded so far, sorted by outcome.
-#[derive(Default)]
 struct Loading<'c> {
     /// In path order: the join reads them so, whichever pass analysed them.
     units: Vec<Linted>,
@@ -135,6 +180,7 @@ struct Loading<'c> {
     ruled_out: Vec<&'c Candidate>,
     errors: Vec<PathError>,
     skipped: Vec<Skipped>,
+    overlay: &'c Overlay,
 }
 
 impl<'c> Loading<'c> {
@@ -147,7 +193,7 @@ impl<'c> Loading<'c> {
     ) {
         let loaded: Vec<Result<Option<Linted>, Loaded>> = candidates
             .par_iter()
-            .map(|c| load(c, resolver, cwd, opts))
+            .map(|c| load(c, resolver, cwd, opts, self.overlay))
             .collect();
         for (c, l) in candidates.iter().zip(loaded) {
             match l {
@@ -171,9 +217,15 @@ fn load(
     resolver: &Resolver,
     cwd: &Path,
     opts: LintOptions,
+    overlay: &Overlay,
 ) -> Result<Option<Linted>, Loaded> {
     let display = display_path(&c.path, cwd);
-    let bytes = read_bounded(&c.path).map_err(|e| {
+    let held = overlay.get(&absolute(&c.path, cwd));
+    let bytes = match held {
+        Some(text) => Ok(text.as_bytes().to_vec()),
+        None => read_bounded(&c.path),
+    };
+    let bytes = bytes.map_err(|e| {
         Loaded::Error(PathError {
             path: display.clone(),
             message: io_message(&e),
@@ -309,7 +361,12 @@ struct Contexts {
     outside: Vec<PathBuf>,
 }
 
-fn project_contexts(linted: &[Linted], context: &mut ContextFiles, cwd: &Path) -> Contexts {
+fn project_contexts(
+    linted: &[Linted],
+    context: &mut ContextFiles,
+    cwd: &Path,
+    overlay: &Overlay,
+) -> Contexts {
     let units: Vec<&Unit> = linted.iter().map(|l| &l.unit).collect();
     // A run reaches at most a script, the configs it names and the configs those name: a few
     // rounds, each reading what the one before found named.
@@ -320,7 +377,7 @@ fn project_contexts(linted: &[Linted], context: &mut ContextFiles, cwd: &Path) -
                 let read: Vec<(PathBuf, Option<ContextFile>)> = paths
                     .into_par_iter()
                     .map(|p| {
-                        let file = load_for_context(&p, cwd);
+                        let file = load_for_context(&p, cwd, overlay);
                         (p, file)
                     })
                     .collect();
@@ -341,7 +398,7 @@ fn project_contexts(linted: &[Linted], context: &mut ContextFiles, cwd: &Path) -
             cx
         })
         .collect::<Vec<_>>();
-    let contexts = with_imported_helpers(contexts, &units, context, cwd);
+    let contexts = with_imported_helpers(contexts, &units, context, cwd, overlay);
     Contexts {
         contexts,
         outside: joined.outside,
@@ -355,6 +412,7 @@ fn with_imported_helpers(
     units: &[&Unit],
     context: &mut ContextFiles,
     cwd: &Path,
+    overlay: &Overlay,
 ) -> Vec<TrainingContext> {
     for (cx, unit) in contexts.iter_mut().zip(units) {
         if helpers::needed(&unit.facts).is_empty() {
@@ -369,7 +427,7 @@ fn with_imported_helpers(
                 None => match read.get(p) {
                     Some(Some(c)) => Looked::Python(&c.facts),
                     Some(None) => Looked::Unreadable,
-                    None if !p.is_file() => Looked::Absent,
+                    None if !p.is_file() && !overlay.contains_key(p) => Looked::Absent,
                     None => Looked::NotRead,
                 },
             };
@@ -381,7 +439,7 @@ fn with_imported_helpers(
                 }
                 Err(paths) => {
                     for p in paths {
-                        let file = load_for_context(&p, cwd);
+                        let file = load_for_context(&p, cwd, overlay);
                         context.insert(p, file);
                     }
                 }
@@ -397,13 +455,19 @@ const MAX_CONTEXT_FILE: u64 = 2 * 1024 * 1024;
 /// A file a run names that is not linted, read for its context: `None` when it is not a file
 /// memlint reads (by its extension), is larger than [`MAX_CONTEXT_FILE`], binary, not UTF-8, or
 /// does not analyse.
-fn load_for_context(path: &Path, cwd: &Path) -> Option<ContextFile> {
+fn load_for_context(path: &Path, cwd: &Path, overlay: &Overlay) -> Option<ContextFile> {
     let language = Language::from_path(path)?;
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > MAX_CONTEXT_FILE {
-        return None;
-    }
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = match overlay.get(path) {
+        Some(text) if text.len() as u64 > MAX_CONTEXT_FILE => return None,
+        Some(text) => text.as_bytes().to_vec(),
+        None => {
+            let meta = std::fs::metadata(path).ok()?;
+            if !meta.is_file() || meta.len() > MAX_CONTEXT_FILE {
+                return None;
+            }
+            std::fs::read(path).ok()?
+        }
+    };
     if bytes.contains(&0) {
         return None;
     }

@@ -31,7 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("suppression", &["suppress"]),
     ("pipeline", &["settings", "discover", "prefilter", "lint"]),
     ("output", &["fix", "report"]),
-    ("cli", &["cli"]),
+    ("commands", &["cli", "server"]),
 ];
 
 /// Imports between top-level modules that the layers allow but the design does not.
