@@ -109,10 +109,7 @@ impl Located {
         // How the file's own configs (a DeepSpeed dict, argparse defaults) split and place the
         // states holds for the file whether or not a run names them.
         for inline in &facts.inline_configs {
-            let doc = crate::config::ConfigDoc {
-                roots: vec![inline.root.clone()],
-            };
-            let ev = crate::frontend::config::evidence(&doc);
+            let ev = crate::frontend::config::evidence_of(std::iter::once(&inline.root));
             evidence.shards.extend(ev.shards);
             evidence.offload.extend(ev.offload);
             evidence.checkpointing.extend(ev.checkpointing);

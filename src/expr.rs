@@ -266,15 +266,23 @@ fn role_of_name(name: &str) -> Role {
 /// A name for memory that model states or activations take (`activation_gb`,
 /// `optimizer_mem`): a role word and a unit or memory word.
 pub fn is_memory_name(name: &str) -> bool {
-    let n = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
-    let role = [
+    let n = name.rsplit('.').next().unwrap_or(name);
+    let unit = n.split('_').any(|seg| {
+        ["gb", "gib", "mb", "mib", "bytes", "footprint"]
+            .iter()
+            .any(|u| seg.eq_ignore_ascii_case(u))
+            || seg.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mem"))
+    });
+    let has = |w: &str| {
+        n.as_bytes()
+            .windows(w.len())
+            .any(|win| win.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    unit && [
         "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
     ]
     .iter()
-    .any(|w| n.contains(w));
-    role && n.split('_').any(|seg| {
-        matches!(seg, "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint") || seg.starts_with("mem")
-    })
+    .any(|w| has(w))
 }
 
 /// One symbol with its coefficient.

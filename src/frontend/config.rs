@@ -6,8 +6,13 @@ use crate::facts::{Evidence, Framework, Mention, OptimizerMention, Precision};
 
 /// What a config says about training: optimizer, precision, sharding, adapters.
 pub fn evidence(doc: &ConfigDoc) -> Evidence {
+    evidence_of(doc.roots.iter())
+}
+
+/// What these config trees say about training.
+pub fn evidence_of<'a>(roots: impl Iterator<Item = &'a Node>) -> Evidence {
     let mut ev = Evidence::default();
-    let mut stack: Vec<(&str, &Node)> = doc.roots.iter().map(|r| ("", r)).collect();
+    let mut stack: Vec<(&str, &Node)> = roots.map(|r| ("", r)).collect();
     while let Some((key, node)) = stack.pop() {
         match &node.value {
             Value::Map(entries) => {

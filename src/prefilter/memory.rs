@@ -2,7 +2,7 @@
 //! role is a model size or a parameter count; MEM005 also reads a parameter count from a model
 //! name in a config written in Python.
 
-use super::scan::{contains, identifier_at, Scan};
+use super::scan::{contains, identifier_at, is_ident, Scan};
 use crate::config::parse_number;
 use crate::expr::{is_memory_name, role_of, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
@@ -60,26 +60,30 @@ impl Scan<'_> {
     /// Gradient checkpointing misattributed (MEM011) needs a test of checkpointing and a memory
     /// name ([`is_memory_name`]) assigned under it.
     pub(super) fn checkpointed_memory(&self) -> bool {
+        // Every word a test of checkpointing is read by (see `Topics::of`) holds one of these.
+        let tests = ["checkpoint", "ckpt", "recompute"]
+            .iter()
+            .any(|w| contains(&self.lower, w.as_bytes()));
+        if !tests {
+            return false;
+        }
+        // A memory name has a unit segment: `mem...` starts a name or follows `_`.
         let lower = &self.lower;
-        let tests = [
-            "checkpointing",
-            "recompute",
-            "grad_ckpt",
-            "act_ckpt",
-            "activation_ckpt",
-            "gradient_checkpoint",
-        ]
-        .iter()
-        .any(|w| contains(lower, w.as_bytes()));
-        tests
-            && ["mem", "_gb", "_gib", "_mb", "_mib", "bytes", "footprint"]
-                .iter()
-                .any(|unit| {
-                    memchr::memmem::find_iter(lower, unit.as_bytes()).any(|at| {
+        ["mem", "_gb", "_gib", "_mb", "_mib", "bytes", "footprint"]
+            .iter()
+            .any(|unit| {
+                memchr::memmem::find_iter(lower, unit.as_bytes()).any(|at| {
+                    let starts_segment = *unit != "mem"
+                        || at == 0
+                        || lower
+                            .get(at - 1)
+                            .is_some_and(|b| *b == b'_' || !is_ident(*b));
+                    starts_segment && {
                         let (start, end) = identifier_at(lower, at, false);
                         self.text.get(start..end).is_some_and(is_memory_name)
-                    })
+                    }
                 })
+            })
     }
 
     /// `weights = n_b * 2  # bf16`: a part of the model assigned on a line whose comment names

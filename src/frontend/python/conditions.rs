@@ -46,14 +46,8 @@ impl<'s> Walker<'s> {
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
         self.cond_keys.push(self.compared_strings(cond));
-        let text = self.text(cond);
-        let topics =
-            Topics::of(&text[..crate::source::floor_char_boundary(text, text.len().min(256))]);
-        self.cond_topics.push(topics);
-        let scope = self.scope();
-        if let Some(s) = self.scopes.get_mut(scope) {
-            s.tests = s.tests.union(topics);
-        }
+        // What it tests is read only if a memory formula is written under it or in its scope.
+        self.cond_spans.push((self.scope(), cond.byte_range()));
         let id = self.conds.len() - 1;
         self.cond_ids.insert(stmt.id(), id);
         if self.conds[id].reads.is_some() {

@@ -167,8 +167,6 @@ struct Scope {
     params: Vec<String>,
     /// Names assigned in the scope.
     assigned: Vec<String>,
-    /// What its conditions test.
-    tests: Topics,
 }
 
 /// `if (i + 1) % N != 0: continue` inside a loop: what follows in the loop is the boundary.
@@ -193,8 +191,8 @@ struct Walker<'s> {
     cond_reads_factor: Vec<bool>,
     /// The strings each condition compares a name with (`dtype == "bf16"`, `opt in ("adam", "adamw")`).
     cond_keys: Vec<Vec<String>>,
-    /// What each condition tests, for memory rules.
-    cond_topics: Vec<Topics>,
+    /// Each condition's scope and text, for what it tests (see [`Topics`]).
+    cond_spans: Vec<(usize, Range<usize>)>,
     /// Tables built from the arms of `if` chains, by scope and assigned name.
     branch_tables: HashMap<(usize, String), usize>,
     /// Units of names assigned a converted value (`free_gib = free / 2**30`).
@@ -329,13 +327,12 @@ impl<'s> Walker<'s> {
                 inference: false,
                 params: Vec::new(),
                 assigned: Vec::new(),
-                tests: Topics::default(),
             }],
             conds: Vec::new(),
             cond_texts: HashMap::new(),
             cond_reads_factor: Vec::new(),
             cond_keys: Vec::new(),
-            cond_topics: Vec::new(),
+            cond_spans: Vec::new(),
             branch_tables: HashMap::new(),
             name_units: HashMap::new(),
             cond_ids: HashMap::new(),
@@ -631,7 +628,6 @@ impl<'s> Walker<'s> {
             inference,
             params,
             assigned: Vec::new(),
-            tests: Topics::default(),
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
@@ -830,15 +826,37 @@ impl<'s> Walker<'s> {
         self.facts
             .manual_divisions
             .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
-        self.facts.scopes = self
+        // What the conditions of each function test, read for functions with memory formulas.
+        let mut scopes: Vec<ScopeFacts> = self
             .scopes
             .iter()
             .map(|s| ScopeFacts {
                 name: s.name.clone(),
-                tests: s.tests,
+                tests: Topics::default(),
             })
             .collect();
+        let mut read = vec![false; scopes.len()];
+        for f in &self.facts.formulas {
+            if let Some(r) = read.get_mut(f.scope) {
+                *r = true;
+            }
+        }
+        for (scope, span) in &self.cond_spans {
+            if read.get(*scope).copied().unwrap_or(false) {
+                let topics = self.topics(span);
+                if let Some(s) = scopes.get_mut(*scope) {
+                    s.tests = s.tests.union(topics);
+                }
+            }
+        }
+        self.facts.scopes = scopes;
         self.facts
+    }
+
+    /// What a condition's text tests (its first 256 bytes: tests are short).
+    fn topics(&self, span: &Range<usize>) -> Topics {
+        let text = self.src.get(span.clone()).unwrap_or("");
+        Topics::of(&text[..crate::source::floor_char_boundary(text, text.len().min(256))])
     }
 
     /// What the conditions around the current statement test.
@@ -846,9 +864,10 @@ impl<'s> Walker<'s> {
         self.stack
             .iter()
             .fold(Topics::default(), |t, (_, f)| match f {
-                Frame::Branch(c, _) => {
-                    t.union(self.cond_topics.get(*c).copied().unwrap_or_default())
-                }
+                Frame::Branch(c, _) => match self.cond_spans.get(*c) {
+                    Some((_, span)) => t.union(self.topics(span)),
+                    None => t,
+                },
                 _ => t,
             })
     }
