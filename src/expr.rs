@@ -103,13 +103,13 @@ pub fn device_count(name: &str) -> Option<DeviceCount> {
     if has(&["per_node", "local_world", "local_size", "per_host"]) {
         return Some(DeviceCount::PerNode);
     }
-    if n.starts_with("dp") || has(&["data_parallel", "_dp_", "dp_world"]) && !has(&["dropout"]) {
-        return matches!(
+    if has(&["data_parallel"])
+        || matches!(
             n,
             "dp" | "dp_size" | "dp_degree" | "dp_world_size" | "dp_ranks" | "dp_group_size"
         )
-        .then_some(DeviceCount::DataParallel)
-        .or_else(|| has(&["data_parallel"]).then_some(DeviceCount::DataParallel));
+    {
+        return Some(DeviceCount::DataParallel);
     }
     if has(&[
         "tensor_parallel",

@@ -104,8 +104,6 @@ pub struct Topics {
     pub stage: bool,
     pub offload: bool,
     pub checkpointing: bool,
-    /// Mixed or 16-bit precision (`if args.bf16:`).
-    pub precision: bool,
     pub lora: bool,
 }
 
@@ -137,15 +135,6 @@ impl Topics {
                 .any(|w| t.contains(w))
                 || t.contains("activation_checkpoint")
                 || t.contains("use_checkpoint"),
-            precision: starts(&[
-                "bf16",
-                "fp16",
-                "amp",
-                "mixed",
-                "half",
-                "precision",
-                "autocast",
-            ]),
             lora: starts(&["lora", "qlora", "peft", "adapter"]),
         }
     }
@@ -155,7 +144,6 @@ impl Topics {
             stage: self.stage || o.stage,
             offload: self.offload || o.offload,
             checkpointing: self.checkpointing || o.checkpointing,
-            precision: self.precision || o.precision,
             lora: self.lora || o.lora,
         }
     }

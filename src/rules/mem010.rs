@@ -75,20 +75,18 @@ impl Rule for OffloadedStatesOnGpu {
         ]
         .iter()
         .any(|w| text.contains(w));
-        {
-            if !checks_host && out.iter().all(|d| d.code != "MEM010") {
-                out.push(
-                    Diagnostic::new(
-                        "MEM010",
-                        f.span.clone(),
-                        format!(
-                            "optimizer states are offloaded to the CPU (seen at {}), but nothing here checks host memory: DeepSpeed's estimator asks for params x max(4 x GPUs, 16) x 1.5 bytes of RAM",
-                            offload.at
-                        ),
-                    )
-                    .with_help("check host RAM too: about 16-18 bytes per parameter (fp32 master weights, gradients and Adam moments) with DeepSpeed's 1.5 safety factor"),
-                );
-            }
+        if !checks_host && out.iter().all(|d| d.code != "MEM010") {
+            out.push(
+                Diagnostic::new(
+                    "MEM010",
+                    f.span.clone(),
+                    format!(
+                        "optimizer states are offloaded to the CPU (seen at {}), but nothing here checks host memory: DeepSpeed's estimator asks for params x max(4 x GPUs, 16) x 1.5 bytes of RAM",
+                        offload.at
+                    ),
+                )
+                .with_help("check host RAM too: about 16-18 bytes per parameter (fp32 master weights, gradients and Adam moments) with DeepSpeed's 1.5 safety factor"),
+            );
         }
     }
 }

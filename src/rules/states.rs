@@ -118,7 +118,7 @@ pub fn says_upper_bound(cx: &Checker<'_>, f: &Formula) -> bool {
     let text = cx.file.line_text(line).to_ascii_lowercase();
     let written = cx.file.slice(&f.span).to_ascii_lowercase();
     named
-        || ["upper_bound", "worst_case", "upper", "max_mem"]
+        || ["upper", "worst_case", "max_mem"]
             .iter()
             .any(|w| written.contains(w))
         || text.contains("upper bound")
