@@ -99,7 +99,7 @@ pub fn device_count(name: &str) -> Option<DeviceCount> {
     let name = name.trim_end_matches("()");
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let n = last.trim_matches('_');
-    let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
+    let has = |words: &[&str]| words.iter().any(|w| holds(n, w));
     if has(&["per_node", "local_world", "local_size", "per_host"]) {
         return Some(DeviceCount::PerNode);
     }
@@ -146,6 +146,12 @@ pub fn device_count(name: &str) -> Option<DeviceCount> {
     .then_some(DeviceCount::Total)
 }
 
+/// Whether the short name `n` holds `w`: a plain window compare, cheaper on names than the
+/// general substring search (which prepares a searcher for every call).
+fn holds(n: &str, w: &str) -> bool {
+    n.as_bytes().windows(w.len()).any(|x| x == w.as_bytes())
+}
+
 fn role_of_name(name: &str) -> Role {
     if device_count(name).is_some() {
         return Role::Devices;
@@ -156,7 +162,7 @@ fn role_of_name(name: &str) -> Role {
         .iter()
         .fold(last, |n, p| n.replace(p, ""));
     let n = last.trim_matches('_');
-    let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
+    let has = |words: &[&str]| words.iter().any(|w| holds(n, w));
     // A unit or memory word makes a model/param name a size; "size" alone does not
     // (`param_max_chunk_size` counts elements).
     // Whole name segments only: `mb` inside `embedding` is not megabytes.

@@ -7,7 +7,7 @@ use crate::diagnostic::Diagnostic;
 use crate::discover::{discover, io_message, Candidate, PathError};
 use crate::facts::Facts;
 use crate::frontend::{python, shell};
-use crate::prefilter::{Needs, Wanted};
+use crate::prefilter::Needs;
 use crate::project::helpers::{self, Looked};
 use crate::project::{self, ContextFile, ContextFiles, Join, Unit};
 use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
@@ -108,8 +108,14 @@ pub fn lint_with(
             });
         }
     }
-    candidates.sort_by_key(|c| absolute(&c.path, &cwd));
-    candidates.dedup_by_key(|c| absolute(&c.path, &cwd));
+    // One candidate per file, however it was named.
+    let mut keyed: Vec<(PathBuf, Candidate)> = candidates
+        .into_iter()
+        .map(|c| (absolute(&c.path, &cwd), c))
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    let candidates: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
     let mut got = Loading {
         units: Vec::new(),
         ruled_out: Vec::new(),
@@ -256,7 +262,7 @@ fn load(
     // A file the prefilter rules out can get no diagnostic: its text is not kept. A notebook is
     // judged by its code cells as Python, never by the JSON around them.
     let abs = absolute(&c.path, cwd);
-    let wanted = Wanted::from_codes(|code| settings.reports(code, &abs));
+    let wanted = settings.wanted(&abs);
     let needs = |language, text: &str| match opts.prefilter {
         true => crate::prefilter::needs(language, text, wanted),
         false => Needs::ALL,

@@ -2,6 +2,7 @@
 //! the closest one walking up from each linted file, overridden by the command line.
 
 use crate::diagnostic::Severity;
+use crate::prefilter::Wanted;
 use crate::rules::catalog;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
@@ -56,6 +57,8 @@ pub struct Settings {
     per_file_ignores: Vec<(GlobSet, Vec<String>)>,
     pub fail_on: Severity,
     pub options: Options,
+    /// What the prefilter reads for a file without per-file ignores (asked once, not per file).
+    wanted: Wanted,
 }
 
 pub const DEFAULT_EXCLUDES: &[&str] = &[
@@ -207,6 +210,7 @@ impl Settings {
                 return Err(ctx(SettingsError(format!("unknown optimizer `{opt}`"))));
             }
         }
+        let wanted = Wanted::from_codes(|code| enabled.contains(code));
         Ok(Settings {
             root,
             config_file,
@@ -215,6 +219,7 @@ impl Settings {
             per_file_ignores,
             fail_on,
             options,
+            wanted,
         })
     }
 
@@ -241,6 +246,9 @@ impl Settings {
         if !self.enabled.contains(code) {
             return false;
         }
+        if self.per_file_ignores.is_empty() {
+            return true;
+        }
         let rel = self.relative(path);
         !self.per_file_ignores.iter().any(|(set, codes)| {
             set.is_match(rel)
@@ -248,6 +256,16 @@ impl Settings {
                     .iter()
                     .any(|c| code.starts_with(&c.to_ascii_uppercase()))
         })
+    }
+}
+
+impl Settings {
+    /// What the prefilter must read for `path`: the rules reported for it.
+    pub fn wanted(&self, path: &Path) -> Wanted {
+        if self.per_file_ignores.is_empty() {
+            return self.wanted;
+        }
+        Wanted::from_codes(|code| self.reports(code, path))
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`Facts`](crate::facts::Facts).
 
 pub mod config;
+pub mod fields;
 mod loops;
 pub mod python;
 pub mod python_config;

@@ -5,6 +5,7 @@
 use super::parse_number;
 use crate::config::{scalar, Key, Node, Value, MAX_DEPTH};
 use crate::facts::{Facts, InlineConfig, InlineKind};
+use crate::frontend::fields::PyField;
 use tree_sitter::Node as TsNode;
 
 /// Words a batch key holds (`per_device_train_batch_size`, `grad_accum_steps`).
@@ -39,10 +40,7 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
                 None => Value::Unknown(t.to_string()),
             },
             "unary_operator" if t.starts_with('-') => {
-                match n
-                    .child_by_field_name("argument")
-                    .map(|a| literal(a, src, depth + 1))
-                {
+                match n.field("argument").map(|a| literal(a, src, depth + 1)) {
                     Some(Node {
                         value: Value::Number(v),
                         ..
@@ -64,10 +62,7 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
                     if pair.kind() != "pair" {
                         continue;
                     }
-                    let (Some(k), Some(v)) = (
-                        pair.child_by_field_name("key"),
-                        pair.child_by_field_name("value"),
-                    ) else {
+                    let (Some(k), Some(v)) = (pair.field("key"), pair.field("value")) else {
                         continue;
                     };
                     let Some(name) = (k.kind() == "string")
@@ -129,10 +124,10 @@ fn string_value(n: TsNode, src: &str) -> Option<String> {
 /// it afterwards (`cfg["train_batch_size"] = ...` would make its literals stale).
 pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {
     let Some(parent) = n.parent() else { return };
-    if parent.kind() != "assignment" || parent.child_by_field_name("right") != Some(n) {
+    if parent.kind() != "assignment" || parent.field("right") != Some(n) {
         return;
     }
-    let Some(target) = parent.child_by_field_name("left") else {
+    let Some(target) = parent.field("left") else {
         return;
     };
     if !matches!(target.kind(), "identifier" | "attribute") {
@@ -197,7 +192,7 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
             found
         });
     let bases = class
-        .child_by_field_name("superclasses")
+        .field("superclasses")
         .map(|b| text(b, src))
         .unwrap_or("");
     let settings = ["BaseModel", "BaseSettings", "Config", "Arguments", "Args"]
@@ -206,7 +201,7 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
     if !decorated && !settings {
         return;
     }
-    let Some(body) = class.child_by_field_name("body") else {
+    let Some(body) = class.field("body") else {
         return;
     };
     let mut entries = Vec::new();
@@ -218,10 +213,7 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
         let Some(a) = stmt.named_child(0).filter(|a| a.kind() == "assignment") else {
             continue;
         };
-        let (Some(left), Some(right)) = (
-            a.child_by_field_name("left"),
-            a.child_by_field_name("right"),
-        ) else {
+        let (Some(left), Some(right)) = (a.field("left"), a.field("right")) else {
             continue;
         };
         if left.kind() != "identifier" {
@@ -240,7 +232,7 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
         return;
     }
     let name = class
-        .child_by_field_name("name")
+        .field("name")
         .map(|n| text(n, src).to_string())
         .unwrap_or_default();
     facts.inline_configs.push(InlineConfig {
@@ -258,16 +250,16 @@ fn field_default<'t>(n: TsNode<'t>, src: &str) -> Option<TsNode<'t>> {
     if n.kind() != "call" {
         return None;
     }
-    let f = n.child_by_field_name("function").map(|f| text(f, src))?;
+    let f = n.field("function").map(|f| text(f, src))?;
     if !matches!(f.rsplit('.').next(), Some("field" | "Field")) {
         return None;
     }
-    let args = n.child_by_field_name("arguments")?;
+    let args = n.field("arguments")?;
     let mut c = args.walk();
     let found = args.named_children(&mut c).find_map(|kw| {
         (kw.kind() == "keyword_argument"
-            && kw.child_by_field_name("name").map(|k| text(k, src)) == Some("default"))
-        .then(|| kw.child_by_field_name("value"))
+            && kw.field("name").map(|k| text(k, src)) == Some("default"))
+        .then(|| kw.field("value"))
         .flatten()
     });
     found
@@ -276,7 +268,7 @@ fn field_default<'t>(n: TsNode<'t>, src: &str) -> Option<TsNode<'t>> {
 /// `parser.add_argument("-m", "--micro-batch-size", type=int, default=8)`: one entry of the
 /// file's argparse defaults, keyed by the long option name without dashes.
 pub fn argparse_default(call: TsNode, src: &str, facts: &mut Facts) {
-    let Some(args) = call.child_by_field_name("arguments") else {
+    let Some(args) = call.field("arguments") else {
         return;
     };
     let mut c = args.walk();
@@ -289,10 +281,8 @@ pub fn argparse_default(call: TsNode, src: &str, facts: &mut Facts) {
                     flag.get_or_insert((s, a.byte_range()));
                 }
             }
-            "keyword_argument"
-                if a.child_by_field_name("name").map(|n| text(n, src)) == Some("default") =>
-            {
-                default = a.child_by_field_name("value");
+            "keyword_argument" if a.field("name").map(|n| text(n, src)) == Some("default") => {
+                default = a.field("value");
             }
             _ => {}
         }

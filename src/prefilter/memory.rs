@@ -2,7 +2,7 @@
 //! role is a model size or a parameter count; MEM005 also reads a parameter count from a model
 //! name in a config written in Python.
 
-use super::scan::{contains, identifier_at, is_ident, Scan};
+use super::scan::{assigned_at, contains, identifier_at, is_ident, Scan};
 use crate::config::parse_number;
 use crate::expr::{is_memory_name, role_of, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
@@ -15,8 +15,9 @@ impl Scan<'_> {
     /// Memory formulas (MEM001, MEM002's assignments, MEM005's constants, MEM006) are recorded
     /// only with a term whose role is a model size or a parameter count, and a term's role is
     /// [`role_of`] of an identifier written in the file. A parameter count matters only where
-    /// [`Scan::counts_parameters`] says.
-    pub(super) fn sized_name(&self) -> bool {
+    /// [`Scan::counts_parameters`] says, or, for the memory rules of the second wave
+    /// (`scaled`), where [`Scan::scaled_count`] says: one scan serves both.
+    pub(super) fn sized_name(&self, scaled: bool) -> bool {
         self.part_sized_by_dtype()
             || SIZED.iter().any(|word| {
                 let mut read_to = 0;
@@ -29,36 +30,30 @@ impl Scan<'_> {
                     read_to = end;
                     match reading {
                         Reading::Sized => true,
-                        Reading::Count(start, end) => self.counts_parameters(start, end),
+                        Reading::Count(start, end) => {
+                            self.counts_parameters(start, end)
+                                || (scaled && self.scaled_count(start, end))
+                        }
                         Reading::Neither => false,
                     }
                 })
             })
     }
 
-    /// The memory rules of the second wave (MEM007-MEM010) read bytes per parameter: a parameter
-    /// count multiplied or divided (`4 * total_params + 16 * total_params / total_gpus`), or bound
-    /// to a name that is (`x = n_params`); or else a model size ([`Scan::sized_name`]).
-    pub(super) fn count_scaled(&self) -> bool {
-        memchr::memmem::find_iter(&self.lower, b"param").any(|at| {
-            let (start, end) = identifier_at(&self.lower, at, false);
-            let counts = self
-                .text
-                .get(start..end)
-                .is_some_and(|name| role_of(name) == Role::ParamCount);
-            counts && {
-                let before = self.text[..start].trim_end_matches([' ', '\t', '(']);
-                let after = self.text[end..].trim_start_matches([' ', '\t', ')']);
-                let assigned = before
-                    .strip_suffix('=')
-                    .is_some_and(|b| !b.ends_with(['=', '!', '<', '>']));
-                before.ends_with(['*', '/']) || after.starts_with(['*', '/']) || assigned
-            }
-        })
+    /// MEM007-MEM010 read bytes per parameter: a parameter count multiplied or divided
+    /// (`4 * total_params + 16 * total_params / total_gpus`), or bound to a name that is
+    /// (`x = n_params`).
+    fn scaled_count(&self, start: usize, end: usize) -> bool {
+        let before = self.text[..start].trim_end_matches([' ', '\t', '(']);
+        let after = self.text[end..].trim_start_matches([' ', '\t', ')']);
+        let assigned = before
+            .strip_suffix('=')
+            .is_some_and(|b| !b.ends_with(['=', '!', '<', '>']));
+        before.ends_with(['*', '/']) || after.starts_with(['*', '/']) || assigned
     }
 
     /// Gradient checkpointing misattributed (MEM011) needs a test of checkpointing and a memory
-    /// name ([`is_memory_name`]) assigned under it.
+    /// name ([`is_memory_name`]) assigned (`=`, `*=`, an annotation) under it.
     pub(super) fn checkpointed_memory(&self) -> bool {
         // Every word a test of checkpointing is read by (see `Topics::of`) holds one of these.
         let tests = ["checkpoint", "ckpt", "recompute"]
@@ -80,7 +75,8 @@ impl Scan<'_> {
                             .is_some_and(|b| *b == b'_' || !is_ident(*b));
                     starts_segment && {
                         let (start, end) = identifier_at(lower, at, false);
-                        self.text.get(start..end).is_some_and(is_memory_name)
+                        assigned_at(&lower[end..])
+                            && self.text.get(start..end).is_some_and(is_memory_name)
                     }
                 })
             })
@@ -98,21 +94,26 @@ impl Scan<'_> {
             "gradients",
         ];
         const DTYPES: &[&str] = &["bf16", "fp16", "fp32", "float16", "float32", "half"];
+        // One pass over the comments: the first `#` of each line, after code that assigns a
+        // part of the model.
         let lower = &self.lower[..];
-        DTYPES.iter().any(|d| {
-            memchr::memmem::find_iter(lower, d.as_bytes()).any(|at| {
-                let line_start = memchr::memrchr(b'\n', &lower[..at]).map_or(0, |i| i + 1);
-                // In a comment, after code that assigns a part of the model.
-                let Some(hash) = memchr::memchr(b'#', &lower[line_start..at]) else {
-                    return false;
-                };
-                let code = &lower[line_start..line_start + hash];
-                memchr::memchr(b'=', code).is_some_and(|eq| {
-                    let target = std::str::from_utf8(&code[..eq]).unwrap_or("").trim_end();
-                    let last = target.rsplit(['.', ' ']).next().unwrap_or("");
-                    PARTS.contains(&last) && code.get(eq + 1) != Some(&b'=')
-                })
-            })
+        memchr::memchr_iter(b'#', lower).any(|hash| {
+            let line_start = memchr::memrchr(b'\n', &lower[..hash]).map_or(0, |i| i + 1);
+            let code = &lower[line_start..hash];
+            if memchr::memchr(b'#', code).is_some() {
+                return false;
+            }
+            let assigns_part = memchr::memchr(b'=', code).is_some_and(|eq| {
+                let target = std::str::from_utf8(&code[..eq]).unwrap_or("").trim_end();
+                let last = target.rsplit(['.', ' ']).next().unwrap_or("");
+                PARTS.contains(&last) && code.get(eq + 1) != Some(&b'=')
+            });
+            let line_end = memchr::memchr(b'\n', &lower[hash..]).map_or(lower.len(), |e| hash + e);
+            let comment = &lower[hash..line_end];
+            assigns_part
+                && DTYPES
+                    .iter()
+                    .any(|d| comment.windows(d.len()).any(|w| w == d.as_bytes()))
         })
     }
 

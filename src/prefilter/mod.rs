@@ -48,7 +48,7 @@ mod units;
 
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
 use crate::source::Language;
-use scan::{contains, is_ident, Scan};
+use scan::{assigned_at, contains, identifier_at, is_ident, Scan};
 
 /// What the rules reported for one file can use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -180,12 +180,11 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
-        || ((wanted.memory || wanted.states) && scan.sized_name())
-        || (wanted.states && scan.count_scaled())
+        || ((wanted.memory || wanted.states) && scan.sized_name(wanted.states))
         || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model())
         || (wanted.trainer_loss && scan.trainer_loss())
-        || (wanted.global_batch && scan.data_parallel() && scan.global_batch());
+        || (wanted.global_batch && scan.global_batch() && scan.data_parallel());
     Needs { parse, loop_model }
 }
 
@@ -248,33 +247,15 @@ impl Scan<'_> {
     /// (or `:`, an annotated assignment), and a product (`*`).
     fn global_batch(&self) -> bool {
         let lower = &self.lower[..];
-        if !contains(self.bytes, b"*") {
-            return false;
-        }
-        // The rarer words first: the identifier around each must hold `batch`.
-        [&b"global"[..], b"effective", b"total"].iter().any(|word| {
-            memchr::memmem::find_iter(lower, word).any(|at| {
-                let start = lower[..at]
-                    .iter()
-                    .rposition(|b| !is_ident(*b))
-                    .map_or(0, |p| p + 1);
-                let end = lower[at..]
-                    .iter()
-                    .position(|b| !is_ident(*b))
-                    .map_or(lower.len(), |p| at + p);
-                let mut rest = lower[end..]
-                    .iter()
-                    .copied()
-                    .skip_while(|b| *b == b' ' || *b == b'\t');
-                let assigned = match rest.next() {
-                    Some(b'=') => rest.next() != Some(b'='),
-                    // An annotated assignment (`global_batch: int = ...`).
-                    Some(b':') => true,
-                    _ => false,
-                };
-                assigned && contains(&lower[start..end], b"batch")
+        contains(self.bytes, b"*")
+            && memchr::memmem::find_iter(lower, b"batch").any(|at| {
+                let (start, end) = identifier_at(lower, at, false);
+                let name = &lower[start..end];
+                assigned_at(&lower[end..])
+                    && [&b"global"[..], b"effective", b"total"]
+                        .iter()
+                        .any(|w| name.windows(w.len()).any(|x| x == *w))
             })
-        })
     }
 
     /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or
@@ -298,7 +279,9 @@ impl Scan<'_> {
                     == Some(&by)
             })
         };
-        contains(self.bytes, b"gradient_accumulation_steps")
+        // The rarer word first.
+        contains(self.bytes, b"compute_loss")
+            && contains(self.bytes, b"gradient_accumulation_steps")
             && (followed(b"compute_loss_func", b'=')
                 || (followed(b"compute_loss", b'(')
                     && (contains(self.bytes, b"CausalLM")

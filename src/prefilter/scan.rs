@@ -42,7 +42,11 @@ impl Scan<'_> {
         }
         let token = std::str::from_utf8(&lower[start..end]).ok()?;
         let flag = token.starts_with("--");
-        let name = token.trim_start_matches('-').replace('-', "_");
+        let name = token.trim_start_matches('-');
+        let name = match name.contains('-') {
+            true => std::borrow::Cow::Owned(name.replace('-', "_")),
+            false => std::borrow::Cow::Borrowed(name),
+        };
         if !known(&name) {
             return None;
         }
@@ -103,4 +107,19 @@ pub(super) fn identifier_at(bytes: &[u8], at: usize, non_ascii: bool) -> (usize,
 
 pub(super) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(hay, needle).is_some()
+}
+
+/// Whether the text after a name assigns to it: `=` (not `==`), an augmented assignment
+/// (`*=`, `//=`) or an annotation (`x: float = 0`).
+pub(super) fn assigned_at(after: &[u8]) -> bool {
+    let rest = after.trim_ascii_start();
+    let op = rest
+        .iter()
+        .position(|b| !matches!(b, b'*' | b'/' | b'+' | b'-' | b'%'))
+        .unwrap_or(rest.len());
+    match rest.get(op) {
+        Some(b'=') => op > 0 || rest.get(1) != Some(&b'='),
+        Some(b':') => op == 0,
+        _ => false,
+    }
 }

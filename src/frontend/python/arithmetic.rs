@@ -2,6 +2,7 @@
 //! tables of numbers keyed by dtype or optimizer, and unit conversions.
 
 use super::*;
+use crate::frontend::fields::PyField;
 
 impl<'s> Walker<'s> {
     /// `{"bf16": 2, "fp32": 4}`: a table when at least two values are numbers.
@@ -12,10 +13,7 @@ impl<'s> Walker<'s> {
             if pair.kind() != "pair" {
                 continue;
             }
-            let (Some(k), Some(v)) = (
-                pair.child_by_field_name("key"),
-                pair.child_by_field_name("value"),
-            ) else {
+            let (Some(k), Some(v)) = (pair.field("key"), pair.field("value")) else {
                 continue;
             };
             let key = match k.kind() {
@@ -38,7 +36,7 @@ impl<'s> Walker<'s> {
             .then(|| node.parent())
             .flatten()
             .filter(|p| p.kind() == "assignment")
-            .and_then(|p| p.child_by_field_name("left"))
+            .and_then(|p| p.field("left"))
             .map(|l| self.text(l).to_string());
         self.facts.tables.push(Table {
             name,
@@ -134,9 +132,9 @@ impl<'s> Walker<'s> {
         }
         match node.kind() {
             "binary_operator" => {
-                let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
-                let left = node.child_by_field_name("left")?;
-                let right = node.child_by_field_name("right")?;
+                let op = node.field("operator").map(|o| self.text(o))?;
+                let left = node.field("left")?;
+                let right = node.field("right")?;
                 let found = match op {
                     "/" => {
                         // Along the chain of divisions: `x / 1024 / 1024 / 1024`.
@@ -145,16 +143,16 @@ impl<'s> Walker<'s> {
                         let mut single = None;
                         let mut count = 0;
                         while at.kind() == "binary_operator"
-                            && at.child_by_field_name("operator").map(|o| self.text(o)) == Some("/")
+                            && at.field("operator").map(|o| self.text(o)) == Some("/")
                         {
-                            let Some(r) = at.child_by_field_name("right") else {
+                            let Some(r) = at.field("right") else {
                                 break;
                             };
                             let Some(d) = self.number(r) else { break };
                             divisor *= d;
                             count += 1;
                             single = Some((self.text(r).to_string(), r.byte_range()));
-                            match at.child_by_field_name("left") {
+                            match at.field("left") {
                                 Some(l) => at = unparen(l),
                                 None => break,
                             }
@@ -192,9 +190,7 @@ impl<'s> Walker<'s> {
                     .or_else(|| self.unit_division(right, depth + 1))
             }
             "call" => {
-                let arg = node
-                    .child_by_field_name("arguments")
-                    .and_then(|a| a.named_child(0))?;
+                let arg = node.field("arguments").and_then(|a| a.named_child(0))?;
                 self.unit_division(arg, depth + 1)
             }
             _ => None,
@@ -235,10 +231,10 @@ impl<'s> Walker<'s> {
             "identifier" | "attribute" => self.name(node),
             "unary_operator" => {
                 let arg = node
-                    .child_by_field_name("argument")
+                    .field("argument")
                     .map(|a| self.lower(a, depth + 1))
                     .unwrap_or_default();
-                let op = node.child_by_field_name("operator").map(|o| self.text(o));
+                let op = node.field("operator").map(|o| self.text(o));
                 if op == Some("-") {
                     arg.negated()
                 } else {
@@ -248,10 +244,7 @@ impl<'s> Walker<'s> {
             "binary_operator" => self.binary(node, depth),
             "call" => {
                 // Numeric wrappers are transparent: `int(x)`, `float(x)`, `math.ceil(x)`, `round(x, 1)`.
-                let func = node
-                    .child_by_field_name("function")
-                    .map(|f| self.text(f))
-                    .unwrap_or("");
+                let func = node.field("function").map(|f| self.text(f)).unwrap_or("");
                 let transparent = matches!(
                     func,
                     "int"
@@ -264,7 +257,7 @@ impl<'s> Walker<'s> {
                         | "abs"
                 );
                 let first = node
-                    .child_by_field_name("arguments")
+                    .field("arguments")
                     .and_then(|a| a.named_child(0))
                     .filter(|a| a.kind() != "keyword_argument");
                 match (transparent, first) {
@@ -279,9 +272,9 @@ impl<'s> Walker<'s> {
     pub(super) fn binary(&self, node: Node, depth: usize) -> Lin {
         let span = node.byte_range();
         let (Some(l), Some(r), Some(op)) = (
-            node.child_by_field_name("left"),
-            node.child_by_field_name("right"),
-            node.child_by_field_name("operator"),
+            node.field("left"),
+            node.field("right"),
+            node.field("operator"),
         ) else {
             return Lin::opaque(self.text(node), span, &[]);
         };
@@ -346,14 +339,11 @@ impl<'s> Walker<'s> {
         };
         let right = unparen(right);
         if right.kind() != "binary_operator"
-            || right.child_by_field_name("operator").map(|o| self.text(o)) != Some("*")
+            || right.field("operator").map(|o| self.text(o)) != Some("*")
         {
             return;
         }
-        let (Some(a), Some(b)) = (
-            right.child_by_field_name("left"),
-            right.child_by_field_name("right"),
-        ) else {
+        let (Some(a), Some(b)) = (right.field("left"), right.field("right")) else {
             return;
         };
         let (count, k) = match (self.number(a), self.number(b)) {

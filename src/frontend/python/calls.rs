@@ -3,15 +3,13 @@
 //! a loss by the accumulation factor.
 
 use super::*;
+use crate::frontend::fields::PyField;
 
 impl<'s> Walker<'s> {
     // ---- calls and evidence ------------------------------------------------------------------
 
     pub(super) fn keyword(&mut self, node: Node) {
-        let (Some(name), Some(value)) = (
-            node.child_by_field_name("name"),
-            node.child_by_field_name("value"),
-        ) else {
+        let (Some(name), Some(value)) = (node.field("name"), node.field("value")) else {
             return;
         };
         let key = self.text(name);
@@ -42,7 +40,7 @@ impl<'s> Walker<'s> {
         let in_autocast = node
             .parent()
             .and_then(|args| args.parent())
-            .and_then(|call| call.child_by_field_name("function"))
+            .and_then(|call| call.field("function"))
             .is_some_and(|f| self.text(f).ends_with("autocast"));
         if matches!(key, "torch_dtype" | "dtype")
             && !in_autocast
@@ -65,7 +63,7 @@ impl<'s> Walker<'s> {
     }
 
     pub(super) fn call(&mut self, node: Node) {
-        let Some(func) = node.child_by_field_name("function") else {
+        let Some(func) = node.field("function") else {
             return;
         };
         let callee = self.text(func);
@@ -74,7 +72,7 @@ impl<'s> Walker<'s> {
         let last = last_segment(clip_tail(callee));
         let lower = last.to_ascii_lowercase();
         let span = node.byte_range();
-        let args = node.child_by_field_name("arguments");
+        let args = node.field("arguments");
         if last == "add_argument" {
             self.argparse_default(node);
             crate::frontend::python_config::argparse_default(node, self.src, &mut self.facts);
@@ -96,8 +94,8 @@ impl<'s> Walker<'s> {
                     if a.kind() != "keyword_argument" {
                         continue;
                     }
-                    let k = a.child_by_field_name("name").map(t).unwrap_or("");
-                    let v = a.child_by_field_name("value").map(t).unwrap_or("");
+                    let k = a.field("name").map(t).unwrap_or("");
+                    let v = a.field("value").map(t).unwrap_or("");
                     match k {
                         "momentum" => m.momentum = Some(parse_number(v).unwrap_or(f64::NAN)),
                         "amsgrad" => m.amsgrad = v == "True",
@@ -215,13 +213,12 @@ impl<'s> Walker<'s> {
                 let mut c = a.walk();
                 let kw = a.named_children(&mut c).find(|k| {
                     k.kind() == "keyword_argument"
-                        && k.child_by_field_name("name").map(t).is_some_and(|n| {
+                        && k.field("name").map(t).is_some_and(|n| {
                             n == "gradient_accumulation_steps"
                                 || n == "gradient_accumulation_plugin"
                         })
                 });
-                kw.and_then(|k| k.child_by_field_name("value"))
-                    .map(|v| t(v).to_string())
+                kw.and_then(|k| k.field("value")).map(|v| t(v).to_string())
             });
             self.accelerators.push(gas);
         }
@@ -236,7 +233,7 @@ impl<'s> Walker<'s> {
         if node.kind() != "call" {
             return;
         }
-        let Some(func) = node.child_by_field_name("function") else {
+        let Some(func) = node.field("function") else {
             return;
         };
         let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
@@ -247,14 +244,13 @@ impl<'s> Walker<'s> {
             return;
         }
         let mut args = Vec::new();
-        if let Some(a) = node.child_by_field_name("arguments") {
+        if let Some(a) = node.field("arguments") {
             let mut c = a.walk();
             for arg in a.named_children(&mut c) {
                 let (key, value) = match arg.kind() {
                     "keyword_argument" => (
-                        arg.child_by_field_name("name")
-                            .map(|n| self.text(n).to_string()),
-                        arg.child_by_field_name("value"),
+                        arg.field("name").map(|n| self.text(n).to_string()),
+                        arg.field("value"),
                     ),
                     "comment" => continue,
                     _ => (None, Some(arg)),
@@ -287,11 +283,11 @@ impl<'s> Walker<'s> {
         let span = node.byte_range();
         // A receiver may be a long call chain: only its tail names it.
         let recv = func
-            .child_by_field_name("object")
+            .field("object")
             .map(|o| clip_tail(self.text(o)))
             .unwrap_or("");
         let recv_last = last_segment(recv).to_ascii_lowercase();
-        let args = node.child_by_field_name("arguments");
+        let args = node.field("arguments");
         let positional = args.map_or(0, |a| {
             let mut c = a.walk();
             a.named_children(&mut c)
@@ -327,7 +323,7 @@ impl<'s> Walker<'s> {
                 });
                 match arg {
                     None if last == "backward" => {
-                        let Some(recv) = func.child_by_field_name("object") else {
+                        let Some(recv) = func.field("object") else {
                             return;
                         };
                         match self.backward(recv) {
@@ -408,7 +404,7 @@ impl<'s> Walker<'s> {
         } else {
             return;
         };
-        let Some(args) = node.child_by_field_name("arguments") else {
+        let Some(args) = node.field("arguments") else {
             return;
         };
         let mut c = args.walk();
@@ -416,7 +412,7 @@ impl<'s> Walker<'s> {
         // `scale_wrt_gas=False`: the engine does not divide.
         if kids.iter().any(|k| {
             k.kind() == "keyword_argument"
-                && k.child_by_field_name("name").map(|n| self.text(n)) == Some("scale_wrt_gas")
+                && k.field("name").map(|n| self.text(n)) == Some("scale_wrt_gas")
         }) {
             return;
         }
@@ -439,9 +435,9 @@ impl<'s> Walker<'s> {
         let node = unparen(node);
         match node.kind() {
             "binary_operator" => {
-                let op = node.child_by_field_name("operator").map(|o| self.text(o));
-                let left = node.child_by_field_name("left")?;
-                let right = node.child_by_field_name("right")?;
+                let op = node.field("operator").map(|o| self.text(o));
+                let left = node.field("left")?;
+                let right = node.field("right")?;
                 let divisor = self.text(right);
                 // `loss * accum / num_items` cancels the framework's division on purpose.
                 if op != Some("/")
@@ -530,17 +526,15 @@ impl<'s> Walker<'s> {
         let mut loss = recv;
         let mut scaler = false;
         if recv.kind() == "call" {
-            let f = recv.child_by_field_name("function");
+            let f = recv.field("function");
             let f_text = f.map(|f| self.text(f)).unwrap_or("");
             if last_segment(f_text) == "scale" {
                 scaler = true;
-                let arg = recv
-                    .child_by_field_name("arguments")
-                    .and_then(|a| a.named_child(0))?;
+                let arg = recv.field("arguments").and_then(|a| a.named_child(0))?;
                 loss = unparen(arg);
                 recv = loss;
             } else if matches!(last_segment(f_text), "mean" | "sum") {
-                if let Some(obj) = f.and_then(|f| f.child_by_field_name("object")) {
+                if let Some(obj) = f.and_then(|f| f.field("object")) {
                     loss = unparen(obj);
                 }
             }
@@ -556,7 +550,7 @@ impl<'s> Walker<'s> {
 
     /// `parser.add_argument("--optim", default="adamw")`.
     pub(super) fn argparse_default(&mut self, node: Node) {
-        let Some(args) = node.child_by_field_name("arguments") else {
+        let Some(args) = node.field("arguments") else {
             return;
         };
         let mut c = args.walk();
@@ -568,9 +562,9 @@ impl<'s> Walker<'s> {
                     flag = Some(self.text(a).trim_matches(['"', '\'']).to_string())
                 }
                 "keyword_argument" => {
-                    let k = a.child_by_field_name("name").map(|n| self.text(n));
+                    let k = a.field("name").map(|n| self.text(n));
                     if k == Some("default") {
-                        default = a.child_by_field_name("value");
+                        default = a.field("value");
                     }
                 }
                 _ => {}

@@ -3,6 +3,7 @@
 //! test reads (a test that reads nothing the micro-steps change takes the same arm on each).
 
 use super::*;
+use crate::frontend::fields::PyField;
 
 impl<'s> Walker<'s> {
     /// The condition of an `if`/`elif`, registered once per node (both branches share it).
@@ -13,7 +14,7 @@ impl<'s> Walker<'s> {
         if let Some(&id) = self.cond_ids.get(&stmt.id()) {
             return Some(id);
         }
-        let cond = stmt.child_by_field_name("condition")?;
+        let cond = stmt.field("condition")?;
         let reads = if self.loop_model {
             self.reads(cond)
         } else {
@@ -34,13 +35,13 @@ impl<'s> Walker<'s> {
                 counter: None,
                 boundary_when_true,
             }),
-            None => self
-                .counter_test(cond, stmt.child_by_field_name("consequence")?)
-                .map(|(factor, counter, boundary_when_true)| AccumTest {
+            None => self.counter_test(cond, stmt.field("consequence")?).map(
+                |(factor, counter, boundary_when_true)| AccumTest {
                     factor,
                     counter: Some(counter),
                     boundary_when_true,
-                }),
+                },
+            ),
         };
         self.conds.push(Cond { accum, reads });
         self.cond_reads_factor
@@ -187,23 +188,13 @@ impl<'s> Walker<'s> {
         }
         match cond.kind() {
             "parenthesized_expression" => self.accum_test_at(unparen(cond), polarity, depth + 1),
-            "not_operator" => self.accum_test_at(
-                unparen(cond.child_by_field_name("argument")?),
-                !polarity,
-                depth + 1,
-            ),
+            "not_operator" => {
+                self.accum_test_at(unparen(cond.field("argument")?), !polarity, depth + 1)
+            }
             "boolean_operator" => {
-                let op = cond.child_by_field_name("operator").map(|o| self.text(o));
-                let l = self.accum_test_at(
-                    unparen(cond.child_by_field_name("left")?),
-                    polarity,
-                    depth + 1,
-                );
-                let r = self.accum_test_at(
-                    unparen(cond.child_by_field_name("right")?),
-                    polarity,
-                    depth + 1,
-                );
+                let op = cond.field("operator").map(|o| self.text(o));
+                let l = self.accum_test_at(unparen(cond.field("left")?), polarity, depth + 1);
+                let r = self.accum_test_at(unparen(cond.field("right")?), polarity, depth + 1);
                 // `a or is_last` still steps on the boundary; `a and b` too.
                 match op {
                     Some("or") | Some("and") => l.or(r),
@@ -266,11 +257,11 @@ impl<'s> Walker<'s> {
         let cond = unparen(cond);
         // `seen >= N or last_batch`: still steps when the window is full.
         if cond.kind() == "boolean_operator"
-            && cond.child_by_field_name("operator").map(|o| self.text(o)) == Some("or")
+            && cond.field("operator").map(|o| self.text(o)) == Some("or")
         {
             return self
-                .counter_test(cond.child_by_field_name("left")?, body)
-                .or_else(|| self.counter_test(cond.child_by_field_name("right")?, body));
+                .counter_test(cond.field("left")?, body)
+                .or_else(|| self.counter_test(cond.field("right")?, body));
         }
         if cond.kind() != "comparison_operator" {
             return None;
@@ -293,14 +284,9 @@ impl<'s> Walker<'s> {
         let counter = unparen(counter);
         let (name, reset) = match counter.kind() {
             "identifier" | "attribute" => (self.text(counter), "0"),
-            "binary_operator"
-                if counter
-                    .child_by_field_name("operator")
-                    .map(|o| self.text(o))
-                    == Some("-") =>
-            {
-                let now = counter.child_by_field_name("left")?;
-                let last = counter.child_by_field_name("right")?;
+            "binary_operator" if counter.field("operator").map(|o| self.text(o)) == Some("-") => {
+                let now = counter.field("left")?;
+                let last = counter.field("right")?;
                 if !matches!(now.kind(), "identifier" | "attribute")
                     || !matches!(last.kind(), "identifier" | "attribute")
                 {
@@ -314,8 +300,8 @@ impl<'s> Walker<'s> {
         let resets = body.named_children(&mut c).any(|st| {
             st.named_child(0).is_some_and(|a| {
                 a.kind() == "assignment"
-                    && a.child_by_field_name("left").map(|l| self.text(l)) == Some(name)
-                    && a.child_by_field_name("right").map(|r| self.text(r)) == Some(reset)
+                    && a.field("left").map(|l| self.text(l)) == Some(name)
+                    && a.field("right").map(|r| self.text(r)) == Some(reset)
             })
         });
         resets.then(|| (self.text(n).to_string(), name.to_string(), true))
@@ -328,14 +314,12 @@ impl<'s> Walker<'s> {
         if node.kind() != "for_statement" {
             return None;
         }
-        let var = self.text(node.child_by_field_name("left")?);
-        let iter = unparen(node.child_by_field_name("right")?);
-        if iter.kind() != "call"
-            || iter.child_by_field_name("function").map(|f| self.text(f)) != Some("range")
-        {
+        let var = self.text(node.field("left")?);
+        let iter = unparen(node.field("right")?);
+        if iter.kind() != "call" || iter.field("function").map(|f| self.text(f)) != Some("range") {
             return None;
         }
-        let args = iter.child_by_field_name("arguments")?;
+        let args = iter.field("arguments")?;
         let mut c = args.walk();
         let args: Vec<Node> = args.named_children(&mut c).collect();
         let n_text = match args.as_slice() {
@@ -367,10 +351,10 @@ impl<'s> Walker<'s> {
 
     /// `if <true on micro-steps>: continue` as the loop's guard for the step that follows.
     pub(super) fn continue_guard(&mut self, node: Node) {
-        if node.child_by_field_name("alternative").is_some() {
+        if node.field("alternative").is_some() {
             return;
         }
-        let Some(body) = node.child_by_field_name("consequence") else {
+        let Some(body) = node.field("consequence") else {
             return;
         };
         let mut c = body.walk();
@@ -405,12 +389,10 @@ impl<'s> Walker<'s> {
     pub(super) fn compared_strings(&self, cond: Node) -> Vec<String> {
         let cond = unparen(cond);
         match cond.kind() {
-            "boolean_operator"
-                if cond.child_by_field_name("operator").map(|o| self.text(o)) == Some("or") =>
-            {
+            "boolean_operator" if cond.field("operator").map(|o| self.text(o)) == Some("or") => {
                 let mut keys = Vec::new();
                 for side in ["left", "right"] {
-                    if let Some(n) = cond.child_by_field_name(side) {
+                    if let Some(n) = cond.field(side) {
                         keys.extend(self.compared_strings(n));
                     }
                 }
@@ -452,11 +434,11 @@ impl<'s> Walker<'s> {
         if node.kind() != "binary_operator" {
             return None;
         }
-        let op = node.child_by_field_name("operator")?;
+        let op = node.field("operator")?;
         if self.text(op) != "%" {
             return None;
         }
-        let right = unparen(node.child_by_field_name("right")?);
+        let right = unparen(node.field("right")?);
         let text = self.text(right).to_string();
         if parse_number(&text) == Some(1.0) || right.kind() == "string" {
             return None;

@@ -4,6 +4,7 @@
 //! `micro_batch_size` the batch of one micro-step.
 
 use super::*;
+use crate::frontend::fields::PyField;
 
 impl<'s> Walker<'s> {
     /// `batch_size=<value>` in a call of a data loader.
@@ -12,7 +13,7 @@ impl<'s> Walker<'s> {
             .parent()
             .and_then(|args| args.parent())
             .filter(|call| call.kind() == "call")
-            .and_then(|call| call.child_by_field_name("function"))
+            .and_then(|call| call.field("function"))
             .is_some_and(|f| last_segment(self.text(f)).ends_with("DataLoader"));
         let text = self.text(value);
         if is_loader && matches!(value.kind(), "identifier" | "attribute") {

@@ -27,6 +27,7 @@ use super::loops::{
 use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
+use crate::frontend::fields::PyField;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -482,12 +483,12 @@ impl<'s> Walker<'s> {
                     micro_factor: self.micro_factor(node),
                     assigned: Vec::new(),
                     iterates: node
-                        .child_by_field_name("right")
+                        .field("right")
                         .map(|r| self.text(r).to_string())
                         .unwrap_or_default(),
                 });
                 self.push(node, Frame::Loop(id));
-                if let Some(left) = node.child_by_field_name("left").filter(|_| self.loop_model) {
+                if let Some(left) = node.field("left").filter(|_| self.loop_model) {
                     self.note_assigned_names(left);
                 }
             }
@@ -558,7 +559,7 @@ impl<'s> Walker<'s> {
 
     fn enter_scope(&mut self, node: Node) {
         let name = node
-            .child_by_field_name("name")
+            .field("name")
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
         let parent = self.scope();
@@ -572,7 +573,7 @@ impl<'s> Walker<'s> {
         };
         if is_class {
             let bases = node
-                .child_by_field_name("superclasses")
+                .field("superclasses")
                 .map(|n| self.text(n))
                 .unwrap_or("");
             let framework = if bases.contains("LightningModule") {
@@ -642,24 +643,20 @@ impl<'s> Walker<'s> {
         };
         let mut c = clause.walk();
         for item in clause.named_children(&mut c) {
-            let Some(pattern) = item.child_by_field_name("value") else {
+            let Some(pattern) = item.field("value") else {
                 continue;
             };
             if pattern.kind() != "as_pattern" {
                 continue;
             }
-            let (Some(call), Some(alias)) =
-                (pattern.named_child(0), pattern.child_by_field_name("alias"))
-            else {
+            let (Some(call), Some(alias)) = (pattern.named_child(0), pattern.field("alias")) else {
                 continue;
             };
             let is_scale_loss = call.kind() == "call"
                 && call
-                    .child_by_field_name("function")
+                    .field("function")
                     .is_some_and(|f| last_segment(self.text(f)) == "scale_loss");
-            let loss = call
-                .child_by_field_name("arguments")
-                .and_then(|a| a.named_child(0));
+            let loss = call.field("arguments").and_then(|a| a.named_child(0));
             if let (true, Some(loss)) = (is_scale_loss, loss) {
                 let prov = self.prov(loss, 0);
                 let alias = self.text(alias).trim();
@@ -670,7 +667,7 @@ impl<'s> Walker<'s> {
 
     /// The parameter names of a function, without a leading `self`/`cls`.
     fn params_of(&self, node: Node) -> Vec<String> {
-        let Some(params) = node.child_by_field_name("parameters") else {
+        let Some(params) = node.field("parameters") else {
             return Vec::new();
         };
         let mut c = params.walk();
@@ -680,9 +677,7 @@ impl<'s> Walker<'s> {
                 let name = match p.kind() {
                     "identifier" => Some(p),
                     "typed_parameter" => p.named_child(0).filter(|n| n.kind() == "identifier"),
-                    "default_parameter" | "typed_default_parameter" => {
-                        p.child_by_field_name("name")
-                    }
+                    "default_parameter" | "typed_default_parameter" => p.field("name"),
                     _ => None,
                 }?;
                 Some(self.text(name).to_string())
@@ -698,7 +693,7 @@ impl<'s> Walker<'s> {
     fn import(&mut self, node: Node) {
         let from = node.kind() == "import_from_statement";
         let module = if from {
-            match node.child_by_field_name("module_name") {
+            match node.field("module_name") {
                 Some(m) => self.text(m).to_string(),
                 None => return,
             }
@@ -709,8 +704,8 @@ impl<'s> Walker<'s> {
         for name in node.children_by_field_name("name", &mut c) {
             let (path, alias) = match name.kind() {
                 "aliased_import" => (
-                    name.child_by_field_name("name").map(|n| self.text(n)),
-                    name.child_by_field_name("alias").map(|n| self.text(n)),
+                    name.field("name").map(|n| self.text(n)),
+                    name.field("alias").map(|n| self.text(n)),
                 ),
                 _ => (Some(self.text(name)), None),
             };
@@ -876,7 +871,7 @@ impl<'s> Walker<'s> {
 /// A `with` block whose statements are all backwards (`loss.backward()`,
 /// `scaler.scale(loss).backward()`): what it computes was computed before it.
 fn backward_only(with: Node, src: &str) -> bool {
-    let Some(body) = with.child_by_field_name("body") else {
+    let Some(body) = with.field("body") else {
         return false;
     };
     let mut c = body.walk();

@@ -9,6 +9,7 @@
 
 use super::{last_segment, names_accumulation, unparen, Walker};
 use crate::facts::{Callee, Prov, Scaling};
+use crate::frontend::fields::PyField;
 use tree_sitter::Node;
 
 /// How deep an expression is followed, and how many helpers deep a value is followed.
@@ -44,14 +45,8 @@ impl<'s> Walker<'s> {
         }
         match node.kind() {
             "binary_operator" => {
-                let op = node
-                    .child_by_field_name("operator")
-                    .map(|o| self.text(o))
-                    .unwrap_or("");
-                let (Some(left), Some(right)) = (
-                    node.child_by_field_name("left"),
-                    node.child_by_field_name("right"),
-                ) else {
+                let op = node.field("operator").map(|o| self.text(o)).unwrap_or("");
+                let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
                     return Prov::UNKNOWN;
                 };
                 match op {
@@ -71,7 +66,7 @@ impl<'s> Walker<'s> {
                 }
             }
             "unary_operator" => node
-                .child_by_field_name("argument")
+                .field("argument")
                 .map_or(Prov::UNKNOWN, |a| self.prov(a, depth + 1)),
             "conditional_expression" | "tuple" | "list" | "expression_list" => {
                 let mut c = node.walk();
@@ -84,7 +79,7 @@ impl<'s> Walker<'s> {
                 Prov::combined(parts)
             }
             "generator_expression" | "list_comprehension" => node
-                .child_by_field_name("body")
+                .field("body")
                 .map_or(Prov::ASSUMED, |b| self.prov(b, depth + 1)),
             "identifier" | "attribute" => {
                 let text = self.text(node);
@@ -93,7 +88,7 @@ impl<'s> Walker<'s> {
                     // `outputs.loss`: a model output's mean loss, unless the model was handed a
                     // count to divide by.
                     let of = node
-                        .child_by_field_name("object")
+                        .field("object")
                         .map_or(Prov::ASSUMED, |o| self.prov(o, depth + 1));
                     return match of {
                         Prov::Known(Scaling::Unknown) => Prov::UNKNOWN,
@@ -106,11 +101,8 @@ impl<'s> Walker<'s> {
             }
             // `outputs[0]`, `outputs[:2]`, `out["loss"]`: part of what produced the value.
             "subscript" => {
-                let key = node
-                    .child_by_field_name("subscript")
-                    .map(|k| self.text(k))
-                    .unwrap_or("");
-                match node.child_by_field_name("value") {
+                let key = node.field("subscript").map(|k| self.text(k)).unwrap_or("");
+                match node.field("value") {
                     Some(v) => match self.prov(v, depth + 1) {
                         Prov::Known(Scaling::AssumedMean)
                             if super::string_key(key) == "loss" && key != "loss" =>
@@ -128,16 +120,16 @@ impl<'s> Walker<'s> {
     }
 
     fn call_prov(&self, node: Node, depth: usize) -> Prov {
-        let Some(func) = node.child_by_field_name("function") else {
+        let Some(func) = node.field("function") else {
             return Prov::UNKNOWN;
         };
         let f = self.text(func);
         let last = last_segment(f);
         let lower = last.to_ascii_lowercase();
         let object = (func.kind() == "attribute")
-            .then(|| func.child_by_field_name("object"))
+            .then(|| func.field("object"))
             .flatten();
-        let args = node.child_by_field_name("arguments");
+        let args = node.field("arguments");
         let first_arg = args.and_then(|a| {
             let mut c = a.walk();
             let first = a
@@ -181,8 +173,8 @@ impl<'s> Walker<'s> {
                 }
                 match arg.kind() {
                     "keyword_argument" => {
-                        let k = arg.child_by_field_name("name").map(|n| self.text(n));
-                        let v = arg.child_by_field_name("value");
+                        let k = arg.field("name").map(|n| self.text(n));
+                        let v = arg.field("value");
                         if k == Some("reduction") {
                             match v.map(|v| super::string_key(self.text(v))).as_deref() {
                                 // A sum adds up across micro-batches as a full batch would.
@@ -250,8 +242,8 @@ impl<'s> Walker<'s> {
                 })
             }
             "attribute" => {
-                let object = func.child_by_field_name("object")?;
-                let attr = func.child_by_field_name("attribute")?;
+                let object = func.field("object")?;
+                let attr = func.field("attribute")?;
                 if self.text(object) != "self" {
                     // `self.crit(x)` where `self.crit = MyLoss()`.
                     let name = self.text(func);

@@ -2,15 +2,13 @@
 //! accumulation tests, instances) and the formulas they state.
 
 use super::*;
+use crate::frontend::fields::PyField;
 
 impl<'s> Walker<'s> {
     // ---- statements -------------------------------------------------------------------------
 
     pub(super) fn assignment(&mut self, node: Node) {
-        let (Some(left), Some(right)) = (
-            node.child_by_field_name("left"),
-            node.child_by_field_name("right"),
-        ) else {
+        let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
             return;
         };
         if self.loop_model {
@@ -28,7 +26,7 @@ impl<'s> Walker<'s> {
             self.facts.manual_optimization = true;
         }
         if right.kind() == "call" {
-            if let Some(f) = right.child_by_field_name("function") {
+            if let Some(f) = right.field("function") {
                 let callee = self.text(f);
                 let last = last_segment(callee).to_ascii_lowercase();
                 if OPTIMIZER_CLASSES.contains(&last.as_str()) && simple_target {
@@ -66,7 +64,7 @@ impl<'s> Walker<'s> {
             return;
         }
         if let Some(f) = (self.loop_model && right.kind() == "call")
-            .then(|| right.child_by_field_name("function"))
+            .then(|| right.field("function"))
             .flatten()
         {
             let callee = self.text(f);
@@ -83,7 +81,7 @@ impl<'s> Walker<'s> {
         // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
         let division = self.division_of(right).map(|(divisor, mut d)| {
             let rebinds = unparen(right)
-                .child_by_field_name("left")
+                .field("left")
                 .is_some_and(|l| self.text(unparen(l)) == target);
             if rebinds {
                 d.statement = node
@@ -136,7 +134,7 @@ impl<'s> Walker<'s> {
         let rescaled = unparen(right);
         let factor = (rescaled.kind() == "binary_operator"
             && rescaled
-                .child_by_field_name("left")
+                .field("left")
                 .is_some_and(|l| self.text(unparen(l)) == target))
         .then(|| self.factor(rescaled))
         .flatten();
@@ -158,9 +156,9 @@ impl<'s> Walker<'s> {
 
     pub(super) fn augmented(&mut self, node: Node) {
         let (Some(left), Some(right), Some(op)) = (
-            node.child_by_field_name("left"),
-            node.child_by_field_name("right"),
-            node.child_by_field_name("operator"),
+            node.field("left"),
+            node.field("right"),
+            node.field("operator"),
         ) else {
             return;
         };
@@ -307,8 +305,8 @@ impl Walker<'_> {
 
     /// `x * 0.5`, `x /= 2`: the number a value is scaled by.
     fn factor(&self, node: Node) -> Option<f64> {
-        let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
-        let k = self.number(node.child_by_field_name("right")?)?;
+        let op = node.field("operator").map(|o| self.text(o))?;
+        let k = self.number(node.field("right")?)?;
         match op.trim_end_matches('=') {
             "*" => Some(k),
             "/" | "//" if k != 0.0 => Some(1.0 / k),

@@ -4,6 +4,7 @@
 
 use super::Walker;
 use crate::facts::{CustomLoss, CustomLossKind, Mention};
+use crate::frontend::fields::PyField;
 use std::ops::Range;
 use tree_sitter::Node;
 
@@ -64,12 +65,12 @@ impl<'s> Walker<'s> {
             return;
         }
         let name = node
-            .child_by_field_name("name")
+            .field("name")
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
         if node.kind() == "class_definition" {
             let bases = node
-                .child_by_field_name("superclasses")
+                .field("superclasses")
                 .map(|n| {
                     let mut c = n.walk();
                     n.named_children(&mut c)
@@ -94,8 +95,8 @@ impl<'s> Walker<'s> {
         let def = self.func_def(
             name,
             class,
-            node.child_by_field_name("parameters"),
-            node.child_by_field_name("body"),
+            node.field("parameters"),
+            node.field("body"),
             node.start_byte()..super::line_end(self.src, node.start_byte()),
         );
         self.trainer_loss.defs.push(def);
@@ -116,9 +117,7 @@ impl<'s> Walker<'s> {
                 let ident = match p.kind() {
                     "identifier" => Some(p),
                     "typed_parameter" => p.named_child(0),
-                    "default_parameter" | "typed_default_parameter" => {
-                        p.child_by_field_name("name")
-                    }
+                    "default_parameter" | "typed_default_parameter" => p.field("name"),
                     "dictionary_splat_pattern" => p.named_child(0),
                     _ => None,
                 };
@@ -163,7 +162,7 @@ impl<'s> Walker<'s> {
             .parent()
             .and_then(|args| args.parent())
             .filter(|call| call.kind() == "call")
-            .and_then(|call| call.child_by_field_name("function"))
+            .and_then(|call| call.field("function"))
         else {
             return;
         };
@@ -171,8 +170,8 @@ impl<'s> Walker<'s> {
             self.func_def(
                 "lambda".into(),
                 None,
-                value.child_by_field_name("parameters"),
-                value.child_by_field_name("body"),
+                value.field("parameters"),
+                value.field("body"),
                 value.byte_range(),
             )
         });

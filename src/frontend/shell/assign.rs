@@ -7,16 +7,14 @@ use super::flow::Status;
 use super::Walker;
 use crate::expr::{role_of, Lin};
 use crate::facts::{Formula, FormulaKind, Topics};
+use crate::frontend::fields::ShField;
 use crate::frontend::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use std::ops::Range;
 use tree_sitter::Node;
 
 impl<'s> Walker<'s> {
     pub(super) fn assignment(&mut self, node: Node) {
-        let (Some(name), Some(value)) = (
-            node.child_by_field_name("name"),
-            node.child_by_field_name("value"),
-        ) else {
+        let (Some(name), Some(value)) = (node.field("name"), node.field("value")) else {
             return;
         };
         let target = self.text(name).to_string();
@@ -148,9 +146,9 @@ impl<'s> Walker<'s> {
             }
             "binary_expression" => {
                 let (Some(l), Some(r), Some(op)) = (
-                    node.child_by_field_name("left"),
-                    node.child_by_field_name("right"),
-                    node.child_by_field_name("operator"),
+                    node.field("left"),
+                    node.field("right"),
+                    node.field("operator"),
                 ) else {
                     return Lin::opaque(self.text(node), span, &[]);
                 };
@@ -211,7 +209,7 @@ impl<'s> Walker<'s> {
     /// `$(expr $a - $b \* 2)`: the words of an `expr` command as arithmetic.
     fn expr_command(&self, node: Node) -> Option<Lin> {
         let cmd = node.named_child(0).filter(|c| c.kind() == "command")?;
-        if self.text(cmd.child_by_field_name("name")?) != "expr" {
+        if self.text(cmd.field("name")?) != "expr" {
             return None;
         }
         let mut c = cmd.walk();
@@ -290,7 +288,7 @@ impl<'s> Walker<'s> {
 
     /// `for x in one; do`: a loop over one word binds it; over several, `x` has no single value.
     pub(super) fn for_variable(&mut self, node: Node) {
-        let Some(var) = node.child_by_field_name("variable") else {
+        let Some(var) = node.field("variable") else {
             return;
         };
         let name = self.text(var).to_string();

@@ -4,6 +4,7 @@
 
 use super::expand::{is_known, text_of, Mode, RChar};
 use super::Walker;
+use crate::frontend::fields::ShField;
 use tree_sitter::Node;
 
 #[derive(Debug)]
@@ -189,9 +190,9 @@ impl<'s> Walker<'s> {
             return None;
         }
         let (l, r, op) = (
-            test.child_by_field_name("left")?,
-            test.child_by_field_name("right")?,
-            test.child_by_field_name("operator")?,
+            test.field("left")?,
+            test.field("right")?,
+            test.field("operator")?,
         );
         let lv = self.known_text(l)?;
         let rv = self.known_text(r)?;
@@ -221,9 +222,7 @@ impl<'s> Walker<'s> {
 
     /// The status of each item of a `case` whose value is known: the first that matches runs.
     fn case_branches(&mut self, stmt: Node) -> Vec<Status> {
-        let value = stmt
-            .child_by_field_name("value")
-            .and_then(|v| self.known_text(v));
+        let value = stmt.field("value").and_then(|v| self.known_text(v));
         let mut states = Vec::new();
         let mut decided = false;
         let mut c = stmt.walk();
@@ -259,9 +258,7 @@ impl<'s> Walker<'s> {
     /// A loop body runs zero or more times; the option-parsing loop (`while [[ $# -gt 0 ]]`,
     /// `for arg in "$@"`) only when the script is given arguments.
     fn loop_status(&self, lp: Node) -> Status {
-        let body_start = lp
-            .child_by_field_name("body")
-            .map_or(lp.end_byte(), |b| b.start_byte());
+        let body_start = lp.field("body").map_or(lp.end_byte(), |b| b.start_byte());
         let header = self.src.get(lp.start_byte()..body_start).unwrap_or("");
         if ["$#", "$@", "$*", "$1", "${1", "getopts"]
             .iter()

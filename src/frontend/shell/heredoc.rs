@@ -7,6 +7,7 @@ use super::flow::Status;
 use super::Walker;
 use crate::config::{self, Node as ConfigNode, Value};
 use crate::facts::{Binding, InlineConfig, InlineKind};
+use crate::frontend::fields::ShField;
 use crate::source::Language;
 use std::ops::Range;
 use tree_sitter::Node;
@@ -40,10 +41,10 @@ impl<'s> Walker<'s> {
                 let t = self.text(**k);
                 t.starts_with('>') || t.starts_with("1>")
             })
-            .and_then(|k| k.child_by_field_name("destination"))
+            .and_then(|k| k.field("destination"))
             .or_else(|| {
-                let cmd = node.child_by_field_name("body")?;
-                let name = cmd.child_by_field_name("name")?;
+                let cmd = node.field("body")?;
+                let name = cmd.field("name")?;
                 if self.text(name) != "tee" {
                     return None;
                 }

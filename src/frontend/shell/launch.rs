@@ -7,6 +7,7 @@ use super::expand::{self, join_fields, text_of, Mode, RChar};
 use super::flow::Status;
 use super::Walker;
 use crate::facts::{Arg, Invocation};
+use crate::frontend::fields::ShField;
 use crate::frontend::flag_evidence;
 use std::ops::Range;
 use tree_sitter::Node;
@@ -133,7 +134,7 @@ impl<'s> Walker<'s> {
             return;
         }
         let mut fields: Vec<Vec<RChar>> = Vec::new();
-        if let Some(name) = node.child_by_field_name("name") {
+        if let Some(name) = node.field("name") {
             fields.extend(
                 self.vars
                     .expand_source(self.text(name), name.start_byte(), Mode::Word),

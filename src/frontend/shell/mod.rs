@@ -21,6 +21,7 @@ mod launch;
 
 use crate::expr::Lin;
 use crate::facts::{Comment, Facts, FormulaKind};
+use crate::frontend::fields::ShField;
 use expand::Env;
 use flow::StatusFrame;
 use std::cell::RefCell;
@@ -131,10 +132,7 @@ impl<'s> Walker<'s> {
                 }
             }
             "command" => {
-                if node
-                    .child_by_field_name("name")
-                    .is_some_and(|n| self.text(n) == "let")
-                {
+                if node.field("name").is_some_and(|n| self.text(n) == "let") {
                     self.let_command(node);
                 }
                 self.command(node)
