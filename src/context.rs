@@ -414,6 +414,9 @@ pub struct ProjectView {
     pub config_uses: Vec<ConfigUse>,
     pub launches: Vec<LaunchView>,
     pub memory: Vec<MemoryCase>,
+    /// Each run that starts here, named, with what it says about its memory
+    /// (`memlint estimate`).
+    pub estimates: Vec<(String, crate::estimate::Inputs)>,
     /// `world-size` from the memlint configuration.
     pub world_setting: Option<u32>,
 }

@@ -123,6 +123,15 @@ pub fn fmt_num(v: f64) -> String {
     }
 }
 
+/// A parameter count as people say it: `7B`, `350M`.
+pub fn fmt_count(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{}B", fmt_num(v / 1e9))
+    } else {
+        format!("{}M", fmt_num(v / 1e6))
+    }
+}
+
 /// A number as a person writes it in a config: `4`, `0.5`, `2e-5`.
 pub fn show_number(n: f64) -> String {
     if n != 0.0 && (n.abs() < 1e-3 || n.abs() >= 1e7) {

@@ -27,6 +27,7 @@ pub mod frontend;
 
 // model
 pub mod context;
+pub mod estimate;
 pub mod project;
 
 // rules

@@ -26,7 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("readers", &["config"]),
     ("facts", &["expr", "facts"]),
     ("frontends", &["frontend"]),
-    ("model", &["context", "project"]),
+    ("model", &["context", "project", "estimate"]),
     ("rules", &["rules"]),
     ("suppression", &["suppress"]),
     ("pipeline", &["settings", "discover", "prefilter", "lint"]),

@@ -1,6 +1,7 @@
 //! The join: runs built over the units and the files read for context, then each unit's view of
 //! the runs that reach it.
 
+use super::estimate::run_inputs;
 use super::files::{located, ContextFiles, Fid, Files, Unit};
 use super::memory::memory_case;
 use super::runs::{launch_run, recipe_run, standalone_run, Run};
@@ -112,6 +113,9 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         }
         if let Some((u, case)) = memory_case(&files, run) {
             views[u].memory.push(case);
+        }
+        if let (Fid::Unit(u), Some(found)) = (run.origin, run_inputs(&files, run)) {
+            views[u].estimates.push(found);
         }
     }
     Join::Joined(Joined {

@@ -3,10 +3,11 @@
 //! count in a linted file.
 
 use super::files::{located, Fid, Files};
-use super::names::{fmt_count, is_gpu_memory_name, params_from_name, MODEL_KEYS, PARAM_KEYS};
+use super::names::{is_gpu_memory_name, params_from_name, MODEL_KEYS, PARAM_KEYS};
 use super::runs::Run;
 use crate::config::{Node, Value};
 use crate::context::{ConfigRef, DeepSpeedMemory, Located, MemoryCase, Quantity, TrainingContext};
+use crate::diagnostic::fmt_count;
 use crate::expr::Role;
 use crate::source::Language;
 use std::ops::Range;

@@ -26,6 +26,7 @@
 //! - `join.rs`: the runs built, then each unit's view of them;
 //! - `helpers.rs`: what helpers imported from the project's modules return, for loss provenance.
 
+mod estimate;
 mod files;
 pub mod helpers;
 mod join;

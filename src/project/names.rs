@@ -1,8 +1,6 @@
 //! Model names and quantities: the keys that state a parameter count, name a model or state a
 //! GPU's memory, and the parameter count written in a model's name (`Llama-2-7b-hf`).
 
-use crate::diagnostic::fmt_num;
-
 /// Config keys and flags that state a parameter count.
 pub(super) const PARAM_KEYS: &[&str] = &[
     "n_params",
@@ -84,14 +82,6 @@ pub fn params_from_name(name: &str) -> Option<f64> {
         }
     }
     found
-}
-
-pub(super) fn fmt_count(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{}B", fmt_num(v / 1e9))
-    } else {
-        format!("{}M", fmt_num(v / 1e6))
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! Reporters turn diagnostics into each output format (and the rule pages into text or JSON).
 //! Only `full` knows miette.
 
+mod estimate;
 mod full;
 mod github;
 mod pages;
 mod sarif;
 
+pub use estimate::{render_estimate_json, render_estimate_table, EstimatedRun};
 pub use full::render_full;
 pub use github::render_github;
 pub use pages::{render_rule_list, render_rule_page, DocFormat};

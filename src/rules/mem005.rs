@@ -7,7 +7,8 @@
 use super::{fmt_num, Checker, Rule};
 use crate::context::MemoryCase;
 use crate::context::{OptimizerChoice, Origin};
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{fmt_count, Diagnostic};
+use crate::estimate::{model_states, Regime, Sharding};
 use crate::facts::{Framework, Precision};
 use crate::knowledge::{knowledge, OptimizerRow};
 
@@ -33,7 +34,7 @@ impl Rule for TrainingDoesNotFit {
 }
 
 /// Bytes per parameter of each part, and how the regime was decided.
-struct Regime {
+struct Priced {
     weights: f64,
     grads: f64,
     states: f64,
@@ -58,7 +59,7 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
     let site = |i: usize| case.precision_sites.get(i).cloned().unwrap_or_default();
     let ds = case.deepspeed.as_ref();
     let regime = if let Some(i) = precision(Precision::Pure16) {
-        Regime {
+        Priced {
             weights: 2.0,
             grads: 2.0,
             states: row.bytes_per_param_bf16,
@@ -66,7 +67,7 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
             at_least: false,
         }
     } else if let Some(d) = ds.filter(|d| d.mixed) {
-        Regime {
+        Priced {
             weights: 2.0,
             grads: 2.0,
             states: 4.0 + row.bytes_per_param_fp32,
@@ -77,7 +78,7 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
             at_least: false,
         }
     } else if let Some(i) = precision(Precision::Fp32) {
-        Regime {
+        Priced {
             weights: 4.0,
             grads: 4.0,
             states: row.bytes_per_param_fp32,
@@ -85,7 +86,7 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
             at_least: false,
         }
     } else {
-        Regime {
+        Priced {
             weights: 2.0,
             grads: 2.0,
             states: row.bytes_per_param_bf16,
@@ -96,14 +97,37 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
     let p = case.params.value;
     let gb = |bytes_per_param: f64| p * bytes_per_param / 1e9;
     let (w, g, s) = (gb(regime.weights), gb(regime.grads), gb(regime.states));
-    // Sharding divides by the data-parallel degree; only ZeRO with a known degree is computed.
+    // The floor MEM005 asserts is the estimate's model states (src/estimate/states.rs) with
+    // nothing that depends on the model's shape: no gathered layer, no DeepSpeed fp32 gradient
+    // partition, no activations. Sharding divides by the data-parallel degree; only ZeRO with
+    // a known degree is computed.
+    let on_gpu = |stage: u8, dp: f64| {
+        let st = model_states(&Regime {
+            params: p,
+            trainable: p,
+            frozen_bytes: 0.0,
+            weight_bytes: regime.weights,
+            grad_bytes: regime.grads,
+            fp32_grad_bytes: 0.0,
+            master_bytes: 0.0,
+            state_bytes: regime.states,
+            sharding: Sharding::Zero(stage),
+            shards: dp,
+            model_parallel: 1.0,
+            offload_optimizer: None,
+            offload_params: None,
+            largest_module: 0.0,
+            gpus_per_node: 1.0,
+        });
+        (st.weights + st.grads + st.master + st.states) / 1e9
+    };
     let (need, breakdown) = if t.sharded {
         let d = ds?;
         if d.offload {
             return None;
         }
         match d.stage? {
-            0 => (w + g + s, format!("{} + {} + {}", n(w), n(g), n(s))),
+            0 => (on_gpu(0, 1.0), format!("{} + {} + {}", n(w), n(g), n(s))),
             stage => {
                 let dp = case.world.as_ref()?.data_parallel as f64;
                 let why = case
@@ -111,22 +135,13 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
                     .as_ref()
                     .map(|w| w.why.clone())
                     .unwrap_or_default();
-                let (need, text) = match stage {
-                    1 => (
-                        w + g + s / dp,
-                        format!("{} + {} + {} / {dp}", n(w), n(g), n(s)),
-                    ),
-                    2 => (
-                        w + (g + s) / dp,
-                        format!("{} + ({} + {}) / {dp}", n(w), n(g), n(s)),
-                    ),
-                    _ => (
-                        (w + g + s) / dp,
-                        format!("({} + {} + {}) / {dp}", n(w), n(g), n(s)),
-                    ),
+                let text = match stage {
+                    1 => format!("{} + {} + {} / {dp}", n(w), n(g), n(s)),
+                    2 => format!("{} + ({} + {}) / {dp}", n(w), n(g), n(s)),
+                    _ => format!("({} + {} + {}) / {dp}", n(w), n(g), n(s)),
                 };
                 (
-                    need,
+                    on_gpu(stage, dp),
                     format!("{text} with ZeRO-{stage} over {dp} ranks ({why})"),
                 )
             }
@@ -135,7 +150,7 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
         if ds.is_some_and(|d| d.offload) {
             return None;
         }
-        (w + g + s, format!("{} + {} + {}", n(w), n(g), n(s)))
+        (on_gpu(0, 1.0), format!("{} + {} + {}", n(w), n(g), n(s)))
     };
     let margin = if case.nominal { NOMINAL_MARGIN } else { 1.0 };
     let gpu = case.gpu.value;
@@ -145,7 +160,7 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
     let per = regime.weights + regime.grads + regime.states;
     let message = format!(
         "{} parameters need {}{} B/param for weights, gradients and {} states alone: {breakdown} = {} GB > {} GB of GPU memory ({}; GPU memory from {}; {}; {})",
-        count(p),
+        fmt_count(p),
         if regime.at_least { "at least " } else { "" },
         fmt_num(per),
         row.display,
@@ -204,13 +219,5 @@ fn n(v: f64) -> String {
         format!("{}", v.round() as i64)
     } else {
         fmt_num((v * 10.0).round() / 10.0)
-    }
-}
-
-fn count(p: f64) -> String {
-    if p >= 1e9 {
-        format!("{}B", fmt_num(p / 1e9))
-    } else {
-        format!("{}M", fmt_num(p / 1e6))
     }
 }

@@ -1,5 +1,7 @@
 //! The command line: `memlint [check] [PATHS]`, `memlint rule CODE`, `memlint rules`,
-//! `memlint server`.
+//! `memlint estimate`, `memlint server`.
+
+mod estimate;
 
 use crate::diagnostic::Applicability;
 use crate::fix;
@@ -37,6 +39,8 @@ enum Command {
     },
     /// Speak the Language Server Protocol over stdin and stdout (for editors).
     Server,
+    /// Estimate the GPU memory of each run of a project, or of the run the flags describe.
+    Estimate(estimate::EstimateArgs),
     /// List the rules.
     Rules {
         #[arg(long, value_enum, default_value = "text")]
@@ -119,6 +123,7 @@ pub fn main() -> i32 {
         }) => rule(&code, output_format),
         Some(Command::Rules { output_format }) => rules(output_format),
         Some(Command::Server) => crate::server::main(),
+        Some(Command::Estimate(args)) => estimate::run(args),
         None => check(cli.check),
     }
 }

@@ -1,0 +1,241 @@
+//! What a run says about its memory, as `memlint estimate` reads it: the model (a name in the
+//! shape table, or a parameter count), the batch and sequence, precision, optimizer, sharding,
+//! offload, LoRA and checkpointing, from the launcher, the script and the configs joined, each
+//! with where it was written.
+
+use super::files::{located, Fid, Files};
+use super::names::{is_gpu_memory_name, params_from_name, MODEL_KEYS, PARAM_KEYS};
+use super::runs::Run;
+use crate::config::{Node, Value};
+use crate::context::{Located, Origin, TrainingContext};
+use crate::estimate::{self as est, shapes, Given, Inputs};
+use crate::expr::Role;
+use crate::facts::{Checkpointing, Offloaded, Precision, Sharding};
+
+const MICRO_BATCH_KEYS: &[&str] = &[
+    "train_micro_batch_size_per_gpu",
+    "per_device_train_batch_size",
+    "micro_batch_size",
+    "per_gpu_train_batch_size",
+    "train_batch_size_per_device",
+];
+const SEQ_KEYS: &[&str] = &[
+    "max_seq_length",
+    "max_seq_len",
+    "seq_length",
+    "seq_len",
+    "sequence_len",
+    "max_length",
+    "block_size",
+    "cutoff_len",
+    "model_max_length",
+    "context_length",
+];
+const ACCUM_KEYS: &[&str] = &["gradient_accumulation_steps", "accumulate_grad_batches"];
+const LORA_RANK_KEYS: &[&str] = &["lora_r", "lora_rank", "r"];
+const LORA_TARGET_KEYS: &[&str] = &["lora_target_modules", "target_modules", "lora_target"];
+
+/// A key's value in a run, with its site.
+struct Keyed<'n> {
+    key: String,
+    parent: String,
+    node: &'n Node,
+    at: String,
+}
+
+fn collect<'n>(files: &Files, f: Fid, node: &'n Node, parent: &str, out: &mut Vec<Keyed<'n>>) {
+    let Value::Map(entries) = &node.value else {
+        return;
+    };
+    for (k, v) in entries {
+        let key = k
+            .name
+            .trim_start_matches('-')
+            .to_ascii_lowercase()
+            .replace('-', "_");
+        out.push(Keyed {
+            key: key.clone(),
+            parent: parent.to_string(),
+            node: v,
+            at: files.site(f, v.span.start).to_string(),
+        });
+        if out.len() < 10_000 {
+            collect(files, f, v, &key, out);
+        }
+    }
+}
+
+/// The run's inputs, named by where it starts and what it runs; `None` when nothing gives the
+/// model's size.
+pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
+    let mut keyed = Vec::new();
+    for (f, c) in &run.configs {
+        if let Some(root) = files.config(*f, *c) {
+            collect(files, *f, root, "", &mut keyed);
+        }
+    }
+    collect(files, run.origin, &run.flags, "", &mut keyed);
+    let number = |keys: &[&str]| {
+        keyed.iter().find_map(|k| {
+            let n = k.node.as_number()?;
+            (keys.contains(&k.key.as_str()) && n > 0.0 && n.fract() == 0.0)
+                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at)))
+        })
+    };
+    let mut inputs = Inputs::default();
+    // The model: a name of the table, a parameter count in a name, or a constant.
+    for k in &keyed {
+        let Some(name) = k.node.scalar_text() else {
+            continue;
+        };
+        let name = name.as_str();
+        let model_key =
+            MODEL_KEYS.contains(&k.key.as_str()) || (k.key == "_component_" && k.parent == "model");
+        if !model_key {
+            continue;
+        }
+        if let Some(shape) = shapes::by_name(name) {
+            inputs.shape = Some(Given::new(shape.clone(), format!("`{name}` at {}", k.at)));
+            break;
+        }
+        if inputs.params.is_none() {
+            if let Some(n) = params_from_name(name) {
+                inputs.params = Some(Given::new(n, format!("the name `{name}` at {}", k.at)));
+            }
+        }
+    }
+    let members = run.members();
+    if inputs.shape.is_none() && inputs.params.is_none() {
+        inputs.params = keyed
+            .iter()
+            .find_map(|k| {
+                let n = k.node.as_number()?;
+                (PARAM_KEYS.contains(&k.key.as_str()) && n >= 1e6)
+                    .then(|| Given::new(n, format!("`{}` at {}", k.key, k.at)))
+            })
+            .or_else(|| {
+                members.iter().find_map(|&f| {
+                    files.facts(f).constants.iter().find_map(|c| {
+                        (c.role == Role::ParamCount && c.value >= 1e6).then(|| {
+                            Given::new(
+                                c.value,
+                                format!("`{}` at {}", c.name, files.site(f, c.span.start)),
+                            )
+                        })
+                    })
+                })
+            });
+    }
+    if inputs.shape.is_none() && inputs.params.is_none() {
+        return None;
+    }
+    inputs.micro_batch = number(MICRO_BATCH_KEYS);
+    inputs.seq_len = number(SEQ_KEYS);
+    inputs.gradient_accumulation = number(ACCUM_KEYS);
+    inputs.gpu_memory = keyed.iter().find_map(|k| {
+        let n = k.node.as_number()?;
+        (is_gpu_memory_name(&k.key) && n > 0.0)
+            .then(|| Given::new(n * 1e9, format!("`{}` at {} (GB)", k.key, k.at)))
+    });
+    // The evidence of every file of the run, joined.
+    let mut joined = Located::default();
+    for &f in &members {
+        joined.join(&located(files, f, None));
+        for i in 0..files.facts(f).inline_configs.len() {
+            joined.join(&located(
+                files,
+                f,
+                Some(crate::context::ConfigRef::Inline(i)),
+            ));
+        }
+    }
+    let unit = members.iter().find_map(|f| match f {
+        Fid::Unit(u) => Some(*u),
+        Fid::Extra(_) => None,
+    })?;
+    let cx = TrainingContext::build(&joined, &files.units[unit].defaults);
+    read_context(&cx, &keyed, &mut inputs);
+    if let Some(w) = &run.info.world {
+        inputs.dp = Some(Given::new(w.data_parallel.max(1), w.why.clone()));
+    }
+    let name = match (&run.info.command, run.info.at.as_str()) {
+        (c, at) if !c.is_empty() => format!("{at}: {c}"),
+        (_, at) => at.to_string(),
+    };
+    Some((name, inputs))
+}
+
+/// Precision, optimizer, sharding, offload, checkpointing and LoRA from the run's evidence.
+fn read_context(cx: &TrainingContext, keyed: &[Keyed<'_>], inputs: &mut Inputs) {
+    if let Some(s) = cx.shards.first() {
+        let sharding = match s.value {
+            Sharding::Stage(n) => Some(est::Sharding::Zero(n)),
+            Sharding::Hybrid => Some(est::Sharding::HybridShard),
+            Sharding::DistributedOptimizer => Some(est::Sharding::Zero(1)),
+            Sharding::Secondary => None,
+        };
+        inputs.sharding = sharding.map(|v| Given::new(v, s.at.clone()));
+    }
+    if let Some(p) = cx.precisions.first() {
+        let v = match p.value {
+            Precision::Fp32 => est::Precision::Fp32,
+            Precision::Amp => est::Precision::Bf16Mixed,
+            Precision::Pure16 => est::Precision::Bf16,
+        };
+        inputs.precision = Some(Given::new(v, p.at.clone()));
+    }
+    if let Some(o) = cx
+        .optimizers
+        .iter()
+        .find(|o| !matches!(o.origin, Origin::Assumed) && o.row.known)
+    {
+        inputs.optimizer = Some(Given::new(o.row, o.origin.describe()));
+    }
+    for o in &cx.offload {
+        let device = if o.value.nvme {
+            est::Offload::Nvme
+        } else {
+            est::Offload::Cpu
+        };
+        match o.value.what {
+            Offloaded::Optimizer => {
+                inputs.offload_optimizer = Some(Given::new(device, o.at.clone()))
+            }
+            Offloaded::Params => inputs.offload_params = Some(Given::new(device, o.at.clone())),
+        }
+    }
+    if let Some(c) = cx
+        .checkpointing
+        .iter()
+        .find(|c| c.value == Checkpointing::On)
+    {
+        inputs.checkpointing = Some(Given::new(est::Checkpointing::Full, c.at.clone()));
+    }
+    if let Some(m) = cx.model_parallel.first() {
+        inputs.tp = Some(Given::new(u64::from(m.value), m.at.clone()));
+    }
+    if cx.lora {
+        let why = cx.lora_at.clone().unwrap_or_else(|| "LoRA in use".into());
+        let rank = keyed.iter().find_map(|k| {
+            let n = k.node.as_number()?;
+            LORA_RANK_KEYS
+                .contains(&k.key.as_str())
+                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at)))
+        });
+        inputs.lora_rank =
+            Some(rank.unwrap_or_else(|| Given::new(8, format!("{why}; rank 8 assumed"))));
+        inputs.lora_targets = keyed.iter().find_map(|k| {
+            if !LORA_TARGET_KEYS.contains(&k.key.as_str()) {
+                return None;
+            }
+            let targets: Vec<String> = match &k.node.value {
+                Value::List(items) => items.iter().filter_map(Node::scalar_text).collect(),
+                _ => {
+                    let text = k.node.scalar_text()?;
+                    text.split(',').map(|s| s.trim().to_string()).collect()
+                }
+            };
+            Some(Given::new(targets, format!("`{}` at {}", k.key, k.at)))
+        });
+    }
+}
