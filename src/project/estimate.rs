@@ -95,7 +95,10 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
             continue;
         }
         if let Some(shape) = shapes::by_name(name) {
-            inputs.shape = Some(Given::new(shape.clone(), format!("`{name}` at {}", k.at)));
+            inputs.shape = Some(Given::new(
+                shape.clone(),
+                format!("`{}` at {}", k.key, k.at),
+            ));
             break;
         }
         if inputs.params.is_none() {
@@ -137,6 +140,18 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
         (is_gpu_memory_name(&k.key) && n > 0.0)
             .then(|| Given::new(n * 1e9, format!("`{}` at {} (GB)", k.key, k.at)))
     });
+    if inputs.gpu_memory.is_none() {
+        inputs.gpu_memory = members.iter().find_map(|&f| {
+            files.facts(f).constants.iter().find_map(|c| {
+                (c.role == Role::Gpu && is_gpu_memory_name(&c.name) && c.value > 0.0).then(|| {
+                    Given::new(
+                        c.value * 1e9,
+                        format!("`{}` at {} (GB)", c.name, files.site(f, c.span.start)),
+                    )
+                })
+            })
+        });
+    }
     // The evidence of every file of the run, joined.
     let mut joined = Located::default();
     for &f in &members {

@@ -96,7 +96,7 @@ pub fn render_estimate_json(runs: &[EstimatedRun]) -> String {
             let mut inputs = Map::new();
             for (name, value, why) in &e.inputs {
                 inputs.insert(
-                    name.replace([' ', '-'], "_"),
+                    name.to_ascii_lowercase().replace([' ', '-'], "_"),
                     json!({"value": value, "from": why}),
                 );
             }
