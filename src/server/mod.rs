@@ -245,7 +245,7 @@ impl<'c> Server<'c> {
     }
 
     fn on_cancel(&mut self, n: Notification) {
-        if let Ok(p) = serde_json::from_value::<lsp_types::CancelParams>(n.params) {
+        if let Some(p) = params_of::<note::Cancel>(n.params) {
             self.cancelled.insert(match p.id {
                 lsp_types::NumberOrString::Number(n) => RequestId::from(n),
                 lsp_types::NumberOrString::String(s) => RequestId::from(s),
@@ -301,8 +301,7 @@ impl<'c> Server<'c> {
         match n.method.as_str() {
             note::Cancel::METHOD => self.on_cancel(Notification::new(n.method, params)),
             note::DidOpenTextDocument::METHOD => {
-                let Ok(p) = serde_json::from_value::<lsp_types::DidOpenTextDocumentParams>(params)
-                else {
+                let Some(p) = params_of::<note::DidOpenTextDocument>(params) else {
                     return;
                 };
                 let d = p.text_document;
@@ -325,9 +324,7 @@ impl<'c> Server<'c> {
                 self.changed(Duration::ZERO);
             }
             note::DidChangeTextDocument::METHOD => {
-                let Ok(p) =
-                    serde_json::from_value::<lsp_types::DidChangeTextDocumentParams>(params)
-                else {
+                let Some(p) = params_of::<note::DidChangeTextDocument>(params) else {
                     return;
                 };
                 self.apply_changes(
@@ -339,26 +336,21 @@ impl<'c> Server<'c> {
             }
             note::DidSaveTextDocument::METHOD => self.changed(Duration::ZERO),
             note::DidCloseTextDocument::METHOD => {
-                let Ok(p) = serde_json::from_value::<lsp_types::DidCloseTextDocumentParams>(params)
-                else {
+                let Some(p) = params_of::<note::DidCloseTextDocument>(params) else {
                     return;
                 };
                 self.close(&p.text_document.uri);
                 self.changed(Duration::ZERO);
             }
             note::DidOpenNotebookDocument::METHOD => {
-                let Ok(p) =
-                    serde_json::from_value::<lsp_types::DidOpenNotebookDocumentParams>(params)
-                else {
+                let Some(p) = params_of::<note::DidOpenNotebookDocument>(params) else {
                     return;
                 };
                 self.open_notebook(p);
                 self.changed(Duration::ZERO);
             }
             note::DidChangeNotebookDocument::METHOD => {
-                let Ok(p) =
-                    serde_json::from_value::<lsp_types::DidChangeNotebookDocumentParams>(params)
-                else {
+                let Some(p) = params_of::<note::DidChangeNotebookDocument>(params) else {
                     return;
                 };
                 self.change_notebook(p);
@@ -366,9 +358,7 @@ impl<'c> Server<'c> {
             }
             note::DidSaveNotebookDocument::METHOD => self.changed(Duration::ZERO),
             note::DidCloseNotebookDocument::METHOD => {
-                let Ok(p) =
-                    serde_json::from_value::<lsp_types::DidCloseNotebookDocumentParams>(params)
-                else {
+                let Some(p) = params_of::<note::DidCloseNotebookDocument>(params) else {
                     return;
                 };
                 let uri = p.notebook_document.uri;
@@ -685,4 +675,11 @@ fn cell(c: lsp_types::NotebookCell) -> Cell {
 fn fallback_resolver() -> Resolver {
     Resolver::new(CliOverrides::default(), None, true, crate::discover::cwd())
         .expect("the default settings resolve")
+}
+
+/// A notification's parameters, typed by the notification: `None` when they do not read.
+fn params_of<N: lsp_types::notification::Notification>(
+    value: serde_json::Value,
+) -> Option<N::Params> {
+    serde_json::from_value(value).ok()
 }
