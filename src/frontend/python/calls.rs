@@ -37,14 +37,15 @@ impl<'s> Walker<'s> {
             );
         }
         // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
-        let in_autocast = node
-            .parent()
-            .and_then(|args| args.parent())
-            .and_then(|call| call.field("function"))
-            .is_some_and(|f| self.text(f).ends_with("autocast"));
+        let in_autocast = || {
+            node.parent()
+                .and_then(|args| args.parent())
+                .and_then(|call| call.field("function"))
+                .is_some_and(|f| self.text(f).ends_with("autocast"))
+        };
         if matches!(key, "torch_dtype" | "dtype")
-            && !in_autocast
             && (v.contains("bfloat16") || v.contains("float16"))
+            && !in_autocast()
         {
             self.facts.evidence.precision.push(Mention {
                 value: Precision::Pure16,

@@ -375,11 +375,14 @@ impl<'s> Walker<'s> {
 
     fn walk(&mut self, tree: &Tree) {
         let mut cursor = tree.walk();
+        // The nodes above the cursor: `Node::parent` searches down from the root on each call.
+        let mut above: Vec<Node> = Vec::new();
         loop {
             let node = cursor.node();
             let field = cursor.field_name();
-            self.enter(node, field);
+            self.enter(node, field, above.last().copied());
             if cursor.goto_first_child() {
+                above.push(node);
                 continue;
             }
             loop {
@@ -390,6 +393,7 @@ impl<'s> Walker<'s> {
                 if !cursor.goto_parent() {
                     return;
                 }
+                above.pop();
             }
         }
     }
@@ -457,7 +461,7 @@ impl<'s> Walker<'s> {
         ctx
     }
 
-    fn enter(&mut self, node: Node<'_>, field: Option<&str>) {
+    fn enter(&mut self, node: Node<'_>, field: Option<&str>, parent: Option<Node<'_>>) {
         match node.kind() {
             "comment" => self.facts.comments.push(Comment {
                 text: self.text(node).to_string(),
@@ -467,7 +471,7 @@ impl<'s> Walker<'s> {
                 if node.kind() == "class_definition" {
                     super::python_config::class_defaults(node, self.src, &mut self.facts);
                 }
-                self.enter_scope(node)
+                self.enter_scope(node, parent)
             }
             // Only a dict on the right of an assignment can be a named config; asking any other
             // dict for its parent would walk down from the root each time.
@@ -494,14 +498,14 @@ impl<'s> Walker<'s> {
             }
             "if_statement" => self.continue_guard(node),
             "block" if field == Some("consequence") => {
-                if let Some(parent) = node.parent() {
+                if let Some(parent) = parent {
                     if let Some(cond) = self.cond_of(parent) {
                         self.push(node, Frame::Branch(cond, true));
                     }
                 }
             }
             "elif_clause" | "else_clause" if field == Some("alternative") => {
-                if let Some(parent) = node.parent() {
+                if let Some(parent) = parent {
                     if let Some(cond) = self.cond_of(parent) {
                         self.push(node, Frame::Branch(cond, false));
                     }
@@ -557,7 +561,7 @@ impl<'s> Walker<'s> {
         }
     }
 
-    fn enter_scope(&mut self, node: Node) {
+    fn enter_scope(&mut self, node: Node, above: Option<Node>) {
         let name = node
             .field("name")
             .map(|n| self.text(n).to_string())
@@ -596,8 +600,7 @@ impl<'s> Walker<'s> {
                 && self.facts.evidence.frameworks.last().is_some_and(|f| {
                     f.value == Framework::Lightning && f.span == node.byte_range()
                 });
-        let decorators: String = node
-            .parent()
+        let decorators: String = above
             .filter(|p| p.kind() == "decorated_definition")
             .map(|p| {
                 let mut c = p.walk();
