@@ -108,6 +108,7 @@ pub enum DeviceArg {
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 pub enum QuantizeArg {
     Nf4,
+    Nf4Dq,
     Int8,
 }
 
@@ -244,6 +245,7 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
     i.quantize = a.quantize.map(|q| {
         let v = match q {
             QuantizeArg::Nf4 => Quantize::Nf4,
+            QuantizeArg::Nf4Dq => Quantize::Nf4Dq,
             QuantizeArg::Int8 => Quantize::Int8,
         };
         Given::new(v, flag("quantize"))

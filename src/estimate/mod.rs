@@ -128,7 +128,10 @@ pub enum Attention {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Quantize {
+    /// 4-bit NormalFloat with an fp32 scale per block of 64 (4.5 bits per weight).
     Nf4,
+    /// NF4 with the scales quantized again (QLoRA's double quantization, 4.127 bits).
+    Nf4Dq,
     Int8,
 }
 

@@ -146,13 +146,16 @@ impl Shape {
         // Biases and norms: two norms per layer and one at the end; GPT-2-style layers carry a
         // bias on every linear layer.
         let layers = self.all_layers() as f64;
-        let norms = (2.0 * layers + 1.0) * h * if self.gated() { 1.0 } else { 2.0 };
+        // Phi's attention and MLP share one norm, and its head carries a bias.
+        let per_layer_norms = if self.arch == "phi" { 1.0 } else { 2.0 };
+        let norms = (per_layer_norms * layers + 1.0) * h * if self.gated() { 1.0 } else { 2.0 };
+        let head_bias = if self.arch == "phi" { v } else { 0.0 };
         let biases = if self.gated() {
             0.0
         } else {
             layers * (4.0 * h + self.intermediate as f64 + h)
         };
-        self.linear_params() + embeddings + positions + norms + biases
+        self.linear_params() + embeddings + positions + norms + biases + head_bias
     }
 }
 
@@ -267,4 +270,57 @@ pub fn from_config(path: &Path) -> Result<Shape, String> {
     };
     shape.params = shape.params_from_shape();
     Ok(shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_cites_and_its_count_follows_from_its_shape() {
+        let models = known_models();
+        assert!(models.len() >= 5, "models.toml did not parse");
+        for m in models {
+            assert!(!m.source.trim().is_empty(), "{} has no source", m.id);
+            let computed = m.params_from_shape();
+            let off = (computed - m.params).abs() / m.params;
+            println!(
+                "{:40} table {:>15} shape {:>15.0} {:+.3}%",
+                m.id,
+                m.params,
+                computed,
+                off * 100.0
+            );
+            // Encoder extras (token types, pooler) aside, the shape gives the count.
+            assert!(
+                off < 0.01,
+                "{}: {computed} from the shape, {} in the table",
+                m.id,
+                m.params
+            );
+            if m.params_source.starts_with("computed") {
+                assert!(
+                    off < 1e-9,
+                    "{}: a computed count must match the shape",
+                    m.id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_find_rows() {
+        for name in [
+            "meta-llama/Llama-2-7b-hf",
+            "Llama-2-7b-hf",
+            "llama-2-7b",
+            "LLAMA2-7B",
+        ] {
+            assert_eq!(
+                by_name(name).map(|m| m.id.as_str()),
+                Some("meta-llama/Llama-2-7b-hf")
+            );
+        }
+        assert!(by_name("no-such-model").is_none());
+    }
 }

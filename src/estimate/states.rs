@@ -51,9 +51,10 @@ const DEFAULT_GPUS_PER_NODE: u64 = 8;
 /// DeepSpeed's estimator multiplies host memory by this safety factor (`stage_1_and_2.py`,
 /// `additional_buffer_factor=1.5`; `KNOWLEDGE.md` §4.2).
 const HOST_BUFFER_FACTOR: f64 = 1.5;
-/// 4-bit NF4 with double quantization: 4.127 bits per parameter (QLoRA, arXiv:2305.14314,
-/// reproduced in `KNOWLEDGE.md` §3.3 [M3]).
-const NF4_BYTES: f64 = 4.127 / 8.0;
+/// 4-bit NF4: 4 bits and an fp32 scale per block of 64 weights (4.5 bits); with double
+/// quantization 4.127 bits (QLoRA, arXiv:2305.14314 §2, reproduced in `KNOWLEDGE.md` §3.3 [M3]).
+const NF4_BYTES: f64 = 4.5 / 8.0;
+const NF4_DQ_BYTES: f64 = 4.127 / 8.0;
 /// LLM.int8(): one byte per weight (bitsandbytes `Int8Params`; `KNOWLEDGE.md` §1).
 const INT8_BYTES: f64 = 1.0;
 /// LoRA's rank and targets when only LoRA is said: PEFT's default targets for Llama-style
@@ -132,6 +133,7 @@ pub(super) fn regime(
             "quantization",
             match q.value {
                 Quantize::Nf4 => "nf4".into(),
+                Quantize::Nf4Dq => "nf4-dq".into(),
                 Quantize::Int8 => "int8".into(),
             },
             &q.why,
@@ -163,10 +165,10 @@ pub(super) fn regime(
         let frozen = match quantize {
             Some(q) => {
                 let linear = shape.linear_params().min(params);
-                let per = if q == Quantize::Nf4 {
-                    NF4_BYTES
-                } else {
-                    INT8_BYTES
+                let per = match q {
+                    Quantize::Nf4 => NF4_BYTES,
+                    Quantize::Nf4Dq => NF4_DQ_BYTES,
+                    Quantize::Int8 => INT8_BYTES,
                 };
                 (linear * per + (params - linear) * 2.0) / params
             }
