@@ -55,7 +55,12 @@ fn rows() -> Vec<Row> {
 /// The estimate of one run, as JSON.
 fn estimate(args: &[String]) -> Value {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = memlint(dir.path())
+    estimate_in(dir.path(), args)[0].clone()
+}
+
+/// `memlint estimate ARGS --output-format json` run in `dir`: every run's object.
+fn estimate_in(dir: &Path, args: &[String]) -> Value {
+    let out = memlint(dir)
         .arg("estimate")
         .args(args)
         .args(["--output-format", "json"])
@@ -67,8 +72,7 @@ fn estimate(args: &[String]) -> Value {
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
-    let all: Value = serde_json::from_slice(&out.stdout).expect("json");
-    all[0].clone()
+    serde_json::from_slice(&out.stdout).expect("json")
 }
 
 /// A quantity of the estimate: `total`, `allocated` (the total without the CUDA context, what
@@ -243,16 +247,7 @@ fn a_project_run_is_estimated_with_its_evidence() {
             "{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"bf16\": {\"enabled\": true},\n  \"zero_optimization\": {\"stage\": 2}\n}\n",
         ),
     ]);
-    let out = memlint(dir.path())
-        .args(["estimate", "--output-format", "json"])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let all: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let all = estimate_in(dir.path(), &[]);
     let e = &all[0];
     assert!(e["run"].as_str().unwrap_or("").contains("launch.sh"));
     let from = |k: &str| e["inputs"][k]["from"].as_str().unwrap_or("").to_string();
@@ -323,16 +318,7 @@ fn a_local_config_json_gives_the_shape() {
         ("gpt2", 124_439_808u64),
         ("llama/config.json", 6_738_415_616),
     ] {
-        let out = memlint(dir.path())
-            .args(["estimate", "--model", model, "--output-format", "json"])
-            .output()
-            .expect("run");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let all: Value = serde_json::from_slice(&out.stdout).expect("json");
+        let all = estimate_in(dir.path(), &["--model".into(), model.into()]);
         assert_eq!(all[0]["parameters"], params, "{model}");
     }
     let bad = project(&[("config.json", r#"{"model_type": "llama"}"#)]);
