@@ -146,11 +146,12 @@ impl Shape {
         // Biases and norms: two norms per layer and one at the end; GPT-2-style layers carry a
         // bias on every linear layer.
         let layers = self.all_layers() as f64;
-        // Phi's attention and MLP share one norm, and its head carries a bias.
-        let per_layer_norms = if self.arch == "phi" { 1.0 } else { 2.0 };
+        // Phi's and Falcon's attention and MLP share one norm; Phi's head carries a bias.
+        let shared_norm = matches!(self.arch.as_str(), "phi" | "falcon");
+        let per_layer_norms = if shared_norm { 1.0 } else { 2.0 };
         let norms = (per_layer_norms * layers + 1.0) * h * if self.gated() { 1.0 } else { 2.0 };
         let head_bias = if self.arch == "phi" { v } else { 0.0 };
-        let biases = if self.gated() {
+        let biases = if self.gated() || self.arch == "falcon" {
             0.0
         } else {
             layers * (4.0 * h + self.intermediate as f64 + h)
