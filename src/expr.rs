@@ -50,7 +50,9 @@ impl Role {
 pub fn role_of(name: &str) -> Role {
     const REMEMBERED: usize = 1 << 16;
     thread_local! {
-        static SEEN: RefCell<HashMap<Box<str>, Role>> = RefCell::new(HashMap::new());
+        // Names are short and repeat at almost every node: a fast hash, not SipHash.
+        static SEEN: RefCell<HashMap<Box<str>, Role, foldhash::fast::RandomState>> =
+            RefCell::new(HashMap::default());
     }
     SEEN.with(|seen| {
         let Ok(mut seen) = seen.try_borrow_mut() else {

@@ -75,3 +75,27 @@ impl<'t> ShField<'t> for Node<'t> {
         FIELDS.child(self, name)
     }
 }
+
+/// Node kinds of the Python grammar by id: `Node::kind` measures and validates the grammar's C
+/// string on every call, and the walks ask at every node.
+pub trait PyKind {
+    /// The node's kind, as `Node::kind`.
+    fn ty(&self) -> &'static str;
+}
+
+impl PyKind for Node<'_> {
+    fn ty(&self) -> &'static str {
+        static KINDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+            let language: Language = tree_sitter_python::LANGUAGE.into();
+            let count = u16::try_from(language.node_kind_count()).unwrap_or(u16::MAX);
+            (0..count)
+                .map(|id| language.node_kind_for_id(id).unwrap_or(""))
+                .collect()
+        });
+        // The error kinds have ids past the grammar's own.
+        match KINDS.get(usize::from(self.kind_id())) {
+            Some(kind) => kind,
+            None => self.kind(),
+        }
+    }
+}

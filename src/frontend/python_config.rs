@@ -5,7 +5,7 @@
 use super::parse_number;
 use crate::config::{scalar, Key, Node, Value, MAX_DEPTH};
 use crate::facts::{Facts, InlineConfig, InlineKind};
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 use tree_sitter::Node as TsNode;
 
 /// Words a batch key holds (`per_device_train_batch_size`, `grad_accum_steps`).
@@ -34,7 +34,7 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
     let value = if depth > MAX_DEPTH {
         Value::Unknown(String::new())
     } else {
-        match n.kind() {
+        match n.ty() {
             "integer" | "float" => match parse_number(t) {
                 Some(v) => Value::Number(v),
                 None => Value::Unknown(t.to_string()),
@@ -59,15 +59,13 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
                 let mut entries = Vec::new();
                 let mut c = n.walk();
                 for pair in n.named_children(&mut c) {
-                    if pair.kind() != "pair" {
+                    if pair.ty() != "pair" {
                         continue;
                     }
                     let (Some(k), Some(v)) = (pair.field("key"), pair.field("value")) else {
                         continue;
                     };
-                    let Some(name) = (k.kind() == "string")
-                        .then(|| string_value(k, src))
-                        .flatten()
+                    let Some(name) = (k.ty() == "string").then(|| string_value(k, src)).flatten()
                     else {
                         continue;
                     };
@@ -85,7 +83,7 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
                 let mut c = n.walk();
                 let items = n
                     .named_children(&mut c)
-                    .filter(|i| i.kind() != "comment")
+                    .filter(|i| i.ty() != "comment")
                     .map(|i| literal(i, src, depth + 1))
                     .collect();
                 Value::List(items)
@@ -105,7 +103,7 @@ fn string_value(n: TsNode, src: &str) -> Option<String> {
     let mut c = n.walk();
     let mut out = String::new();
     for part in n.children(&mut c) {
-        match part.kind() {
+        match part.ty() {
             "string_start" => {
                 let p = text(part, src).to_ascii_lowercase();
                 if p.contains('f') {
@@ -124,18 +122,18 @@ fn string_value(n: TsNode, src: &str) -> Option<String> {
 /// it afterwards (`cfg["train_batch_size"] = ...` would make its literals stale).
 pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {
     let Some(parent) = n.parent() else { return };
-    if parent.kind() != "assignment" || parent.field("right") != Some(n) {
+    if parent.ty() != "assignment" || parent.field("right") != Some(n) {
         return;
     }
     let Some(target) = parent.field("left") else {
         return;
     };
-    if !matches!(target.kind(), "identifier" | "attribute") {
+    if !matches!(target.ty(), "identifier" | "attribute") {
         return;
     }
     let mut c = n.walk();
     if n.named_children(&mut c)
-        .any(|p| p.kind() == "dictionary_splat")
+        .any(|p| p.ty() == "dictionary_splat")
     {
         return;
     }
@@ -179,12 +177,12 @@ fn has_batch_key(node: &Node, depth: usize) -> bool {
 pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
     let decorated = class
         .parent()
-        .filter(|p| p.kind() == "decorated_definition")
+        .filter(|p| p.ty() == "decorated_definition")
         .is_some_and(|p| {
             let mut c = p.walk();
             let found = p
                 .children(&mut c)
-                .filter(|d| d.kind() == "decorator")
+                .filter(|d| d.ty() == "decorator")
                 .any(|d| {
                     let t = text(d, src);
                     t.contains("dataclass") || t.contains("define") || t.contains("attr.s")
@@ -207,16 +205,16 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
     let mut entries = Vec::new();
     let mut c = body.walk();
     for stmt in body.named_children(&mut c) {
-        if stmt.kind() != "expression_statement" {
+        if stmt.ty() != "expression_statement" {
             continue;
         }
-        let Some(a) = stmt.named_child(0).filter(|a| a.kind() == "assignment") else {
+        let Some(a) = stmt.named_child(0).filter(|a| a.ty() == "assignment") else {
             continue;
         };
         let (Some(left), Some(right)) = (a.field("left"), a.field("right")) else {
             continue;
         };
-        if left.kind() != "identifier" {
+        if left.ty() != "identifier" {
             continue;
         }
         let value = field_default(right, src).unwrap_or(right);
@@ -247,7 +245,7 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
 
 /// `field(default=8)` → `8`.
 fn field_default<'t>(n: TsNode<'t>, src: &str) -> Option<TsNode<'t>> {
-    if n.kind() != "call" {
+    if n.ty() != "call" {
         return None;
     }
     let f = n.field("function").map(|f| text(f, src))?;
@@ -257,10 +255,9 @@ fn field_default<'t>(n: TsNode<'t>, src: &str) -> Option<TsNode<'t>> {
     let args = n.field("arguments")?;
     let mut c = args.walk();
     let found = args.named_children(&mut c).find_map(|kw| {
-        (kw.kind() == "keyword_argument"
-            && kw.field("name").map(|k| text(k, src)) == Some("default"))
-        .then(|| kw.field("value"))
-        .flatten()
+        (kw.ty() == "keyword_argument" && kw.field("name").map(|k| text(k, src)) == Some("default"))
+            .then(|| kw.field("value"))
+            .flatten()
     });
     found
 }
@@ -275,7 +272,7 @@ pub fn argparse_default(call: TsNode, src: &str, facts: &mut Facts) {
     let mut flag = None;
     let mut default = None;
     for a in args.named_children(&mut c) {
-        match a.kind() {
+        match a.ty() {
             "string" => {
                 if let Some(s) = string_value(a, src).filter(|s| s.starts_with("--")) {
                     flag.get_or_insert((s, a.byte_range()));

@@ -262,7 +262,13 @@ enum Reading {
 fn sized_name_at(text: &str, at: usize) -> (Reading, usize) {
     let bytes = text.as_bytes();
     let ascii = identifier_at(bytes, at, false);
-    let wide = identifier_at(bytes, at, true);
+    // A name reaches past its ASCII bounds only through a non-ASCII byte beside them.
+    let non_ascii_beside =
+        |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(|b| *b >= 0x80);
+    let wide = match non_ascii_beside(ascii.0.checked_sub(1)) || non_ascii_beside(Some(ascii.1)) {
+        true => identifier_at(bytes, at, true),
+        false => ascii,
+    };
     let role = |(s, e): (usize, usize)| text.get(s..e).map_or(Role::Unknown, role_of);
     let end = wide.1;
     match role(ascii) {

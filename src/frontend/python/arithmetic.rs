@@ -2,7 +2,7 @@
 //! tables of numbers keyed by dtype or optimizer, and unit conversions.
 
 use super::*;
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
     /// `{"bf16": 2, "fp32": 4}`: a table when at least two values are numbers.
@@ -10,13 +10,13 @@ impl<'s> Walker<'s> {
         let mut c = node.walk();
         let mut entries = Vec::new();
         for pair in node.named_children(&mut c) {
-            if pair.kind() != "pair" {
+            if pair.ty() != "pair" {
                 continue;
             }
             let (Some(k), Some(v)) = (pair.field("key"), pair.field("value")) else {
                 continue;
             };
-            let key = match k.kind() {
+            let key = match k.ty() {
                 "string" => string_key(self.text(k)),
                 "attribute" => self.text(k).to_string(),
                 _ => continue,
@@ -35,7 +35,7 @@ impl<'s> Walker<'s> {
         let name = assigned
             .then(|| node.parent())
             .flatten()
-            .filter(|p| p.kind() == "assignment")
+            .filter(|p| p.ty() == "assignment")
             .and_then(|p| p.field("left"))
             .map(|l| self.text(l).to_string());
         self.facts.tables.push(Table {
@@ -49,7 +49,7 @@ impl<'s> Walker<'s> {
     pub(super) fn number(&self, node: Node) -> Option<f64> {
         // Only arithmetic on literals is a number; lowering a nested container would copy its text.
         let arithmetic = matches!(
-            node.kind(),
+            node.ty(),
             "integer" | "float" | "unary_operator" | "binary_operator" | "parenthesized_expression"
         );
         if !arithmetic || node.byte_range().len() > 64 {
@@ -83,7 +83,7 @@ impl<'s> Walker<'s> {
                     found.push((key, value, right.byte_range()));
                 }
             }
-        } else if right.kind() == "conditional_expression" {
+        } else if right.ty() == "conditional_expression" {
             let mut c = right.walk();
             let kids: Vec<Node> = right.named_children(&mut c).collect();
             if let [then, cond, _] = kids.as_slice() {
@@ -130,7 +130,7 @@ impl<'s> Walker<'s> {
         if depth > 8 {
             return None;
         }
-        match node.kind() {
+        match node.ty() {
             "binary_operator" => {
                 let op = node.field("operator").map(|o| self.text(o))?;
                 let left = node.field("left")?;
@@ -142,7 +142,7 @@ impl<'s> Walker<'s> {
                         let mut at = node;
                         let mut single = None;
                         let mut count = 0;
-                        while at.kind() == "binary_operator"
+                        while at.ty() == "binary_operator"
                             && at.field("operator").map(|o| self.text(o)) == Some("/")
                         {
                             let Some(r) = at.field("right") else {
@@ -203,7 +203,7 @@ impl<'s> Walker<'s> {
             return Some(u);
         }
         let node = unparen(node);
-        if !matches!(node.kind(), "identifier" | "attribute") {
+        if !matches!(node.ty(), "identifier" | "attribute") {
             return None;
         }
         let name = self.text(node);
@@ -219,7 +219,7 @@ impl<'s> Walker<'s> {
         if depth > MAX_EXPR_DEPTH {
             return Lin::opaque(self.text(node), span, &[]);
         }
-        match node.kind() {
+        match node.ty() {
             "integer" | "float" => match parse_number(self.text(node)) {
                 Some(v) => Lin::constant(v, Some(span)),
                 None => Lin::opaque(self.text(node), span, &[]),
@@ -259,7 +259,7 @@ impl<'s> Walker<'s> {
                 let first = node
                     .field("arguments")
                     .and_then(|a| a.named_child(0))
-                    .filter(|a| a.kind() != "keyword_argument");
+                    .filter(|a| a.ty() != "keyword_argument");
                 match (transparent, first) {
                     (true, Some(arg)) => self.lower(arg, depth + 1),
                     _ => Lin::opaque(self.text(node), span, &[]),
@@ -338,7 +338,7 @@ impl<'s> Walker<'s> {
             return;
         };
         let right = unparen(right);
-        if right.kind() != "binary_operator"
+        if right.ty() != "binary_operator"
             || right.field("operator").map(|o| self.text(o)) != Some("*")
         {
             return;
@@ -352,8 +352,7 @@ impl<'s> Walker<'s> {
             _ => return,
         };
         // The multiplier is the dtype's size: `n * 2  # bf16`, not `n * 16  # fp32 + Adam`.
-        if k != bytes || count.kind() != "identifier" || role_of(self.text(count)) != Role::Unknown
-        {
+        if k != bytes || count.ty() != "identifier" || role_of(self.text(count)) != Role::Unknown {
             return;
         }
         let scope = self.scope();

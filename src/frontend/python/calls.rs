@@ -3,7 +3,7 @@
 //! a loss by the accumulation factor.
 
 use super::*;
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
     // ---- calls and evidence ------------------------------------------------------------------
@@ -20,14 +20,14 @@ impl<'s> Walker<'s> {
             "batch_size" => self.note_loader_batch(node, value),
             _ => {}
         }
-        if value.kind() == "string" || matches!(v, "True" | "False") {
+        if value.ty() == "string" || matches!(v, "True" | "False") {
             flag_evidence(
                 key,
                 &v.to_ascii_lowercase(),
                 node.byte_range(),
                 &mut self.facts.evidence,
             );
-        } else if matches!(value.kind(), "integer" | "attribute") && v.len() < 80 {
+        } else if matches!(value.ty(), "integer" | "attribute") && v.len() < 80 {
             // `zero_stage=2`, `sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`.
             crate::frontend::regime::flag(
                 &key.to_ascii_lowercase(),
@@ -92,7 +92,7 @@ impl<'s> Walker<'s> {
             if let Some(args) = args {
                 let mut c = args.walk();
                 for a in args.named_children(&mut c) {
-                    if a.kind() != "keyword_argument" {
+                    if a.ty() != "keyword_argument" {
                         continue;
                     }
                     let k = a.field("name").map(t).unwrap_or("");
@@ -213,7 +213,7 @@ impl<'s> Walker<'s> {
             let gas = args.and_then(|a| {
                 let mut c = a.walk();
                 let kw = a.named_children(&mut c).find(|k| {
-                    k.kind() == "keyword_argument"
+                    k.ty() == "keyword_argument"
                         && k.field("name").map(t).is_some_and(|n| {
                             n == "gradient_accumulation_steps"
                                 || n == "gradient_accumulation_plugin"
@@ -231,7 +231,7 @@ impl<'s> Walker<'s> {
     /// Called by the statements that hold the call (no `parent()` lookups: they cost the depth).
     pub(super) fn invoke(&mut self, node: Node) {
         let node = unparen(node);
-        if node.kind() != "call" {
+        if node.ty() != "call" {
             return;
         }
         let Some(func) = node.field("function") else {
@@ -248,7 +248,7 @@ impl<'s> Walker<'s> {
         if let Some(a) = node.field("arguments") {
             let mut c = a.walk();
             for arg in a.named_children(&mut c) {
-                let (key, value) = match arg.kind() {
+                let (key, value) = match arg.ty() {
                     "keyword_argument" => (
                         arg.field("name").map(|n| self.text(n).to_string()),
                         arg.field("value"),
@@ -278,7 +278,7 @@ impl<'s> Walker<'s> {
     /// Calls the loop model reads: steps, backwards, zeroing, schedulers, clipping, unscaling.
     pub(super) fn training_call(&mut self, node: Node, func: Node, last: &str) {
         // `clip_grad_norm_(...)` may be imported by name; everything else is a method.
-        if func.kind() != "attribute" && !last.starts_with("clip_grad_") {
+        if func.ty() != "attribute" && !last.starts_with("clip_grad_") {
             return;
         }
         let span = node.byte_range();
@@ -292,7 +292,7 @@ impl<'s> Walker<'s> {
         let positional = args.map_or(0, |a| {
             let mut c = a.walk();
             a.named_children(&mut c)
-                .filter(|n| !matches!(n.kind(), "keyword_argument" | "comment"))
+                .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
                 .count()
         });
         let kind = match last {
@@ -319,7 +319,7 @@ impl<'s> Walker<'s> {
                     let mut c = a.walk();
                     let first = a
                         .named_children(&mut c)
-                        .find(|n| !matches!(n.kind(), "keyword_argument" | "comment"));
+                        .find(|n| !matches!(n.ty(), "keyword_argument" | "comment"));
                     first
                 });
                 match arg {
@@ -381,7 +381,7 @@ impl<'s> Walker<'s> {
         let ctx = self.ctx(span.start);
         let statement = node
             .parent()
-            .filter(|p| p.kind() == "expression_statement" && p.byte_range() == span)
+            .filter(|p| p.ty() == "expression_statement" && p.byte_range() == span)
             .map(|p| p.byte_range());
         self.calls.push(CallEvent {
             ctx,
@@ -412,12 +412,12 @@ impl<'s> Walker<'s> {
         let kids: Vec<Node> = args.named_children(&mut c).collect();
         // `scale_wrt_gas=False`: the engine does not divide.
         if kids.iter().any(|k| {
-            k.kind() == "keyword_argument"
+            k.ty() == "keyword_argument"
                 && k.field("name").map(|n| self.text(n)) == Some("scale_wrt_gas")
         }) {
             return;
         }
-        let Some(loss) = kids.iter().find(|k| k.kind() != "keyword_argument") else {
+        let Some(loss) = kids.iter().find(|k| k.ty() != "keyword_argument") else {
             return;
         };
         if let Some((divisor, division)) = self.division_of(*loss) {
@@ -434,7 +434,7 @@ impl<'s> Walker<'s> {
     /// assignment of the name (`loss = loss / n`, `loss /= n`).
     pub(super) fn division_of(&self, node: Node) -> Option<DivisionBy> {
         let node = unparen(node);
-        match node.kind() {
+        match node.ty() {
             "binary_operator" => {
                 let op = node.field("operator").map(|o| self.text(o));
                 let left = node.field("left")?;
@@ -526,7 +526,7 @@ impl<'s> Walker<'s> {
         let mut recv = unparen(recv);
         let mut loss = recv;
         let mut scaler = false;
-        if recv.kind() == "call" {
+        if recv.ty() == "call" {
             let f = recv.field("function");
             let f_text = f.map(|f| self.text(f)).unwrap_or("");
             if last_segment(f_text) == "scale" {
@@ -558,7 +558,7 @@ impl<'s> Walker<'s> {
         let mut flag = None;
         let mut default = None;
         for a in args.named_children(&mut c) {
-            match a.kind() {
+            match a.ty() {
                 "string" if flag.is_none() => {
                     flag = Some(self.text(a).trim_matches(['"', '\'']).to_string())
                 }
@@ -572,7 +572,7 @@ impl<'s> Walker<'s> {
             }
         }
         if let (Some(flag), Some(d)) = (flag, default) {
-            if d.kind() == "string" {
+            if d.ty() == "string" {
                 let v = self.text(d).to_string();
                 flag_evidence(&flag, &v, d.byte_range(), &mut self.facts.evidence);
             }

@@ -3,12 +3,12 @@
 //! test reads (a test that reads nothing the micro-steps change takes the same arm on each).
 
 use super::*;
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
     /// The condition of an `if`/`elif`, registered once per node (both branches share it).
     pub(super) fn cond_of(&mut self, stmt: Node) -> Option<usize> {
-        if !matches!(stmt.kind(), "if_statement" | "elif_clause") {
+        if !matches!(stmt.ty(), "if_statement" | "elif_clause") {
             return None;
         }
         if let Some(&id) = self.cond_ids.get(&stmt.id()) {
@@ -126,13 +126,13 @@ impl<'s> Walker<'s> {
     pub(super) fn note_assigned_names(&mut self, target: Node) {
         let mut stack = vec![target];
         while let Some(n) = stack.pop() {
-            match n.kind() {
+            match n.ty() {
                 "identifier" | "attribute" | "subscript" => {
                     let text = self.text(n);
                     // `x.a = ...` and `x[i] = ...` change what `x` holds.
                     let root = text.split(['.', '[']).next().unwrap_or(text);
                     let mut names = vec![root.to_string()];
-                    if text.starts_with("self.") && n.kind() == "attribute" {
+                    if text.starts_with("self.") && n.ty() == "attribute" {
                         names.push(text.to_string());
                     }
                     self.note_assigned(names);
@@ -186,7 +186,7 @@ impl<'s> Walker<'s> {
         if depth > 8 {
             return None;
         }
-        match cond.kind() {
+        match cond.ty() {
             "parenthesized_expression" => self.accum_test_at(unparen(cond), polarity, depth + 1),
             "not_operator" => {
                 self.accum_test_at(unparen(cond.field("argument")?), !polarity, depth + 1)
@@ -238,7 +238,7 @@ impl<'s> Walker<'s> {
 
     /// `acc == 0` where `acc` counts modulo N (`acc = (acc + 1) % N`): its factor.
     pub(super) fn wrapped_counter(&self, a: Node, b: Node) -> Option<(String, Range<usize>)> {
-        let (name, zero) = match (unparen(a).kind(), unparen(b).kind()) {
+        let (name, zero) = match (unparen(a).ty(), unparen(b).ty()) {
             ("identifier" | "attribute", "integer") => (a, b),
             ("integer", "identifier" | "attribute") => (b, a),
             _ => return None,
@@ -256,14 +256,14 @@ impl<'s> Walker<'s> {
     pub(super) fn counter_test(&self, cond: Node, body: Node) -> Option<(String, String, bool)> {
         let cond = unparen(cond);
         // `seen >= N or last_batch`: still steps when the window is full.
-        if cond.kind() == "boolean_operator"
+        if cond.ty() == "boolean_operator"
             && cond.field("operator").map(|o| self.text(o)) == Some("or")
         {
             return self
                 .counter_test(cond.field("left")?, body)
                 .or_else(|| self.counter_test(cond.field("right")?, body));
         }
-        if cond.kind() != "comparison_operator" {
+        if cond.ty() != "comparison_operator" {
             return None;
         }
         let mut cur = cond.walk();
@@ -282,13 +282,13 @@ impl<'s> Walker<'s> {
         // A counter reset to 0 (`seen = 0`), or a window kept by hand: `now - last >= N` with
         // `last = now` in the branch.
         let counter = unparen(counter);
-        let (name, reset) = match counter.kind() {
+        let (name, reset) = match counter.ty() {
             "identifier" | "attribute" => (self.text(counter), "0"),
             "binary_operator" if counter.field("operator").map(|o| self.text(o)) == Some("-") => {
                 let now = counter.field("left")?;
                 let last = counter.field("right")?;
-                if !matches!(now.kind(), "identifier" | "attribute")
-                    || !matches!(last.kind(), "identifier" | "attribute")
+                if !matches!(now.ty(), "identifier" | "attribute")
+                    || !matches!(last.ty(), "identifier" | "attribute")
                 {
                     return None;
                 }
@@ -299,7 +299,7 @@ impl<'s> Walker<'s> {
         let mut c = body.walk();
         let resets = body.named_children(&mut c).any(|st| {
             st.named_child(0).is_some_and(|a| {
-                a.kind() == "assignment"
+                a.ty() == "assignment"
                     && a.field("left").map(|l| self.text(l)) == Some(name)
                     && a.field("right").map(|r| self.text(r)) == Some(reset)
             })
@@ -311,12 +311,12 @@ impl<'s> Walker<'s> {
     /// so (`micro_step`, `accum_steps`, `chunk`). A loop over tasks or layers that happens to run
     /// backwards is not accumulation.
     pub(super) fn micro_factor(&self, node: Node) -> Option<String> {
-        if node.kind() != "for_statement" {
+        if node.ty() != "for_statement" {
             return None;
         }
         let var = self.text(node.field("left")?);
         let iter = unparen(node.field("right")?);
-        if iter.kind() != "call" || iter.field("function").map(|f| self.text(f)) != Some("range") {
+        if iter.ty() != "call" || iter.field("function").map(|f| self.text(f)) != Some("range") {
             return None;
         }
         let args = iter.field("arguments")?;
@@ -359,7 +359,7 @@ impl<'s> Walker<'s> {
         };
         let mut c = body.walk();
         let last = body.named_children(&mut c).last();
-        if last.is_none_or(|l| l.kind() != "continue_statement") {
+        if last.is_none_or(|l| l.ty() != "continue_statement") {
             return;
         }
         let Some(cond) = self.cond_of(node) else {
@@ -388,7 +388,7 @@ impl<'s> Walker<'s> {
     /// `or`.
     pub(super) fn compared_strings(&self, cond: Node) -> Vec<String> {
         let cond = unparen(cond);
-        match cond.kind() {
+        match cond.ty() {
             "boolean_operator" if cond.field("operator").map(|o| self.text(o)) == Some("or") => {
                 let mut keys = Vec::new();
                 for side in ["left", "right"] {
@@ -406,12 +406,12 @@ impl<'s> Walker<'s> {
                 }
                 let strings = |n: Node| -> Vec<String> {
                     let n = unparen(n);
-                    match n.kind() {
+                    match n.ty() {
                         "string" => vec![string_key(self.text(n))],
                         "tuple" | "list" | "set" => {
                             let mut c = n.walk();
                             n.named_children(&mut c)
-                                .filter(|k| k.kind() == "string")
+                                .filter(|k| k.ty() == "string")
                                 .map(|k| string_key(self.text(k)))
                                 .collect()
                         }
@@ -431,7 +431,7 @@ impl<'s> Walker<'s> {
     /// `x % N` → N.
     pub(super) fn modulo(&self, node: Node) -> Option<(String, Range<usize>)> {
         let node = unparen(node);
-        if node.kind() != "binary_operator" {
+        if node.ty() != "binary_operator" {
             return None;
         }
         let op = node.field("operator")?;
@@ -440,7 +440,7 @@ impl<'s> Walker<'s> {
         }
         let right = unparen(node.field("right")?);
         let text = self.text(right).to_string();
-        if parse_number(&text) == Some(1.0) || right.kind() == "string" {
+        if parse_number(&text) == Some(1.0) || right.ty() == "string" {
             return None;
         }
         Some((text, right.byte_range()))

@@ -4,7 +4,7 @@
 //! `micro_batch_size` the batch of one micro-step.
 
 use super::*;
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
     /// `batch_size=<value>` in a call of a data loader.
@@ -12,11 +12,11 @@ impl<'s> Walker<'s> {
         let is_loader = keyword
             .parent()
             .and_then(|args| args.parent())
-            .filter(|call| call.kind() == "call")
+            .filter(|call| call.ty() == "call")
             .and_then(|call| call.field("function"))
             .is_some_and(|f| last_segment(self.text(f)).ends_with("DataLoader"));
         let text = self.text(value);
-        if is_loader && matches!(value.kind(), "identifier" | "attribute") {
+        if is_loader && matches!(value.ty(), "identifier" | "attribute") {
             self.loader_batch_args.push((text, value.byte_range()));
         }
     }

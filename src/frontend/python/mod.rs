@@ -27,7 +27,7 @@ use super::loops::{
 use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -63,7 +63,7 @@ pub fn extract_with(text: &str, loops: bool) -> Result<Facts, String> {
         let in_string = |at: usize| {
             let mut node = root.descendant_for_byte_range(at, at);
             while let Some(n) = node {
-                if n.kind() == "string" {
+                if n.ty() == "string" {
                     return true;
                 }
                 node = n.parent();
@@ -462,13 +462,13 @@ impl<'s> Walker<'s> {
     }
 
     fn enter(&mut self, node: Node<'_>, field: Option<&str>, parent: Option<Node<'_>>) {
-        match node.kind() {
+        match node.ty() {
             "comment" => self.facts.comments.push(Comment {
                 text: self.text(node).to_string(),
                 range: node.byte_range(),
             }),
             "function_definition" | "class_definition" => {
-                if node.kind() == "class_definition" {
+                if node.ty() == "class_definition" {
                     super::python_config::class_defaults(node, self.src, &mut self.facts);
                 }
                 self.enter_scope(node, parent)
@@ -516,7 +516,7 @@ impl<'s> Walker<'s> {
                     .child(0)
                     .and_then(|_| {
                         node.children(&mut node.walk())
-                            .find(|c| c.kind() == "with_clause")
+                            .find(|c| c.ty() == "with_clause")
                     })
                     .map(|c| self.text(c).to_string())
                     .unwrap_or_default();
@@ -567,7 +567,7 @@ impl<'s> Walker<'s> {
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
         let parent = self.scope();
-        let is_class = node.kind() == "class_definition";
+        let is_class = node.ty() == "class_definition";
         // A method's `self.x` lives in its class; nested functions inherit their parent's class.
         let class = match self.scopes.get(parent) {
             _ if is_class => None,
@@ -601,11 +601,11 @@ impl<'s> Walker<'s> {
                     f.value == Framework::Lightning && f.span == node.byte_range()
                 });
         let decorators: String = above
-            .filter(|p| p.kind() == "decorated_definition")
+            .filter(|p| p.ty() == "decorated_definition")
             .map(|p| {
                 let mut c = p.walk();
                 p.named_children(&mut c)
-                    .filter(|d| d.kind() == "decorator")
+                    .filter(|d| d.ty() == "decorator")
                     .map(|d| self.text(d))
                     .collect()
             })
@@ -641,7 +641,7 @@ impl<'s> Walker<'s> {
     /// (apex multiplies by its loss scale and unscales before the step).
     fn scaled_loss_alias(&mut self, with: Node) {
         let mut c = with.walk();
-        let Some(clause) = with.children(&mut c).find(|n| n.kind() == "with_clause") else {
+        let Some(clause) = with.children(&mut c).find(|n| n.ty() == "with_clause") else {
             return;
         };
         let mut c = clause.walk();
@@ -649,13 +649,13 @@ impl<'s> Walker<'s> {
             let Some(pattern) = item.field("value") else {
                 continue;
             };
-            if pattern.kind() != "as_pattern" {
+            if pattern.ty() != "as_pattern" {
                 continue;
             }
             let (Some(call), Some(alias)) = (pattern.named_child(0), pattern.field("alias")) else {
                 continue;
             };
-            let is_scale_loss = call.kind() == "call"
+            let is_scale_loss = call.ty() == "call"
                 && call
                     .field("function")
                     .is_some_and(|f| last_segment(self.text(f)) == "scale_loss");
@@ -677,9 +677,9 @@ impl<'s> Walker<'s> {
         let mut names: Vec<String> = params
             .named_children(&mut c)
             .filter_map(|p| {
-                let name = match p.kind() {
+                let name = match p.ty() {
                     "identifier" => Some(p),
-                    "typed_parameter" => p.named_child(0).filter(|n| n.kind() == "identifier"),
+                    "typed_parameter" => p.named_child(0).filter(|n| n.ty() == "identifier"),
                     "default_parameter" | "typed_default_parameter" => p.field("name"),
                     _ => None,
                 }?;
@@ -694,7 +694,7 @@ impl<'s> Walker<'s> {
 
     /// `import a.b as m`, `from a.b import f as g`, `from . import losses`.
     fn import(&mut self, node: Node) {
-        let from = node.kind() == "import_from_statement";
+        let from = node.ty() == "import_from_statement";
         let module = if from {
             match node.field("module_name") {
                 Some(m) => self.text(m).to_string(),
@@ -705,7 +705,7 @@ impl<'s> Walker<'s> {
         };
         let mut c = node.walk();
         for name in node.children_by_field_name("name", &mut c) {
-            let (path, alias) = match name.kind() {
+            let (path, alias) = match name.ty() {
                 "aliased_import" => (
                     name.field("name").map(|n| self.text(n)),
                     name.field("alias").map(|n| self.text(n)),
@@ -880,11 +880,11 @@ fn backward_only(with: Node, src: &str) -> bool {
     let mut c = body.walk();
     let mut statements = body
         .named_children(&mut c)
-        .filter(|n| n.kind() != "comment")
+        .filter(|n| n.ty() != "comment")
         .peekable();
     statements.peek().is_some()
         && statements.all(|n| {
-            n.kind() == "expression_statement"
+            n.ty() == "expression_statement"
                 && src
                     .get(n.byte_range())
                     .is_some_and(|t| t.contains("backward("))
@@ -908,7 +908,7 @@ fn reads_device_memory(text: &str) -> bool {
 }
 
 fn unparen(mut node: Node) -> Node {
-    while node.kind() == "parenthesized_expression" {
+    while node.ty() == "parenthesized_expression" {
         match node.named_child(0) {
             Some(inner) => node = inner,
             None => break,

@@ -9,7 +9,7 @@
 
 use super::{last_segment, names_accumulation, unparen, Walker};
 use crate::facts::{Callee, Prov, Scaling};
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 use tree_sitter::Node;
 
 /// How deep an expression is followed, and how many helpers deep a value is followed.
@@ -43,7 +43,7 @@ impl<'s> Walker<'s> {
         if depth > MAX_DEPTH {
             return Prov::UNKNOWN;
         }
-        match node.kind() {
+        match node.ty() {
             "binary_operator" => {
                 let op = node.field("operator").map(|o| self.text(o)).unwrap_or("");
                 let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
@@ -72,7 +72,7 @@ impl<'s> Walker<'s> {
                 let mut c = node.walk();
                 let parts: Vec<Prov> = node
                     .named_children(&mut c)
-                    .filter(|n| n.kind() != "comment")
+                    .filter(|n| n.ty() != "comment")
                     .take(8)
                     .map(|n| self.prov(n, depth + 1))
                     .collect();
@@ -83,8 +83,7 @@ impl<'s> Walker<'s> {
                 .map_or(Prov::ASSUMED, |b| self.prov(b, depth + 1)),
             "identifier" | "attribute" => {
                 let text = self.text(node);
-                if node.kind() == "attribute" && last_segment(text) == "loss" && text != "self.loss"
-                {
+                if node.ty() == "attribute" && last_segment(text) == "loss" && text != "self.loss" {
                     // `outputs.loss`: a model output's mean loss, unless the model was handed a
                     // count to divide by.
                     let of = node
@@ -126,7 +125,7 @@ impl<'s> Walker<'s> {
         let f = self.text(func);
         let last = last_segment(f);
         let lower = last.to_ascii_lowercase();
-        let object = (func.kind() == "attribute")
+        let object = (func.ty() == "attribute")
             .then(|| func.field("object"))
             .flatten();
         let args = node.field("arguments");
@@ -134,7 +133,7 @@ impl<'s> Walker<'s> {
             let mut c = a.walk();
             let first = a
                 .named_children(&mut c)
-                .find(|n| !matches!(n.kind(), "keyword_argument" | "comment"));
+                .find(|n| !matches!(n.ty(), "keyword_argument" | "comment"));
             first
         });
         // Reductions and conversions: what they are applied to.
@@ -171,7 +170,7 @@ impl<'s> Walker<'s> {
                 if t.len() <= 80 && names_count(t) {
                     return Prov::UNKNOWN;
                 }
-                match arg.kind() {
+                match arg.ty() {
                     "keyword_argument" => {
                         let k = arg.field("name").map(|n| self.text(n));
                         let v = arg.field("value");
@@ -225,7 +224,7 @@ impl<'s> Walker<'s> {
     /// The function of this file a call may name: `f(...)`, `self.f(...)`, or an instance
     /// `crit(...)` of a class built in the same scope (`crit = MyLoss()`).
     pub(super) fn callee(&self, func: Node) -> Option<Callee> {
-        match func.kind() {
+        match func.ty() {
             "identifier" => {
                 let name = self.text(func);
                 if let Some(class) = self.instance_of(name) {
@@ -368,13 +367,13 @@ impl<'s> Walker<'s> {
         let targets: Vec<Node> = left.named_children(&mut c).collect();
         let right = unparen(right);
         let mut rc = right.walk();
-        let elements: Vec<Node> = match right.kind() {
+        let elements: Vec<Node> = match right.ty() {
             "expression_list" | "tuple" | "list" => right.named_children(&mut rc).collect(),
             _ => Vec::new(),
         };
         let whole = (elements.len() != targets.len()).then(|| self.prov(right, 0));
         for (i, t) in targets.iter().enumerate() {
-            let t = if t.kind() == "list_splat_pattern" {
+            let t = if t.ty() == "list_splat_pattern" {
                 match t.named_child(0) {
                     Some(n) => n,
                     None => continue,
@@ -382,7 +381,7 @@ impl<'s> Walker<'s> {
             } else {
                 *t
             };
-            if !matches!(t.kind(), "identifier" | "attribute") {
+            if !matches!(t.ty(), "identifier" | "attribute") {
                 continue;
             }
             let prov = match (&whole, elements.get(i)) {

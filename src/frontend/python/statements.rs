@@ -2,7 +2,7 @@
 //! accumulation tests, instances) and the formulas they state.
 
 use super::*;
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
     // ---- statements -------------------------------------------------------------------------
@@ -16,7 +16,7 @@ impl<'s> Walker<'s> {
             self.invoke(right);
         }
         let target = self.text(left).to_string();
-        let simple_target = matches!(left.kind(), "identifier" | "attribute");
+        let simple_target = matches!(left.ty(), "identifier" | "attribute");
         // Evidence in assignments.
         let rtext = self.text(right);
         if target.ends_with("requires_grad") && rtext == "False" {
@@ -25,7 +25,7 @@ impl<'s> Walker<'s> {
         if target == "self.automatic_optimization" && rtext == "False" {
             self.facts.manual_optimization = true;
         }
-        if right.kind() == "call" {
+        if right.ty() == "call" {
             if let Some(f) = right.field("function") {
                 let callee = self.text(f);
                 let last = last_segment(callee).to_ascii_lowercase();
@@ -42,7 +42,7 @@ impl<'s> Walker<'s> {
                 }
                 // `engine, optimizer, _, _ = deepspeed.initialize(...)`
                 if callee == "deepspeed.initialize" {
-                    let engine = match left.kind() {
+                    let engine = match left.ty() {
                         "pattern_list" | "tuple_pattern" => left.named_child(0),
                         _ => Some(left),
                     };
@@ -52,18 +52,14 @@ impl<'s> Walker<'s> {
                 }
             }
         }
-        if self.loop_model
-            && matches!(
-                left.kind(),
-                "pattern_list" | "tuple_pattern" | "list_pattern"
-            )
+        if self.loop_model && matches!(left.ty(), "pattern_list" | "tuple_pattern" | "list_pattern")
         {
             self.define_pattern(left, right, node.start_byte());
         }
         if !simple_target {
             return;
         }
-        if let Some(f) = (self.loop_model && right.kind() == "call")
+        if let Some(f) = (self.loop_model && right.ty() == "call")
             .then(|| right.field("function"))
             .flatten()
         {
@@ -86,7 +82,7 @@ impl<'s> Walker<'s> {
             if rebinds {
                 d.statement = node
                     .parent()
-                    .filter(|p| p.kind() == "expression_statement")
+                    .filter(|p| p.ty() == "expression_statement")
                     .map(|p| p.byte_range());
             }
             (divisor, d)
@@ -132,7 +128,7 @@ impl<'s> Walker<'s> {
         self.note_counts(&target, right);
         let lin = self.lower(right, 0);
         let rescaled = unparen(right);
-        let factor = (rescaled.kind() == "binary_operator"
+        let factor = (rescaled.ty() == "binary_operator"
             && rescaled
                 .field("left")
                 .is_some_and(|l| self.text(unparen(l)) == target))
@@ -178,7 +174,7 @@ impl<'s> Walker<'s> {
                 operator_and_divisor: node.byte_range(),
                 statement: node
                     .parent()
-                    .filter(|p| p.kind() == "expression_statement")
+                    .filter(|p| p.ty() == "expression_statement")
                     .map(|p| p.byte_range()),
             };
             self.record_division(
@@ -200,7 +196,7 @@ impl<'s> Walker<'s> {
             let sum = Prov::combined([self.prov(left, 0), self.prov(right, 0)]);
             self.define(self.text(left), node.start_byte(), sum);
         }
-        if left.kind() == "identifier" || left.kind() == "attribute" {
+        if left.ty() == "identifier" || left.ty() == "attribute" {
             let current = self.name(left);
             let rhs = self.lower(right, 0);
             let lin = Lin::binary(&op, current, rhs, self.text(node), node.byte_range());
@@ -277,7 +273,7 @@ impl Walker<'_> {
         let mut offloaded = guard.offload;
         let value = if guard.checkpointing {
             Some(lin.clone())
-        } else if right.kind() == "conditional_expression" {
+        } else if right.ty() == "conditional_expression" {
             let mut c = right.walk();
             let kids: Vec<Node> = right.named_children(&mut c).collect();
             match kids.as_slice() {

@@ -4,7 +4,7 @@
 
 use super::Walker;
 use crate::facts::{CustomLoss, CustomLossKind, Mention};
-use crate::frontend::fields::PyField;
+use crate::frontend::fields::{PyField, PyKind};
 use std::ops::Range;
 use tree_sitter::Node;
 
@@ -68,7 +68,7 @@ impl<'s> Walker<'s> {
             .field("name")
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
-        if node.kind() == "class_definition" {
+        if node.ty() == "class_definition" {
             let bases = node
                 .field("superclasses")
                 .map(|n| {
@@ -114,7 +114,7 @@ impl<'s> Walker<'s> {
         if let Some(params) = params {
             let mut c = params.walk();
             for p in params.named_children(&mut c) {
-                let ident = match p.kind() {
+                let ident = match p.ty() {
                     "identifier" => Some(p),
                     "typed_parameter" => p.named_child(0),
                     "default_parameter" | "typed_default_parameter" => p.field("name"),
@@ -125,9 +125,8 @@ impl<'s> Walker<'s> {
                     continue;
                 };
                 let text = self.text(ident);
-                let splat = p.kind() == "dictionary_splat_pattern"
-                    || (p.kind() == "typed_parameter"
-                        && ident.kind() == "dictionary_splat_pattern");
+                let splat = p.ty() == "dictionary_splat_pattern"
+                    || (p.ty() == "typed_parameter" && ident.ty() == "dictionary_splat_pattern");
                 if text == "num_items_in_batch" {
                     count_param = Some(text.to_string());
                 } else if splat && count_param.is_none() {
@@ -161,12 +160,12 @@ impl<'s> Walker<'s> {
         let Some(callee) = keyword
             .parent()
             .and_then(|args| args.parent())
-            .filter(|call| call.kind() == "call")
+            .filter(|call| call.ty() == "call")
             .and_then(|call| call.field("function"))
         else {
             return;
         };
-        let lambda = (value.kind() == "lambda").then(|| {
+        let lambda = (value.ty() == "lambda").then(|| {
             self.func_def(
                 "lambda".into(),
                 None,
