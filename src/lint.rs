@@ -226,17 +226,31 @@ fn load(
     overlay: &Overlay,
 ) -> Result<Option<Linted>, Loaded> {
     let display = display_path(&c.path, cwd);
-    let held = overlay.get(&absolute(&c.path, cwd));
-    let bytes = match held {
-        Some(text) => Ok(text.as_bytes().to_vec()),
-        None => read_bounded(&c.path),
-    };
-    let bytes = bytes.map_err(|e| {
-        Loaded::Error(PathError {
-            path: display.clone(),
+    if let Some(text) = overlay.get(&absolute(&c.path, cwd)) {
+        return load_bytes(c, text.as_bytes(), display, resolver, cwd, opts);
+    }
+    // Most files are ruled out by the prefilter once read: each thread reads into one buffer it
+    // keeps, and only a file that is parsed gets a copy of its own.
+    thread_local! {
+        static READ: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    READ.with_borrow_mut(|bytes| match read_bounded(&c.path, bytes) {
+        Ok(()) => load_bytes(c, bytes, display, resolver, cwd, opts),
+        Err(e) => Err(Loaded::Error(PathError {
+            path: display,
             message: io_message(&e),
-        })
-    })?;
+        })),
+    })
+}
+
+fn load_bytes(
+    c: &Candidate,
+    bytes: &[u8],
+    display: String,
+    resolver: &Resolver,
+    cwd: &Path,
+    opts: LintOptions,
+) -> Result<Option<Linted>, Loaded> {
     let skip = |reason: &str| {
         Loaded::Skipped(Skipped {
             path: display.clone(),
@@ -249,10 +263,10 @@ fn load(
             MAX_FILE_BYTES >> 20
         )));
     }
-    if bytes.contains(&0) {
+    if memchr::memchr(0, bytes).is_some() {
         return Err(skip("binary file (contains NUL bytes)"));
     }
-    let text = String::from_utf8(bytes).map_err(|_| skip("not valid UTF-8"))?;
+    let text = std::str::from_utf8(bytes).map_err(|_| skip("not valid UTF-8"))?;
     let settings = resolver.for_file(&c.path).map_err(|e| {
         Loaded::Error(PathError {
             path: display.clone(),
@@ -269,7 +283,7 @@ fn load(
     };
     let (file, needs) = if c.language == Language::Notebook {
         // A notebook in another language is skipped like any file memlint does not read.
-        match SourceFile::from_notebook(c.path.clone(), display.clone(), text) {
+        match SourceFile::from_notebook(c.path.clone(), display.clone(), text.to_owned()) {
             Ok(Some(file)) => {
                 let needs = needs(Language::Python, &file.text);
                 (file, needs)
@@ -279,11 +293,11 @@ fn load(
         }
     } else {
         // Built only for a file that is read: a source file indexes its lines.
-        let needs = needs(c.language, &text);
+        let needs = needs(c.language, text);
         if !needs.parse {
             return Ok(None);
         }
-        let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text);
+        let file = SourceFile::new(c.path.clone(), display.clone(), c.language, text.to_owned());
         (file, needs)
     };
     if !needs.parse {
@@ -310,16 +324,18 @@ fn load(
 /// (a 50 MB module would need gigabytes), and code that large is generated.
 pub const MAX_FILE_BYTES: u64 = 10 << 20;
 
-/// The file's bytes, reading at most one byte past [`MAX_FILE_BYTES`].
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+/// The file's bytes into `bytes` (replacing what it held), reading at most one byte past
+/// [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path, bytes: &mut Vec<u8>) -> std::io::Result<()> {
+    bytes.clear();
     let file = std::fs::File::open(path)?;
     let hint = file
         .metadata()
         .map_or(0, |m| m.len())
         .min(MAX_FILE_BYTES + 1);
-    let mut bytes = Vec::with_capacity(hint as usize);
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
-    Ok(bytes)
+    bytes.reserve(hint as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(bytes)?;
+    Ok(())
 }
 
 /// Parse one file and lower it into facts.

@@ -21,7 +21,7 @@ impl Scan<'_> {
         self.part_sized_by_dtype()
             || SIZED.iter().any(|word| {
                 let mut read_to = 0;
-                memchr::memmem::find_iter(&self.lower, word.as_bytes()).any(|at| {
+                memchr::memmem::find_iter(self.lower, word.as_bytes()).any(|at| {
                     // A name is read whole at its first word.
                     if at < read_to {
                         return false;
@@ -58,7 +58,7 @@ impl Scan<'_> {
         // Every word a test of checkpointing is read by (see `Topics::of`) holds one of these.
         let tests = ["checkpoint", "ckpt", "recompute"]
             .iter()
-            .any(|w| contains(&self.lower, w.as_bytes()));
+            .any(|w| contains(self.lower, w.as_bytes()));
         if !tests {
             return false;
         }
@@ -96,7 +96,7 @@ impl Scan<'_> {
         const DTYPES: &[&str] = &["bf16", "fp16", "fp32", "float16", "float32", "half"];
         // One pass over the comments: the first `#` of each line, after code that assigns a
         // part of the model.
-        let lower = &self.lower[..];
+        let lower = self.lower;
         memchr::memchr_iter(b'#', lower).any(|hash| {
             let line_start = memchr::memrchr(b'\n', &lower[..hash]).map_or(0, |i| i + 1);
             let code = &lower[line_start..hash];

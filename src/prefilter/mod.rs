@@ -168,7 +168,13 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
             loop_model: false,
         };
     }
-    let scan = Scan::new(text);
+    thread_local! {
+        static LOWER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    LOWER.with_borrow_mut(|lower| scan_needs(&Scan::new(text, lower), wanted))
+}
+
+fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     // BS004 judges a product only beside an accumulating loop (read with the loop model) or a
     // data-parallel wrapper (no loop model needed); its scans run last, when nothing else has
     // asked for the parse.
@@ -209,7 +215,7 @@ const BATCH_KEYS: &[&str] = &[
 
 impl Scan<'_> {
     fn directive(&self) -> bool {
-        contains(&self.lower, b"memlint") || contains(&self.lower, b"noqa")
+        contains(self.lower, b"memlint") || contains(self.lower, b"noqa")
     }
 
     /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
@@ -219,9 +225,9 @@ impl Scan<'_> {
         if contains(self.bytes, b"DataLoader") && self.divided_by_micro() {
             return true;
         }
-        let axolotl = contains(&self.lower, b"base_model");
-        let hits = memchr::memmem::find_iter(&self.lower, b"batch_size")
-            .chain(memchr::memmem::find_iter(&self.lower, b"batch-size"));
+        let axolotl = contains(self.lower, b"base_model");
+        let hits = memchr::memmem::find_iter(self.lower, b"batch_size")
+            .chain(memchr::memmem::find_iter(self.lower, b"batch-size"));
         hits.into_iter().any(|at| {
             let batch = |k: &str| BATCH_KEYS.contains(&k) || (axolotl && k == "micro_batch_size");
             self.config_key(at, at + "batch_size".len(), batch)
@@ -232,7 +238,7 @@ impl Scan<'_> {
     /// A division by a name holding `micro` (`batch_size // micro_batch_size`,
     /// `cfg.batch_size / cfg.micro_batch_size`).
     fn divided_by_micro(&self) -> bool {
-        let lower = &self.lower[..];
+        let lower = self.lower;
         memchr::memmem::find_iter(lower, b"micro").any(|at| {
             let before = lower[..at]
                 .iter()
@@ -246,7 +252,7 @@ impl Scan<'_> {
     /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, followed by `=`
     /// (or `:`, an annotated assignment), and a product (`*`).
     fn global_batch(&self) -> bool {
-        let lower = &self.lower[..];
+        let lower = self.lower;
         contains(self.bytes, b"*")
             && memchr::memmem::find_iter(lower, b"batch").any(|at| {
                 let (start, end) = identifier_at(lower, at, false);
@@ -299,15 +305,15 @@ impl Scan<'_> {
         };
         // `backward` is rarer than `.step`: read for it first. Without one, only a clip before a
         // GradScaler's step in a file that never unscales is judged.
-        let backward = contains(&self.lower, b"backward")
+        let backward = contains(self.lower, b"backward")
             && (attribute(b".backward") || attribute(b".manual_backward"));
         let scaled_clip = || {
-            contains(&self.lower, b"clip_grad_")
-                && contains(&self.lower, b"scaler")
-                && !contains(&self.lower, b"unscale_")
+            contains(self.lower, b"clip_grad_")
+                && contains(self.lower, b"scaler")
+                && !contains(self.lower, b"unscale_")
         };
-        contains(&self.lower, b"accumulate_grad_batches")
-            || contains(&self.lower, b".accumulate(")
+        contains(self.lower, b"accumulate_grad_batches")
+            || contains(self.lower, b".accumulate(")
             || ((backward || scaled_clip()) && attribute(b".step"))
     }
 }

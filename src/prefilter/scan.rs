@@ -6,15 +6,19 @@
 pub(super) struct Scan<'t> {
     pub(super) text: &'t str,
     pub(super) bytes: &'t [u8],
-    pub(super) lower: Vec<u8>,
+    pub(super) lower: &'t [u8],
 }
 
 impl<'t> Scan<'t> {
-    pub(super) fn new(text: &'t str) -> Self {
+    /// The scan of `text`, lowercased into `lower` (a buffer the caller reuses across files).
+    pub(super) fn new(text: &'t str, lower: &'t mut Vec<u8>) -> Self {
+        lower.clear();
+        lower.extend_from_slice(text.as_bytes());
+        lower.make_ascii_lowercase();
         Scan {
             text,
             bytes: text.as_bytes(),
-            lower: text.as_bytes().to_ascii_lowercase(),
+            lower,
         }
     }
 }

@@ -76,11 +76,11 @@ impl Scan<'_> {
             return true;
         };
         let (mut decimal, mut binary) = (false, false);
-        for m in ac.find_iter(&self.lower[..]) {
+        for m in ac.find_iter(self.lower) {
             let Some(&(word, is_binary)) = DIVISORS.get(m.pattern().as_usize()) else {
                 return true;
             };
-            if !self.divides(m.start(), word) || !number_ends(&self.lower, m.end(), word) {
+            if !self.divides(m.start(), word) || !number_ends(self.lower, m.end(), word) {
                 continue;
             }
             if is_binary {
