@@ -54,6 +54,7 @@ pub struct Facts {
     pub accumulation_settings: Vec<Mention<f64>>,
     /// The same optimizer unscaled twice before the scaler updates (in any training loop).
     pub double_unscales: Vec<DoubleUnscale>,
+    pub steps_before_update: Vec<StepBeforeUpdate>,
     /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
     /// instance of each class returns when called (`"Class()"`): read by files that import them.
     pub exports: Vec<(String, Prov)>,
@@ -442,6 +443,17 @@ pub struct ScalerCall {
 pub struct DoubleUnscale {
     pub first: Range<usize>,
     pub second: Call,
+}
+
+/// `scaler.step(optimizer)` on every iteration of a loop whose `scaler.update()` runs only on
+/// the accumulation boundary: the second micro-step steps again before an update.
+#[derive(Debug, Clone)]
+pub struct StepBeforeUpdate {
+    pub step: Call,
+    /// The boundary's `scaler.update()`.
+    pub update: Call,
+    /// The accumulation factor of the boundary test.
+    pub factor: String,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

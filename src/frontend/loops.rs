@@ -15,6 +15,7 @@
 
 use crate::facts::{
     AccumLoop, Backward, Call, DoubleUnscale, Prov, ScaledClip, ScalerCall, ScalerOp,
+    StepBeforeUpdate,
 };
 use std::ops::Range;
 
@@ -191,6 +192,7 @@ pub struct Assembled {
     pub clips_in_accumulate: Vec<Range<usize>>,
     pub clips_before_unscale: Vec<ScaledClip>,
     pub double_unscales: Vec<DoubleUnscale>,
+    pub steps_before_update: Vec<StepBeforeUpdate>,
 }
 
 pub fn assemble(rec: &Recorded) -> Assembled {
@@ -220,6 +222,11 @@ pub fn assemble(rec: &Recorded) -> Assembled {
         clips_before_unscale: clips_before_unscale(rec.calls, rec.unscales),
         double_unscales: if trains(rec.calls) {
             double_unscales(rec.calls)
+        } else {
+            Vec::new()
+        },
+        steps_before_update: if trains(rec.calls) {
+            steps_before_update(rec)
         } else {
             Vec::new()
         },
@@ -580,6 +587,53 @@ fn double_unscales(calls: &[CallEvent]) -> Vec<DoubleUnscale> {
             out.push(DoubleUnscale {
                 first: a.call.span.clone(),
                 second: b.call.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// `scaler.step(optimizer)` that runs on every iteration of a loop body whose only
+/// `scaler.update()` sits under an accumulation test the step is not under: GradScaler allows
+/// one `step` per `update` and raises on the second micro-step.
+fn steps_before_update(rec: &Recorded) -> Vec<StepBeforeUpdate> {
+    let calls = rec.calls;
+    let mut out: Vec<StepBeforeUpdate> = Vec::new();
+    let same_body = |a: &CallEvent, b: &CallEvent| {
+        a.ctx.scope == b.ctx.scope && a.ctx.loops == b.ctx.loops && !a.ctx.loops.is_empty()
+    };
+    for step in calls
+        .iter()
+        .filter(|c| matches!(c.kind, CallKind::Step { scaler: true }))
+    {
+        let updates: Vec<&CallEvent> = calls
+            .iter()
+            .filter(|u| matches!(u.kind, CallKind::ScalerUpdate) && same_body(u, step))
+            .collect();
+        // An update that runs whenever the step does: the pair is whole.
+        if updates
+            .iter()
+            .any(|u| step.ctx.branches.starts_with(&u.ctx.branches))
+        {
+            continue;
+        }
+        // The update runs inside the step's branches, under a test that is true on the boundary.
+        let boundary = updates.iter().find_map(|u| {
+            let rest = u.ctx.branches.strip_prefix(step.ctx.branches.as_slice())?;
+            let factor = rest.iter().find_map(|b| {
+                let t = rec.conds.get(b.cond)?.accum.as_ref()?;
+                (t.boundary_when_true == b.taken).then(|| t.factor.clone())
+            })?;
+            Some((*u, factor))
+        });
+        let Some((update, factor)) = boundary else {
+            continue;
+        };
+        if !out.iter().any(|d| d.step.span == step.call.span) {
+            out.push(StepBeforeUpdate {
+                step: step.call.clone(),
+                update: update.call.clone(),
+                factor,
             });
         }
     }

@@ -1,6 +1,7 @@
 //! GA008 scaler-per-micro-step: in an accumulating loop a `GradScaler` updates its scale or
-//! unscales the gradients on every micro-step while the optimizer steps once per window, or one
-//! optimizer is unscaled twice before the scaler updates. Documentation: `rules/GA008.toml`.
+//! unscales the gradients on every micro-step while the optimizer steps once per window, steps
+//! on every micro-step while it updates once per window, or one optimizer is unscaled twice
+//! before the scaler updates. Documentation: `rules/GA008.toml`.
 
 use super::{edits, line_of, Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Fix};
@@ -62,6 +63,30 @@ impl Rule for ScalerPerMicroStep {
                         .with_fix(fix),
                 );
             }
+        }
+        for d in &cx.facts.steps_before_update {
+            let step = cx.file.slice(&d.step.span);
+            let update = cx.file.slice(&d.update.span);
+            let update_line = line_of(cx.file, d.update.span.start);
+            let n = &d.factor;
+            let fix = match (&d.step.statement, &d.update.statement) {
+                (Some(stmt), Some(anchor)) => edits::move_before(cx.file, stmt, anchor),
+                _ => None,
+            }
+            .map(|edits| Fix {
+                applicability: Applicability::Unsafe,
+                message: format!("move it to the boundary, before `{update}`"),
+                edits,
+            });
+            out.push(
+                Diagnostic::new(
+                    "GA008",
+                    d.step.span.clone(),
+                    format!("`{step}` runs on every micro-step while `{update}` runs every `{n}` micro-batches ({update_line}): GradScaler allows one `step` per `update`, so the second micro-step raises a RuntimeError (and with the scaler disabled the optimizer steps on every micro-step while the gradients are still accumulating)"),
+                )
+                .with_help("step at the boundary: call `scaler.step(optimizer)` inside the accumulation branch, just before `scaler.update()`")
+                .with_fix(fix),
+            );
         }
         for d in &cx.facts.double_unscales {
             let call = cx.file.slice(&d.second.span);

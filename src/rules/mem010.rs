@@ -4,12 +4,12 @@
 
 use super::mem001::requirement;
 use super::states::{
-    bytes_per_param, component, says_upper_bound, scope, target, Component, Reported,
+    bytes_per_param, component, in_bytes, says_upper_bound, scope, target, Component, Reported,
 };
 use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
-use crate::expr::Role;
+use crate::expr::{Role, Term};
 use crate::facts::{Formula, Offload, Offloaded};
 
 pub struct OffloadedStatesOnGpu;
@@ -30,13 +30,14 @@ impl Rule for OffloadedStatesOnGpu {
         if training.inference {
             return;
         }
-        let Some(offload) = training
-            .offload
-            .iter()
-            .find(|o| o.value.what == Offloaded::Optimizer)
-        else {
-            return;
+        let offloaded = |what| training.offload.iter().find(|o| o.value.what == what);
+        let offload = Offloads {
+            optimizer: offloaded(Offloaded::Optimizer),
+            params: offloaded(Offloaded::Params),
         };
+        if offload.optimizer.is_none() && offload.params.is_none() {
+            return;
+        }
         let mut reported = Reported::default();
         let mut gpu_estimates = 0;
         let mut first: Option<&Formula> = None;
@@ -50,14 +51,18 @@ impl Rule for OffloadedStatesOnGpu {
             }
             gpu_estimates += 1;
             first.get_or_insert(f);
-            if let Some(d) = judge(cx, f, offload) {
+            if let Some(d) = judge(cx, f, &offload) {
                 if reported.first(f) {
                     out.push(d);
                 }
             }
         }
-        // No host-memory check at all for a CPU offload (NVMe keeps host memory small by design).
-        let Some(f) = first.filter(|_| !offload.value.nvme && gpu_estimates > 0) else {
+        // No host-memory check at all for a CPU offload of the optimizer, whose host need
+        // DeepSpeed's estimator gives (NVMe keeps host memory small by design).
+        let Some(offload) = offload.optimizer.filter(|o| !o.value.nvme) else {
+            return;
+        };
+        let Some(f) = first.filter(|_| gpu_estimates > 0) else {
             return;
         };
         let text = cx.file.text.to_ascii_lowercase();
@@ -115,12 +120,106 @@ fn estimates_gpu(f: &Formula) -> bool {
         && f.lin.terms.iter().all(|t| t.coef >= 0.0)
 }
 
-fn judge(cx: &Checker<'_>, f: &Formula, offload: &Seen<Offload>) -> Option<Diagnostic> {
-    let device = if offload.value.nvme {
+/// What the run offloads, each with where it was seen.
+struct Offloads<'a> {
+    optimizer: Option<&'a Seen<Offload>>,
+    params: Option<&'a Seen<Offload>>,
+}
+
+fn device(offload: &Seen<Offload>) -> &'static str {
+    if offload.value.nvme {
         "NVMe"
     } else {
         "the CPU"
+    }
+}
+
+fn judge(cx: &Checker<'_>, f: &Formula, offload: &Offloads) -> Option<Diagnostic> {
+    if let Some(optimizer) = offload.optimizer {
+        if let Some(d) = judge_states(cx, f, optimizer, offload.params.is_some()) {
+            return Some(d);
+        }
+    }
+    judge_params(cx, f, offload.params?, offload.optimizer.is_some())
+}
+
+/// With parameters offloaded (ZeRO-3), the GPU holds only the layers being gathered for
+/// compute: DeepSpeed's ZeRO-3 estimator gives `gpu_mem = 4 * largest_layer_params` with both
+/// offloads (KNOWLEDGE.md §4.2). A weights term sized by the whole model is then off the GPU;
+/// with the optimizer offloaded too, so is every byte per parameter.
+fn judge_params(
+    cx: &Checker<'_>,
+    f: &Formula,
+    params: &Seen<Offload>,
+    optimizer_offloaded: bool,
+) -> Option<Diagnostic> {
+    let device = device(params);
+    // A layer's size is what stays: `largest_layer_params * 4`.
+    let whole_model = |t: &&Term| {
+        t.coef > 0.0
+            && !cx
+                .file
+                .slice(&t.span)
+                .to_ascii_lowercase()
+                .contains("layer")
     };
+    let help = "count the offloaded parameters where they now live (host memory or NVMe); the GPU keeps the layers being computed (DeepSpeed: 4 bytes x the largest layer's parameters)";
+    if let Some(t) = f
+        .lin
+        .terms
+        .iter()
+        .filter(whole_model)
+        .find(|t| component(t) == Component::Weights)
+    {
+        return Some(
+            Diagnostic::new(
+                "MEM010",
+                t.span.clone(),
+                format!(
+                    "counts the model's weights (`{}`) in GPU memory, but the parameters are offloaded to {device} (seen at {}): under ZeRO-3 the GPU holds only the layers being gathered for compute",
+                    cx.file.slice(&t.span),
+                    params.at
+                ),
+            )
+            .with_help(help),
+        );
+    }
+    if !optimizer_offloaded {
+        // The optimizer's partition stays on the GPU: bytes per parameter are not judged.
+        return None;
+    }
+    let b: f64 = f
+        .lin
+        .terms
+        .iter()
+        .filter(whole_model)
+        .filter(|t| component(t) == Component::PerParam)
+        .map(|t| in_bytes(t.coef))
+        .sum();
+    (b > 0.0).then(|| {
+        Diagnostic::new(
+            "MEM010",
+            f.span.clone(),
+            format!(
+                "counts {} bytes per parameter in GPU memory, but the parameters and the optimizer states are offloaded to {device} (seen at {}): DeepSpeed's ZeRO-3 estimator keeps only the largest layer there, 4 bytes per parameter of that layer",
+                fmt_num(b),
+                params.at
+            ),
+        )
+        .with_help(help)
+    })
+}
+
+/// With the optimizer offloaded, the GPU keeps the 16-bit weights: a state term or more than
+/// fp32 weights per parameter counts the states there. With the parameters offloaded too, the
+/// weights are judged by [`judge_params`].
+fn judge_states(
+    cx: &Checker<'_>,
+    f: &Formula,
+    offload: &Seen<Offload>,
+    params_offloaded: bool,
+) -> Option<Diagnostic> {
+    let device = device(offload);
     if let Some(t) = f
         .lin
         .terms
@@ -141,7 +240,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, offload: &Seen<Offload>) -> Option<Diagn
         );
     }
     let b = bytes_per_param(f, false) + bytes_per_param(f, true);
-    if b > WEIGHTS_MAX * 1.05 {
+    if b > WEIGHTS_MAX * 1.05 && !params_offloaded {
         return Some(
             Diagnostic::new(
                 "MEM010",

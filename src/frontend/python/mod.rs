@@ -800,6 +800,7 @@ impl<'s> Walker<'s> {
         self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
         self.facts.clips_before_unscale = assembled.clips_before_unscale;
         self.facts.double_unscales = assembled.double_unscales;
+        self.facts.steps_before_update = assembled.steps_before_update;
         if accelerate_divides {
             self.facts.clips_in_accumulate = assembled.clips_in_accumulate;
         }
