@@ -334,6 +334,9 @@ pub struct RunInfo {
     pub trainer: Option<Vec<TrainerArg>>,
     /// `--auto_find_batch_size`: the Trainer does not compare batch sizes.
     pub auto_find_batch_size: bool,
+    /// The accumulation factor the launch passes to its script
+    /// (`--gradient_accumulation_steps 8`, or a recipe's key), with where it is written.
+    pub accumulation: Option<Seen<f64>>,
 }
 
 /// A config this file holds, and a run that uses it.
@@ -419,6 +422,8 @@ pub struct ProjectView {
     pub estimates: Vec<(String, crate::estimate::Inputs)>,
     /// `world-size` from the memlint configuration.
     pub world_setting: Option<u32>,
+    /// The runs that start this file as their script.
+    pub launched_by: Vec<Arc<RunInfo>>,
 }
 
 impl ProjectView {

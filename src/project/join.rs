@@ -74,6 +74,11 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 }
             }
         }
+        if let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) {
+            if Fid::Unit(s) != run.origin {
+                views[s].launched_by.push(run.info.clone());
+            }
+        }
         for (f, c) in &run.configs {
             if let Fid::Unit(u) = f {
                 views[*u].config_uses.push(ConfigUse {

@@ -8,7 +8,7 @@ use super::lookup::{find_config, follow_nested, is_config_flag, is_config_path, 
 use super::trainer::{accelerate_deepspeed, trainer_args};
 use super::world::{accelerate_world, world_of};
 use crate::config::{Node, Value};
-use crate::context::{ConfigRef, RunInfo};
+use crate::context::{ConfigRef, RunInfo, Seen};
 use crate::facts::Binding;
 use std::ops::Range;
 use std::sync::Arc;
@@ -96,6 +96,7 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
         command,
         world,
         auto_find_batch_size: flags.get("auto_find_batch_size").is_some(),
+        accumulation: accumulation(files, origin, &flags),
         trainer,
     };
     Some(Run {
@@ -145,6 +146,7 @@ pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option
         command: "the recipe".into(),
         world,
         auto_find_batch_size: flags.get("auto_find_batch_size").is_some(),
+        accumulation: None,
         trainer,
     };
     Some(Run {
@@ -157,6 +159,21 @@ pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option
         flags,
         via: Vec::new(),
         info: Arc::new(info),
+    })
+}
+
+/// The accumulation factor a launch passes to its script (the last flag wins), with where.
+fn accumulation(files: &Files, origin: Fid, flags: &Node) -> Option<Seen<f64>> {
+    let Value::Map(entries) = &flags.value else {
+        return None;
+    };
+    let (key, value) = entries
+        .iter()
+        .rev()
+        .find(|(k, _)| k.name == "gradient_accumulation_steps")?;
+    Some(Seen {
+        value: value.as_number()?,
+        at: files.site(origin, key.span.start),
     })
 }
 
@@ -189,6 +206,7 @@ pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
             world,
             trainer: None,
             auto_find_batch_size: false,
+            accumulation: None,
         }),
     }
 }

@@ -21,8 +21,8 @@ impl Rule for CustomLossIgnoresItemCount {
             return;
         }
         // Accumulation is on: a number above 1 written in the file for the Trainer's key (a
-        // keyword argument, a dict, dataclass or argparse default). A value set elsewhere is
-        // not known here: silent.
+        // keyword argument, a dict, dataclass or argparse default), or else passed by every
+        // launch that starts this file. A value set nowhere memlint reads is not known: silent.
         let keyword = cx
             .facts
             .accumulation_settings
@@ -34,10 +34,16 @@ impl Rule for CustomLossIgnoresItemCount {
             .iter()
             .filter_map(|c| c.root.get(KEY))
             .filter_map(|n| Some((n.as_number()?, n.span.start)));
-        let Some((factor, at)) = keyword.chain(configs).find(|(v, _)| *v > 1.0) else {
+        let written = keyword
+            .chain(configs)
+            .find(|(v, _)| *v > 1.0)
+            .map(|(factor, at)| {
+                let gas = format!("`{KEY}={}` ({})", fmt_num(factor), line_of(cx.file, at));
+                (factor, gas)
+            });
+        let Some((factor, gas)) = written.or_else(|| launched_factor(cx)) else {
             return;
         };
-        let gas = format!("`{KEY}={}` ({})", fmt_num(factor), line_of(cx.file, at));
         for loss in &cx.facts.custom_losses {
             let f = &loss.function;
             // What the function ignores, and where the count would arrive.
@@ -68,4 +74,26 @@ impl Rule for CustomLossIgnoresItemCount {
             out.push(Diagnostic::new("GA007", loss.at.clone(), message).with_help(help));
         }
     }
+}
+
+/// The accumulation factor every launch of this file passes (`--gradient_accumulation_steps 8`),
+/// when they all pass the same one above 1: a launch that passes none or another leaves it
+/// unknown.
+fn launched_factor(cx: &Checker<'_>) -> Option<(f64, String)> {
+    let runs = &cx.training.project.launched_by;
+    let first = runs.first()?.accumulation.as_ref()?;
+    let agreed = runs.iter().all(|r| {
+        r.accumulation
+            .as_ref()
+            .is_some_and(|a| a.value == first.value)
+    });
+    (agreed && first.value > 1.0).then(|| {
+        let gas = format!(
+            "`{KEY}={}` (passed by `{}` at {})",
+            fmt_num(first.value),
+            runs[0].command,
+            first.at
+        );
+        (first.value, gas)
+    })
 }
