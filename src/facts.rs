@@ -409,6 +409,12 @@ pub enum Missing {
     World,
     /// The file accumulates over this factor, in the loop at this span.
     Accumulation(String, Range<usize>),
+    /// No world size, in a file that shows no data parallelism: missing if the launches that
+    /// start the file start several data-parallel processes.
+    WorldIfLaunched,
+    /// No accumulation factor, in a file with no accumulating loop: missing if the launches that
+    /// start the file pass a factor above 1.
+    AccumulationIfLaunched,
 }
 
 /// A scheduler stepped once per optimizer step, sized in micro-batches.

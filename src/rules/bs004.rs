@@ -2,7 +2,7 @@
 //! leaves out the world size or the accumulation factor, then used for a step count, a warm-up
 //! or a learning rate. Documentation: `rules/BS004.toml`.
 
-use super::{line_of, Checker, Rule};
+use super::{fmt_num, line_of, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::facts::Missing;
 
@@ -29,6 +29,24 @@ impl Rule for GlobalBatchMissingFactor {
                         "multiply by the data-parallel world size: global = micro x accumulation x world",
                     )
                 }
+                Missing::WorldIfLaunched => {
+                    let Some(world) = launched_world(cx) else {
+                        continue;
+                    };
+                    (
+                        format!("`{name} = {text}` leaves out the number of data-parallel processes although every launch of this file starts several ({world}): `{user}`, computed from it, counts one process's share of the batch"),
+                        "multiply by the data-parallel world size: global = micro x accumulation x world",
+                    )
+                }
+                Missing::AccumulationIfLaunched => {
+                    let Some(factor) = launched_accumulation(cx) else {
+                        continue;
+                    };
+                    (
+                        format!("`{name} = {text}` leaves out the accumulation factor although every launch of this file accumulates ({factor}): `{user}`, computed from it, counts micro-batches rather than optimizer steps"),
+                        "multiply by the accumulation factor: global = micro x accumulation x world",
+                    )
+                }
                 Missing::Accumulation(n, header) => (
                     format!("`{name} = {text}` leaves out the accumulation factor although this file accumulates over `{n}` micro-batches ({}): `{user}`, computed from it, counts micro-batches rather than optimizer steps", line_of(cx.file, header.start)),
                     "multiply by the accumulation factor: global = micro x accumulation x world",
@@ -37,4 +55,35 @@ impl Rule for GlobalBatchMissingFactor {
             out.push(Diagnostic::new("BS004", g.span.clone(), message).with_help(help));
         }
     }
+}
+
+/// The data-parallel processes every launch of this file starts, when there is a launch and
+/// each starts more than one: `8 ranks from ... at launch.sh:3`.
+fn launched_world(cx: &Checker<'_>) -> Option<String> {
+    let runs = &cx.training.project.launched_by;
+    let worlds: Option<Vec<_>> = runs.iter().map(|r| r.world.as_ref()).collect();
+    let worlds = worlds?;
+    let first = worlds.first()?;
+    worlds
+        .iter()
+        .all(|w| w.data_parallel > 1)
+        .then(|| first.why.clone())
+}
+
+/// The accumulation factor every launch of this file passes, when they agree on one above 1.
+fn launched_accumulation(cx: &Checker<'_>) -> Option<String> {
+    let runs = &cx.training.project.launched_by;
+    let first = runs.first()?.accumulation.as_ref()?;
+    let agreed = runs.iter().all(|r| {
+        r.accumulation
+            .as_ref()
+            .is_some_and(|a| a.value == first.value)
+    });
+    (agreed && first.value > 1.0).then(|| {
+        format!(
+            "`gradient_accumulation_steps={}` at {}",
+            fmt_num(first.value),
+            first.at
+        )
+    })
 }

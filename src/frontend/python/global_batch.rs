@@ -101,14 +101,19 @@ impl<'s> Walker<'s> {
         let distributed = !self.facts.ddp_wraps.is_empty()
             || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some();
         for p in &self.global_products {
-            let missing = if p.accum && !p.world && distributed {
-                Missing::World
+            // What the file does not show, the launches that start it may: the rule decides.
+            let missing = if p.accum && !p.world {
+                match distributed {
+                    true => Missing::World,
+                    false => Missing::WorldIfLaunched,
+                }
             } else if p.world && !p.accum {
                 match loops.first() {
                     Some(lp) if !lp.factor_value.is_some_and(|v| v <= 1.0) => {
                         Missing::Accumulation(lp.factor.clone(), lp.header.clone())
                     }
-                    _ => continue,
+                    Some(_) => continue,
+                    None => Missing::AccumulationIfLaunched,
                 }
             } else {
                 continue;
