@@ -29,7 +29,9 @@ use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
 use crate::frontend::fields::{PyField, PyKind};
 use std::cell::RefCell;
-use std::collections::HashMap;
+/// The walk's maps are keyed by short names and offsets it looks up at every node: foldhash,
+/// as SipHash's defence against crafted keys costs time and protects nothing here.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::ops::Range;
 use tree_sitter::{Node, Parser, Tree};
 
@@ -330,31 +332,31 @@ impl<'s> Walker<'s> {
                 assigned: Vec::new(),
             }],
             conds: Vec::new(),
-            cond_texts: HashMap::new(),
+            cond_texts: HashMap::default(),
             cond_reads_factor: Vec::new(),
             cond_keys: Vec::new(),
             cond_spans: Vec::new(),
-            branch_tables: HashMap::new(),
-            name_units: HashMap::new(),
-            cond_ids: HashMap::new(),
+            branch_tables: HashMap::default(),
+            name_units: HashMap::default(),
+            cond_ids: HashMap::default(),
             loops: Vec::new(),
             guards: Vec::new(),
             accumulate_blocks: 0,
-            env: HashMap::new(),
-            loss_defs: HashMap::new(),
-            returns: HashMap::new(),
-            instances: HashMap::new(),
-            imports: HashMap::new(),
-            test_names: HashMap::new(),
-            modulo_names: HashMap::new(),
+            env: HashMap::default(),
+            loss_defs: HashMap::default(),
+            returns: HashMap::default(),
+            instances: HashMap::default(),
+            imports: HashMap::default(),
+            test_names: HashMap::default(),
+            modulo_names: HashMap::default(),
             gpu_names: Vec::new(),
             count_names: Vec::new(),
             optimizer_names: Vec::new(),
             scheduler_names: Vec::new(),
             engine_names: Vec::new(),
-            divisions: HashMap::new(),
+            divisions: HashMap::default(),
             accelerators: Vec::new(),
-            assigned_text: HashMap::new(),
+            assigned_text: HashMap::default(),
             calls: Vec::new(),
             invokes: Vec::new(),
             functions: std::cell::OnceCell::new(),
