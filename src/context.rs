@@ -427,6 +427,19 @@ pub struct ProjectView {
 }
 
 impl ProjectView {
+    /// The accumulation factor above 1 that every launch of this file passes, with the first
+    /// launch: a launch that passes none or another factor leaves it unknown.
+    pub fn launched_accumulation(&self) -> Option<(&Seen<f64>, &RunInfo)> {
+        let run = self.launched_by.first()?;
+        let factor = run.accumulation.as_ref()?;
+        let agreed = self.launched_by.iter().all(|r| {
+            r.accumulation
+                .as_ref()
+                .is_some_and(|a| a.value == factor.value)
+        });
+        (agreed && factor.value > 1.0).then_some((factor, run.as_ref()))
+    }
+
     pub fn uses_of(&self, config: ConfigRef) -> impl Iterator<Item = &Arc<RunInfo>> {
         self.config_uses
             .iter()

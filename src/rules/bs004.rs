@@ -72,18 +72,10 @@ fn launched_world(cx: &Checker<'_>) -> Option<String> {
 
 /// The accumulation factor every launch of this file passes, when they agree on one above 1.
 fn launched_accumulation(cx: &Checker<'_>) -> Option<String> {
-    let runs = &cx.training.project.launched_by;
-    let first = runs.first()?.accumulation.as_ref()?;
-    let agreed = runs.iter().all(|r| {
-        r.accumulation
-            .as_ref()
-            .is_some_and(|a| a.value == first.value)
-    });
-    (agreed && first.value > 1.0).then(|| {
-        format!(
-            "`gradient_accumulation_steps={}` at {}",
-            fmt_num(first.value),
-            first.at
-        )
-    })
+    let (factor, _) = cx.training.project.launched_accumulation()?;
+    Some(format!(
+        "`gradient_accumulation_steps={}` at {}",
+        fmt_num(factor.value),
+        factor.at
+    ))
 }

@@ -77,23 +77,14 @@ impl Rule for CustomLossIgnoresItemCount {
 }
 
 /// The accumulation factor every launch of this file passes (`--gradient_accumulation_steps 8`),
-/// when they all pass the same one above 1: a launch that passes none or another leaves it
-/// unknown.
+/// when they all pass the same one above 1.
 fn launched_factor(cx: &Checker<'_>) -> Option<(f64, String)> {
-    let runs = &cx.training.project.launched_by;
-    let first = runs.first()?.accumulation.as_ref()?;
-    let agreed = runs.iter().all(|r| {
-        r.accumulation
-            .as_ref()
-            .is_some_and(|a| a.value == first.value)
-    });
-    (agreed && first.value > 1.0).then(|| {
-        let gas = format!(
-            "`{KEY}={}` (passed by `{}` at {})",
-            fmt_num(first.value),
-            runs[0].command,
-            first.at
-        );
-        (first.value, gas)
-    })
+    let (factor, run) = cx.training.project.launched_accumulation()?;
+    let gas = format!(
+        "`{KEY}={}` (passed by `{}` at {})",
+        fmt_num(factor.value),
+        run.command,
+        factor.at
+    );
+    Some((factor.value, gas))
 }
