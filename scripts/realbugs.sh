@@ -29,6 +29,8 @@ trap 'rm -rf "$work"' EXIT
 
 buggy=0 caught=0 clean=0 alarms=0 missing=0 remaining=0 remained=0
 missed_rows=() alarm_rows=()
+# A rule that is off by default is selected for its pair's rows (a fixed row follows its buggy one).
+declare -A rule_of
 while IFS=$'\t' read -r id repo commit path kind expect line scope _note; do
   case "$id" in ''|'#'*) continue ;; esac
   git_dir="$mirrors/${repo/\//+}/repo"
@@ -48,7 +50,10 @@ while IFS=$'\t' read -r id repo commit path kind expect line scope _note; do
     missing=$((missing + 1))
     continue
   fi
-  out=$(cd "$dir" && "$memlint" check --isolated --output-format concise "$target" 2>/dev/null | grep -F "$path:" || true)
+  [ "$kind" = buggy ] && rule_of[$id]=$expect
+  select=()
+  [ -n "${rule_of[$id]:-}" ] && select=(--extend-select "${rule_of[$id]}")
+  out=$(cd "$dir" && "$memlint" check --isolated "${select[@]}" --output-format concise "$target" 2>/dev/null | grep -F "$path:" || true)
   [ -n "${VERBOSE:-}" ] && printf '%s %s:\n%s\n' "$id" "$kind" "$out"
   # What memlint reports on the expected line with the expected rule.
   expected_line="^$(printf '%s' "$path" | sed 's/[.[\*^$]/\\&/g'):$line:[0-9]+: $expect "

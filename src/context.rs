@@ -424,6 +424,21 @@ pub struct ProjectView {
     pub world_setting: Option<u32>,
     /// The runs that start this file as their script.
     pub launched_by: Vec<Arc<RunInfo>>,
+    /// For a file that pins transformers before 4.46: what the project it speaks for shows.
+    pub pinned: Option<PinnedProject>,
+}
+
+/// What the project under a requirements file or `pyproject.toml` shows, for its pins (GA006).
+#[derive(Debug, Clone, Default)]
+pub struct PinnedProject {
+    /// Accumulation factors above 1 that the project sets, with where.
+    pub accumulation: Vec<Seen<f64>>,
+    /// Where transformers' Trainer (or one built on it) is first seen.
+    pub trainer: Option<String>,
+    /// Where a model trained on token losses is first seen.
+    pub language_model: Option<String>,
+    /// Where sequence packing is switched on.
+    pub packing: Option<String>,
 }
 
 impl ProjectView {

@@ -50,8 +50,10 @@ pub struct Facts {
     pub no_sync_backward_only: Vec<Range<usize>>,
     /// HF Trainer losses written by hand that never read the window's item count.
     pub custom_losses: Vec<CustomLoss>,
-    /// `gradient_accumulation_steps=<number>` keyword arguments.
+    /// `gradient_accumulation_steps=<number>` keyword arguments (not `Accelerator`'s).
     pub accumulation_settings: Vec<Mention<f64>>,
+    /// Dependencies a requirements file or `pyproject.toml` constrains, with their versions.
+    pub pins: Vec<Pin>,
     /// The same optimizer unscaled twice before the scaler updates (in any training loop).
     pub double_unscales: Vec<DoubleUnscale>,
     pub steps_before_update: Vec<StepBeforeUpdate>,
@@ -373,6 +375,46 @@ pub struct TokenMeans {
     pub token_loss: Range<usize>,
     /// Padding: `pad_sequence`, `padding=`, a padding collator.
     pub padding: Range<usize>,
+}
+
+/// One dependency's version constraint (`transformers==4.45.2`, `torch>=2.1,<2.4`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pin {
+    /// The distribution name, normalised (lower case, runs of `-_.` as `-`).
+    pub package: String,
+    /// The requirement as written (name, extras and specifiers; not its markers or comment).
+    pub span: Range<usize>,
+    /// The highest version the constraint admits, when it has one.
+    pub ceiling: Option<Ceiling>,
+}
+
+/// An upper bound on a version: `<4.46` (excluded) or `==4.45.2` (included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ceiling {
+    /// The release numbers (`[4, 46]`).
+    pub release: Vec<u64>,
+    pub inclusive: bool,
+}
+
+impl Ceiling {
+    /// Every version the bound admits is older than `release`.
+    pub fn below(&self, release: &[u64]) -> bool {
+        match compare_releases(&self.release, release) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Equal => !self.inclusive,
+            std::cmp::Ordering::Greater => false,
+        }
+    }
+}
+
+/// Release numbers compared as PEP 440 does, missing parts as zeros (`4.46` = `4.46.0`).
+pub fn compare_releases(a: &[u64], b: &[u64]) -> std::cmp::Ordering {
+    let n = a.len().max(b.len());
+    let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+    (0..n)
+        .map(|i| at(a, i).cmp(&at(b, i)))
+        .find(|o| o.is_ne())
+        .unwrap_or(std::cmp::Ordering::Equal)
 }
 
 /// `DataLoader(ds, batch_size=batch_size)` where the file computes the accumulation factor as

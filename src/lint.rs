@@ -9,6 +9,7 @@ use crate::facts::Facts;
 use crate::frontend::{python, shell};
 use crate::prefilter::Needs;
 use crate::project::helpers::{self, Looked};
+use crate::project::pins;
 use crate::project::{self, ContextFile, ContextFiles, Join, Unit};
 use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
 use crate::settings::{absolute, Resolver, Settings};
@@ -130,22 +131,40 @@ pub fn lint_with(
     // A script the prefilter ruled out but a run reaches may get the run's diagnostics (its
     // argparse defaults against the launcher's world size, a parameter count in its name): it
     // is analysed whole, and the runs joined again.
-    let reached: Vec<&Candidate> = std::mem::take(&mut got.ruled_out)
-        .into_iter()
-        .filter(|c| {
-            contexts
-                .outside
-                .binary_search(&absolute(&c.path, &cwd))
-                .is_ok()
-        })
-        .collect();
+    let whole = LintOptions {
+        prefilter: false,
+        ..opts
+    };
+    let (reached, mut ruled_out): (Vec<&Candidate>, Vec<&Candidate>) =
+        std::mem::take(&mut got.ruled_out)
+            .into_iter()
+            .partition(|c| {
+                contexts
+                    .outside
+                    .binary_search(&absolute(&c.path, &cwd))
+                    .is_ok()
+            });
     if !reached.is_empty() {
-        let whole = LintOptions {
-            prefilter: false,
-            ..opts
-        };
         got.load(&reached, resolver, &cwd, whole);
         contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
+    }
+    // A transformers pin before 4.46 is judged by what its whole project shows: the files under
+    // it that the prefilter ruled out and that could show it are analysed whole.
+    let roots: Vec<PathBuf> = got
+        .units
+        .iter()
+        .filter(|l| pins::old_transformers(&l.unit.facts).is_some())
+        .filter_map(|l| pins::project_root(&l.unit.abs).map(Path::to_path_buf))
+        .collect();
+    if !roots.is_empty() {
+        ruled_out.retain(|c| {
+            let abs = absolute(&c.path, &cwd);
+            roots.iter().any(|r| abs.starts_with(r)) && shows_pinned_project(&abs, overlay)
+        });
+        if !ruled_out.is_empty() {
+            got.load(&ruled_out, resolver, &cwd, whole);
+            contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
+        }
     }
     let Loading {
         units,
@@ -176,6 +195,26 @@ pub fn lint_with(
         errors,
         skipped,
     }
+}
+
+/// A file's text holds a word that [`pins::pinned_project`] reads: an accumulation setting, the
+/// Trainer, a language model or packing.
+fn shows_pinned_project(abs: &Path, overlay: &Overlay) -> bool {
+    let text = match overlay.get(abs) {
+        Some(t) => std::borrow::Cow::Borrowed(t.as_bytes()),
+        None => match std::fs::read(abs) {
+            Ok(bytes) => std::borrow::Cow::Owned(bytes),
+            Err(_) => return false,
+        },
+    };
+    let has = |w: &[u8]| memchr::memmem::find(&text, w).is_some();
+    has(b"accumulation_steps")
+        || has(b"accumulation-steps")
+        || has(b"packing")
+        || pins::LANGUAGE_MODEL_WORDS
+            .iter()
+            .chain(pins::TRAINER_WORDS)
+            .any(|w| has(w.as_bytes()))
 }
 
 /// Candidates loaded so far, sorted by outcome.
@@ -349,13 +388,26 @@ fn analyse_with(file: &SourceFile, loops: bool) -> Result<Facts, String> {
         // A notebook's text is the Python of its code cells.
         Language::Python | Language::Notebook => python::extract_with(&file.text, loops)?,
         Language::Shell => shell::extract(&file.text)?,
+        Language::Requirements => Facts {
+            pins: crate::frontend::pins::requirements(&file.text),
+            ..Facts::default()
+        },
         Language::Yaml | Language::Json | Language::Toml => {
             match config::parse(file.language, &file.text) {
                 Ok(doc) => {
                     let evidence = crate::frontend::config::evidence(&doc);
+                    let is_pyproject = file.language == Language::Toml
+                        && file.path.file_name().is_some_and(|n| n == "pyproject.toml");
+                    let pins = match doc.roots.first() {
+                        Some(root) if is_pyproject => {
+                            crate::frontend::pins::pyproject(root, &file.text)
+                        }
+                        _ => Vec::new(),
+                    };
                     Facts {
                         evidence,
                         config: Some(doc),
+                        pins,
                         ..Facts::default()
                     }
                 }

@@ -20,7 +20,7 @@ pub fn directives(file: &SourceFile, comments: &[Comment]) -> Vec<Suppression> {
     let mut out = Vec::new();
     let scanned;
     let comments = match file.language {
-        Language::Yaml | Language::Toml => {
+        Language::Yaml | Language::Toml | Language::Requirements => {
             scanned = scan_comments(&file.text);
             &scanned
         }

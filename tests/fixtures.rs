@@ -93,6 +93,14 @@ fn fixtures_behave_and_match_their_snapshots() {
             assert!(result.is_ok());
             let rel = path.strip_prefix(root()).unwrap_or(&path).to_path_buf();
             let run = run(&rel, true);
+            // The prefilter never changes a result, across files too.
+            let whole = render(&self::run(&rel, false));
+            if whole != render(&run) {
+                failures.push(format!(
+                    "the prefilter changes the result of {}",
+                    rel.display()
+                ));
+            }
             let fired = run
                 .results
                 .iter()

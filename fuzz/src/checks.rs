@@ -42,6 +42,7 @@ fn source(language: Language, text: &str) -> SourceFile {
         Language::Yaml => "fuzz.yaml",
         Language::Json => "fuzz.json",
         Language::Toml => "fuzz.toml",
+        Language::Requirements => "requirements.txt",
     };
     SourceFile::new(PathBuf::from(name), name.into(), language, text.to_string())
 }

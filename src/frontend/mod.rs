@@ -4,6 +4,7 @@
 pub mod config;
 pub mod fields;
 mod loops;
+pub mod pins;
 pub mod python;
 pub mod python_config;
 pub mod regime;

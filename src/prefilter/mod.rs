@@ -57,6 +57,8 @@ pub struct Wanted {
     pub accumulation: bool,
     /// GA007: a Trainer loss written by hand.
     pub trainer_loss: bool,
+    /// GA006: dependency pins (requirements files), judged against the project's accumulation.
+    pub pins: bool,
     /// BS004: a global batch computed in code, with the loop model (the accumulation factor).
     pub global_batch: bool,
     pub units: bool,
@@ -79,6 +81,7 @@ impl Wanted {
         memory: true,
         accumulation: true,
         trainer_loss: true,
+        pins: true,
         global_batch: true,
         units: true,
         tables: true,
@@ -115,6 +118,10 @@ impl Wanted {
                 "BS001" | "BS002" | "BS003" => w.batch = true,
                 "GA007" => w.trainer_loss = true,
                 "BS004" => w.global_batch = true,
+                "GA006" => {
+                    w.accumulation = true;
+                    w.pins = true;
+                }
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
                 _ => w.unknown = true,
@@ -159,6 +166,14 @@ impl Needs {
 /// What the file needs read, from one scan. Launchers and configs are always read: they give
 /// context to other files. Each check runs only for the rules reported, cheapest first.
 pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
+    if language == Language::Requirements {
+        // Pins are read by GA006 alone; a directive needs a comment.
+        let parse = wanted.pins || wanted.unknown || (wanted.suppressions && text.contains('#'));
+        return Needs {
+            parse,
+            loop_model: false,
+        };
+    }
     if !matches!(language, Language::Python | Language::Notebook) || wanted.unknown {
         return Needs::ALL;
     }

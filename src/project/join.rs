@@ -4,6 +4,7 @@
 use super::estimate::run_inputs;
 use super::files::{located, ContextFiles, Fid, Files, Unit};
 use super::memory::memory_case;
+use super::pins::{old_transformers, pinned_project, project_root};
 use super::runs::{launch_run, recipe_run, standalone_run, Run};
 use crate::context::{ConfigUse, ExternalConfig, LaunchView, Located, ProjectView};
 use std::path::{Path, PathBuf};
@@ -121,6 +122,13 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         }
         if let (Fid::Unit(u), Some(found)) = (run.origin, run_inputs(&files, run)) {
             views[u].estimates.push(found);
+        }
+    }
+    for (u, unit) in units.iter().enumerate() {
+        if old_transformers(&unit.facts).is_some() {
+            if let Some(root) = project_root(&unit.abs) {
+                views[u].pinned = Some(pinned_project(&files, &runs, root));
+            }
         }
     }
     Join::Joined(Joined {

@@ -24,6 +24,7 @@
 //! - `names.rs`: parameter counts in model names, and the keys that state quantities;
 //! - `memory.rs`: the memory case of a run, for MEM005;
 //! - `join.rs`: the runs built, then each unit's view of them;
+//! - `pins.rs`: what the project under a requirements file shows, for its dependency pins;
 //! - `helpers.rs`: what helpers imported from the project's modules return, for loss provenance.
 
 mod estimate;
@@ -34,6 +35,7 @@ mod launch;
 mod lookup;
 mod memory;
 mod names;
+pub mod pins;
 mod runs;
 mod trainer;
 mod world;

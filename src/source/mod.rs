@@ -20,6 +20,8 @@ pub enum Language {
     Yaml,
     Json,
     Toml,
+    /// `requirements*.txt`, or a `.txt` file in a `requirements/` folder: dependency pins.
+    Requirements,
 }
 
 impl Language {
@@ -34,6 +36,7 @@ impl Language {
             "yaml" | "yml" => Language::Yaml,
             "json" => Language::Json,
             "toml" => Language::Toml,
+            "txt" if is_requirements(path) => Language::Requirements,
             _ => return None,
         })
     }
@@ -62,6 +65,7 @@ impl Language {
             Language::Yaml => "yaml",
             Language::Json => "json",
             Language::Toml => "toml",
+            Language::Requirements => "requirements",
         }
     }
 
@@ -69,6 +73,17 @@ impl Language {
     pub fn has_hash_comments(self) -> bool {
         !matches!(self, Language::Json)
     }
+}
+
+/// `requirements*.txt`, or a `.txt` file in a `requirements/` folder.
+fn is_requirements(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let in_folder = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.eq_ignore_ascii_case("requirements"));
+    name.to_ascii_lowercase().starts_with("requirements") || in_folder
 }
 
 /// A file read into memory. For a notebook, `text` is the virtual Python text of its code cells

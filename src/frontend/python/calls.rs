@@ -8,6 +8,15 @@ use crate::frontend::fields::{PyField, PyKind};
 impl<'s> Walker<'s> {
     // ---- calls and evidence ------------------------------------------------------------------
 
+    /// The call a keyword argument is given to is named `…name`.
+    fn callee_ends_with(&self, keyword: Node, name: &str) -> bool {
+        keyword
+            .parent()
+            .and_then(|args| args.parent())
+            .and_then(|call| call.field("function"))
+            .is_some_and(|f| self.text(f).ends_with(name))
+    }
+
     pub(super) fn keyword(&mut self, node: Node) {
         let (Some(name), Some(value)) = (node.field("name"), node.field("value")) else {
             return;
@@ -16,7 +25,10 @@ impl<'s> Walker<'s> {
         let v = self.text(value);
         match key {
             "compute_loss_func" => self.note_loss_func(node, value),
-            "gradient_accumulation_steps" => self.note_accumulation_setting(value),
+            // accelerate's factor is not a Trainer's: accelerate divides the loss itself.
+            "gradient_accumulation_steps" if !self.callee_ends_with(node, "Accelerator") => {
+                self.note_accumulation_setting(value)
+            }
             "batch_size" => self.note_loader_batch(node, value),
             _ => {}
         }
@@ -37,12 +49,7 @@ impl<'s> Walker<'s> {
             );
         }
         // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
-        let in_autocast = || {
-            node.parent()
-                .and_then(|args| args.parent())
-                .and_then(|call| call.field("function"))
-                .is_some_and(|f| self.text(f).ends_with("autocast"))
-        };
+        let in_autocast = || self.callee_ends_with(node, "autocast");
         if matches!(key, "torch_dtype" | "dtype")
             && (v.contains("bfloat16") || v.contains("float16"))
             && !in_autocast()

@@ -1,0 +1,199 @@
+//! The project around a dependency pin: a `transformers` pin that keeps the project before 4.46
+//! matters only if the project's Trainer accumulates gradients for a language model trained on
+//! token losses, without packing its sequences (KNOWLEDGE.md §5d′). The project of a pin file is the
+//! folder that holds it (the parent of a `requirements/` folder).
+
+use super::files::{Fid, Files};
+use super::runs::Run;
+use crate::config::{Node, Value};
+use crate::context::{PinnedProject, Seen};
+use crate::facts::{Facts, Pin};
+use std::path::Path;
+
+/// The first release whose Trainer divides the window's token losses by its token count
+/// (transformers PR #34191).
+pub const TRANSFORMERS_FIXED: [u64; 3] = [4, 46, 0];
+
+/// The first `transformers` pin of a file that admits no release with the fix.
+pub fn old_transformers(facts: &Facts) -> Option<&Pin> {
+    facts.pins.iter().find(|p| {
+        p.package == "transformers"
+            && p.ceiling
+                .as_ref()
+                .is_some_and(|c| c.below(&TRANSFORMERS_FIXED))
+    })
+}
+
+/// The folder a pin file speaks for.
+pub fn project_root(pin_file: &Path) -> Option<&Path> {
+    let folder = pin_file.parent()?;
+    let named = folder
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.eq_ignore_ascii_case("requirements"));
+    match named {
+        true => folder.parent(),
+        false => Some(folder),
+    }
+}
+
+/// Words in a Python file or launcher that show a model trained on token losses (a causal or
+/// sequence-to-sequence LM, or a trainer or collator made for one).
+pub const LANGUAGE_MODEL_WORDS: &[&str] = &[
+    "CausalLM",
+    "ConditionalGeneration",
+    "SFTTrainer",
+    "SFTConfig",
+    "Seq2SeqTrainer",
+    "DataCollatorForLanguageModeling",
+    "DataCollatorForSeq2Seq",
+];
+
+/// Words that show transformers' Trainer (or TRL's, built on it) trains the model: its arguments
+/// are needed to build one.
+pub const TRAINER_WORDS: &[&str] = &[
+    "TrainingArguments",
+    "SFTConfig",
+    "SFTTrainer",
+    "Seq2SeqTrainer",
+];
+
+/// Keys that turn sequence packing on: every micro-batch is full, so the means agree.
+const PACKING_KEYS: &[&str] = &["packing", "sample_packing", "neat_packing", "group_texts"];
+
+/// What the units under `root` show, with where.
+pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> PinnedProject {
+    let mut found = PinnedProject::default();
+    for (u, unit) in files.units.iter().enumerate() {
+        if !unit.abs.starts_with(root) {
+            continue;
+        }
+        let f = Fid::Unit(u);
+        let facts = &unit.facts;
+        let site = |offset: usize| unit.file.site(offset);
+        for m in &facts.accumulation_settings {
+            if m.value > 1.0 {
+                push(&mut found.accumulation, m.value, site(m.span.start));
+            }
+        }
+        for c in files.configs_of(f) {
+            let Some(root) = files.config(f, c) else {
+                continue;
+            };
+            walk(root, 0, &mut |key, value| match key {
+                "gradient_accumulation_steps" => {
+                    if let Some(v) = value.as_number().filter(|v| *v > 1.0) {
+                        push(&mut found.accumulation, v, site(value.span.start));
+                    }
+                }
+                // A LLaMA-Factory stage that trains on tokens, an axolotl recipe's model: both
+                // train language models with the Trainer.
+                "stage" if matches!(value.as_str(), Some("sft" | "pt")) => {
+                    found.trainer.get_or_insert_with(|| site(value.span.start));
+                    found
+                        .language_model
+                        .get_or_insert_with(|| site(value.span.start));
+                }
+                "base_model" if value.as_str().is_some() => {
+                    found.trainer.get_or_insert_with(|| site(value.span.start));
+                    found
+                        .language_model
+                        .get_or_insert_with(|| site(value.span.start));
+                }
+                k if PACKING_KEYS.contains(&k) && switched_on(value) => {
+                    found.packing.get_or_insert_with(|| site(value.span.start));
+                }
+                _ => {}
+            });
+        }
+        let first = |words: &[&str]| {
+            let bytes = unit.file.text.as_bytes();
+            words
+                .iter()
+                .filter_map(|w| memchr::memmem::find(bytes, w.as_bytes()))
+                .min()
+                .map(site)
+        };
+        if found.language_model.is_none() {
+            found.language_model = first(LANGUAGE_MODEL_WORDS);
+        }
+        if found.trainer.is_none() {
+            found.trainer = first(TRAINER_WORDS);
+        }
+        if found.packing.is_none() {
+            found.packing = python_packing(&unit.file.text).map(site);
+        }
+    }
+    for run in runs {
+        let Fid::Unit(u) = run.origin else {
+            continue;
+        };
+        if !files.units[u].abs.starts_with(root) {
+            continue;
+        }
+        if let Some(a) = run.info.accumulation.as_ref().filter(|a| a.value > 1.0) {
+            push(&mut found.accumulation, a.value, a.at.clone());
+        }
+        walk(&run.flags, 0, &mut |key, value| {
+            if PACKING_KEYS.contains(&key) && (switched_on(value) || value.value == Value::Null) {
+                found
+                    .packing
+                    .get_or_insert_with(|| files.site(run.origin, value.span.start));
+            }
+        });
+    }
+    found
+}
+
+fn push(list: &mut Vec<Seen<f64>>, value: f64, at: String) {
+    if !list.iter().any(|s| s.at == at) {
+        list.push(Seen { value, at });
+    }
+}
+
+/// `true`, or a string that says so.
+fn switched_on(node: &Node) -> bool {
+    match &node.value {
+        Value::Bool(b) => *b,
+        Value::String(s) => matches!(s.to_ascii_lowercase().as_str(), "true" | "1" | "yes"),
+        Value::Number(n) => *n != 0.0,
+        _ => false,
+    }
+}
+
+/// `packing=True` (TRL's `SFTConfig`/`SFTTrainer`) or a `packing = True` constant in Python:
+/// where it is. An attribute set on the way (`args.packing = True` under a test) is not a
+/// setting of the project.
+fn python_packing(text: &str) -> Option<usize> {
+    memchr::memmem::find_iter(text.as_bytes(), b"packing").find(|&at| {
+        let rest = text[at + "packing".len()..].trim_start();
+        let attribute = text[..at]
+            .trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            .ends_with('.');
+        !attribute
+            && rest
+                .strip_prefix('=')
+                .is_some_and(|r| r.trim_start().starts_with("True"))
+    })
+}
+
+/// Every key of a config and its value, at any depth (bounded).
+fn walk<'n>(node: &'n Node, depth: usize, visit: &mut dyn FnMut(&str, &'n Node)) {
+    if depth > 16 {
+        return;
+    }
+    match &node.value {
+        Value::Map(entries) => {
+            for (k, v) in entries {
+                visit(&k.name, v);
+                walk(v, depth + 1, visit);
+            }
+        }
+        Value::List(items) => {
+            for item in items {
+                walk(item, depth + 1, visit);
+            }
+        }
+        _ => {}
+    }
+}
