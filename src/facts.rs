@@ -40,6 +40,8 @@ pub struct Facts {
     pub loader_batches: Vec<LoaderBatch>,
     /// Global batches computed as products that leave out a factor the file shows (BS004).
     pub global_batches: Vec<GlobalBatch>,
+    /// Schedules sized in per-device batches of the whole dataset (BS004).
+    pub sample_schedules: Vec<SampleSchedule>,
     /// `DistributedDataParallel(...)` constructions.
     pub ddp_wraps: Vec<Range<usize>>,
     /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`);
@@ -443,6 +445,22 @@ pub struct GlobalBatch {
     pub missing: Missing,
     /// The step count or learning rate computed from it.
     pub used_by: String,
+}
+
+/// A schedule sized in per-device batches of the whole dataset (`len(ds) // batch_size`, the
+/// batch a data loader is built with) in a file that accumulates or shards its data across
+/// processes, with nothing on the way dividing by what is left out (BS004).
+#[derive(Debug, Clone)]
+pub struct SampleSchedule {
+    /// The division as written (`len(train_ds) // args.batch_size`).
+    pub span: Range<usize>,
+    pub division: String,
+    /// The scheduler it sizes, and where it is built.
+    pub scheduler: String,
+    pub built: Range<usize>,
+    /// What the count leaves out: [`Missing::Accumulation`], [`Missing::World`] or
+    /// [`Missing::WorldIfLaunched`].
+    pub missing: Vec<Missing>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

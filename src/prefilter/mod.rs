@@ -27,7 +27,9 @@
 //!   `effective` or `total` followed by `=` (or `:`), a `*`, and either the training-loop
 //!   condition (the loop it accumulates in) or a data-parallel wrapper (`DDP`,
 //!   `DistributedDataParallel`, `init_process_group`); its accumulation factor comes from the loop model, read when the
-//!   training-loop condition holds;
+//!   training-loop condition holds. A schedule sized as `len(dataset) // batch` needs `len(`,
+//!   `batch` or `bs`, `schedul` or `lr`, and either the training-loop condition or a
+//!   `DistributedSampler`;
 //! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=`, or
 //!   `compute_loss` followed by `(` with `CausalLM` or `ConditionalGeneration`, and
 //!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
@@ -194,8 +196,9 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     // data-parallel wrapper (no loop model needed); its scans run last, when nothing else has
     // asked for the parse.
     let training_loop = (wanted.accumulation || wanted.global_batch) && scan.training_loop();
+    let global_batch = || scan.global_batch() || scan.sample_schedule();
     let loop_model =
-        training_loop && (wanted.accumulation || (wanted.global_batch && scan.global_batch()));
+        training_loop && (wanted.accumulation || (wanted.global_batch && global_batch()));
     let parse = loop_model
         || (wanted.suppressions && scan.directive())
         || (wanted.batch && scan.batch_key())
@@ -205,7 +208,10 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model())
         || (wanted.trainer_loss && scan.trainer_loss())
-        || (wanted.global_batch && scan.global_batch() && scan.data_parallel());
+        || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
+        || (wanted.global_batch
+            && contains(scan.bytes, b"DistributedSampler")
+            && scan.sample_schedule());
     Needs { parse, loop_model }
 }
 
@@ -277,6 +283,15 @@ impl Scan<'_> {
                         .iter()
                         .any(|w| name.windows(w.len()).any(|x| x == *w))
             })
+    }
+
+    /// BS004's plain shape needs a scheduler built (a callee holding `schedule` or ending in
+    /// `lr`) from `len(` divided by a batch (a name holding `batch` or `bs`).
+    fn sample_schedule(&self) -> bool {
+        let lower = self.lower;
+        contains(lower, b"len(")
+            && (contains(lower, b"batch") || contains(lower, b"bs"))
+            && (contains(lower, b"schedul") || contains(lower, b"lr"))
     }
 
     /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or

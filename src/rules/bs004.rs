@@ -1,10 +1,11 @@
 //! BS004 global-batch-missing-factor: a global or effective batch computed as a product that
 //! leaves out the world size or the accumulation factor, then used for a step count, a warm-up
-//! or a learning rate. Documentation: `rules/BS004.toml`.
+//! or a learning rate; or a schedule sized as `len(dataset) // batch` in a file that accumulates
+//! or shards its data. Documentation: `rules/BS004.toml`.
 
 use super::{fmt_num, line_of, Checker, Rule};
 use crate::diagnostic::Diagnostic;
-use crate::facts::Missing;
+use crate::facts::{Missing, SampleSchedule};
 
 pub struct GlobalBatchMissingFactor;
 
@@ -54,7 +55,66 @@ impl Rule for GlobalBatchMissingFactor {
             };
             out.push(Diagnostic::new("BS004", g.span.clone(), message).with_help(help));
         }
+        for s in &cx.facts.sample_schedules {
+            sample_schedule(cx, s, out);
+        }
     }
+}
+
+/// `len(dataset) // batch` sizing a schedule that runs once per optimizer step of each process.
+fn sample_schedule(cx: &Checker<'_>, s: &SampleSchedule, out: &mut Vec<Diagnostic>) {
+    let mut reasons = Vec::new();
+    let mut factors = Vec::new();
+    for m in &s.missing {
+        match m {
+            Missing::Accumulation(n, header) => {
+                reasons.push(format!(
+                    "it is stepped once per optimizer step, every `{n}` micro-batches ({})",
+                    line_of(cx.file, header.start)
+                ));
+                factors.push("the accumulation factor");
+            }
+            Missing::World => {
+                let ddp = cx
+                    .facts
+                    .ddp_wraps
+                    .first()
+                    .map(|d| {
+                        format!(
+                            "a `DistributedDataParallel` model at {}",
+                            line_of(cx.file, d.start)
+                        )
+                    })
+                    .unwrap_or_else(|| "`init_process_group`".into());
+                reasons.push(format!("a `DistributedSampler` gives each data-parallel process ({ddp}) only its share of the dataset"));
+                factors.push("the world size");
+            }
+            Missing::WorldIfLaunched => {
+                if let Some(world) = launched_world(cx) {
+                    reasons.push(format!("a `DistributedSampler` gives each data-parallel process ({world}) only its share of the dataset"));
+                    factors.push("the world size");
+                }
+            }
+            Missing::AccumulationIfLaunched => {}
+        }
+    }
+    if reasons.is_empty() {
+        return;
+    }
+    let division = &s.division;
+    let scheduler = &s.scheduler;
+    out.push(
+        Diagnostic::new(
+            "BS004",
+            s.span.clone(),
+            format!(
+                "`{division}` counts the dataset's batches as if one process read all of it, one micro-batch per step, but the schedule `{scheduler}` built from it ({}) is stepped fewer times: {}. The schedule outlasts the training, so the learning rate never finishes its decay",
+                line_of(cx.file, s.built.start),
+                reasons.join(", and ")
+            ),
+        )
+        .with_help(format!("divide by {}: the per-device batch times the accumulation factor times the data-parallel world size is the global batch", factors.join(" and "))),
+    );
 }
 
 /// The data-parallel processes every launch of this file starts, when there is a launch and

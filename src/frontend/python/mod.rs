@@ -251,6 +251,8 @@ struct Walker<'s> {
     /// Schedulers whose length counts a loader's batches: name, construction, length as
     /// written, the loader.
     micro_schedules: Vec<schedules::MicroSized>,
+    /// Schedulers sized by `len(dataset) // batch` (BS004).
+    sample_sized: Vec<schedules::SampleSized>,
     /// `batch_size=` values of data loaders, as written.
     loader_batch_args: Vec<(&'s str, Range<usize>)>,
     /// Products named as global batches (BS004).
@@ -364,6 +366,7 @@ impl<'s> Walker<'s> {
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
             micro_schedules: Vec::new(),
+            sample_sized: Vec::new(),
             global_products: Vec::new(),
             loader_batch_args: Vec::new(),
             trainer_loss: Default::default(),
@@ -794,6 +797,7 @@ impl<'s> Walker<'s> {
         }
         self.match_micro_schedules(&mut assembled.loops);
         self.facts.global_batches = self.global_batches(&assembled.loops);
+        self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
         self.facts.loader_batches = self.loader_batches();
         if !assembled.loops.is_empty() {
             self.facts.token_means = self.token_means();

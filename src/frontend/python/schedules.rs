@@ -1,6 +1,8 @@
 //! Learning-rate schedules sized in micro-batches (GA004's reverse case): a scheduler whose
 //! length is the batch count of a loader (`len(train_loader) * epochs`), with no division on the
-//! way, stepped at the boundary of a loop over that loader.
+//! way, stepped at the boundary of a loop over that loader. And BS004's plain shape: a schedule
+//! sized by the dataset's samples over the per-device batch (`len(train_ds) // batch_size`) in a
+//! file that accumulates or shards its data across processes.
 
 use super::*;
 
@@ -14,7 +16,121 @@ pub(super) struct MicroSized {
     loader: String,
 }
 
+#[derive(Debug)]
+pub(super) struct SampleSized {
+    scheduler: String,
+    built: Range<usize>,
+    /// `len(dataset) // batch` as written, where it is, and its batch.
+    division: String,
+    span: Range<usize>,
+    batch: String,
+}
+
 impl<'s> Walker<'s> {
+    /// `name = Scheduler(..., len(dataset) // batch ...)`, followed through the names it reads,
+    /// with no other division on the way.
+    pub(super) fn note_sample_schedule(&mut self, name: &str, ctor: Node) {
+        let mut texts: Vec<&'s str> = Vec::new();
+        self.gather(self.text(ctor), 0, &mut texts);
+        let Some((text, at, len, batch)) = texts
+            .iter()
+            .find_map(|t| sample_division(t).map(|(at, len, batch)| (*t, at, len, batch)))
+        else {
+            return;
+        };
+        // Another division, a choice, or a name divided in place may bring the factor in.
+        let other_division = texts.iter().any(|t| {
+            let rest = match *t == text {
+                true => [&t[..at], &t[at + len..]].concat(),
+                false => t.to_string(),
+            };
+            rest.contains('/') || rest.contains(" if ")
+        });
+        let divided_later = texts.iter().any(|t| {
+            words(t)
+                .filter(|w| self.assigned_text.contains_key(*w))
+                .any(|w| {
+                    let src = self.src.as_bytes();
+                    memchr::memmem::find(src, format!("{w} //=").as_bytes()).is_some()
+                        || memchr::memmem::find(src, format!("{w} /=").as_bytes()).is_some()
+                })
+        });
+        if other_division || divided_later {
+            return;
+        }
+        // Where the division is in the file: `text` is a slice of the source.
+        let start = (text.as_ptr() as usize).wrapping_sub(self.src.as_ptr() as usize) + at;
+        if self.src.get(start..start + len) != Some(&text[at..at + len]) {
+            return;
+        }
+        self.sample_sized.push(SampleSized {
+            scheduler: name.to_string(),
+            built: ctor.byte_range(),
+            division: text[at..at + len].to_string(),
+            span: start..start + len,
+            batch: batch.to_string(),
+        });
+    }
+
+    /// The schedules sized by `len(dataset) // batch` whose batch is a data loader's, and what
+    /// each leaves out: the accumulation factor when a loop with a factor above 1 steps the
+    /// scheduler at its boundary, the world size when a `DistributedSampler` shards the data
+    /// (not through accelerate, whose prepared scheduler steps once per process).
+    pub(super) fn sample_schedules(&self, loops: &[AccumLoop]) -> Vec<SampleSchedule> {
+        let mut out = Vec::new();
+        let src = self.src;
+        if self.sample_sized.is_empty()
+            || contains_word(src, "split_batches")
+            || contains_word(src, "IterableDataset")
+            || contains_word(src, "Accelerator")
+        {
+            return out;
+        }
+        let sharded = contains_word(src, "DistributedSampler");
+        let distributed = !self.facts.ddp_wraps.is_empty()
+            || memchr::memmem::find(src.as_bytes(), b"init_process_group").is_some();
+        for s in &self.sample_sized {
+            // The loader's batch, possibly passed on under its last name (`args.batch_size` to a
+            // `batch_size` parameter).
+            let batch = last_segment(&s.batch);
+            if !self
+                .loader_batch_args
+                .iter()
+                .any(|(arg, _)| last_segment(arg) == batch)
+            {
+                continue;
+            }
+            let mut missing = Vec::new();
+            let boundary = loops.iter().find(|lp| {
+                !lp.factor_value.is_some_and(|v| v <= 1.0)
+                    && lp.boundary_scheduler_steps.iter().any(|step| {
+                        self.scheduler_steps
+                            .iter()
+                            .any(|(span, recv)| *span == step.span && *recv == s.scheduler)
+                    })
+            });
+            if let Some(lp) = boundary {
+                missing.push(Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
+            }
+            if sharded {
+                missing.push(match distributed {
+                    true => Missing::World,
+                    false => Missing::WorldIfLaunched,
+                });
+            }
+            if !missing.is_empty() {
+                out.push(SampleSchedule {
+                    span: s.span.clone(),
+                    division: s.division.clone(),
+                    scheduler: s.scheduler.clone(),
+                    built: s.built.clone(),
+                    missing,
+                });
+            }
+        }
+        out
+    }
+
     /// `name = Scheduler(..., len(loader) * epochs ...)` with no division and no accumulation
     /// factor, followed through the names it reads.
     pub(super) fn note_micro_schedule(&mut self, name: &str, ctor: Node) {
@@ -157,6 +273,62 @@ fn len_argument(text: &str) -> Option<&str> {
                 .chars()
                 .all(|c| c.is_alphanumeric() || c == '_' || c == '.'))
         .then_some(arg)
+    })
+}
+
+/// `len(X) // D` or `len(X) / D` in `text`, X a dataset (not a loader or a list of batches)
+/// and D a plain name or attribute that does not say it is a global batch: where it starts,
+/// its length, and D.
+fn sample_division(text: &str) -> Option<(usize, usize, &str)> {
+    let bytes = text.as_bytes();
+    memchr::memmem::find_iter(bytes, b"len(").find_map(|at| {
+        let before = at.checked_sub(1).and_then(|i| bytes.get(i));
+        if before.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.') {
+            return None;
+        }
+        let rest = text.get(at + 4..)?;
+        let close = rest.find(')')?;
+        let arg = rest[..close].trim();
+        let plain = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        };
+        let lower = arg.to_ascii_lowercase();
+        if !plain(arg)
+            || ["loader", "dl", "batches", "iter"]
+                .iter()
+                .any(|k| lower.contains(k))
+        {
+            return None;
+        }
+        let after = &rest[close + 1..];
+        let op = after.trim_start();
+        let divisor = op.strip_prefix("//").or_else(|| op.strip_prefix('/'))?;
+        let d_lead = divisor.len() - divisor.trim_start().len();
+        let divisor = divisor.trim_start();
+        let d_len = divisor
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(divisor.len());
+        let batch = &divisor[..d_len];
+        let b = batch.to_ascii_lowercase();
+        if !plain(batch)
+            || !(b.contains("batch") || b == "bs" || b.ends_with("_bs") || b.ends_with(".bs"))
+            || ["global", "total", "effective"]
+                .iter()
+                .any(|k| b.contains(k))
+            || divisor[d_len..].trim_start().starts_with(['(', '['])
+        {
+            return None;
+        }
+        let len = 4
+            + close
+            + 1
+            + (after.len() - op.len())
+            + (op.len() - divisor.len() - d_lead)
+            + d_lead
+            + d_len;
+        Some((at, len, batch))
     })
 }
 

@@ -38,6 +38,7 @@ impl<'s> Walker<'s> {
                         self.facts.schedule_in_optimizer_steps = true;
                     } else {
                         self.note_micro_schedule(&target, right);
+                        self.note_sample_schedule(&target, right);
                     }
                 }
                 // `engine, optimizer, _, _ = deepspeed.initialize(...)`
