@@ -46,16 +46,7 @@ impl<'s> Walker<'s> {
             };
             rest.contains('/') || rest.contains(" if ")
         });
-        let divided_later = texts.iter().any(|t| {
-            words(t)
-                .filter(|w| self.assigned_text.contains_key(*w))
-                .any(|w| {
-                    let src = self.src.as_bytes();
-                    memchr::memmem::find(src, format!("{w} //=").as_bytes()).is_some()
-                        || memchr::memmem::find(src, format!("{w} /=").as_bytes()).is_some()
-                })
-        });
-        if other_division || divided_later {
+        if other_division || self.divided_in_place(&texts) {
             return;
         }
         // Where the division is in the file: `text` is a slice of the source.
@@ -161,18 +152,7 @@ impl<'s> Walker<'s> {
                         .any(|k| contains_word(w, k))
                 })
         });
-        // A name divided in place later (`total //= accum`).
-        let divided_later = texts.iter().any(|t| {
-            words(t)
-                .filter(|w| self.assigned_text.contains_key(*w))
-                .any(|w| {
-                    memchr::memmem::find(self.src.as_bytes(), format!("{w} //=").as_bytes())
-                        .is_some()
-                        || memchr::memmem::find(self.src.as_bytes(), format!("{w} /=").as_bytes())
-                            .is_some()
-                })
-        });
-        if unknown || divided_later {
+        if unknown || self.divided_in_place(&texts) {
             return;
         }
         // The assignment that holds the count, or the count alone when it is written in the
@@ -188,6 +168,19 @@ impl<'s> Walker<'s> {
             length,
             loader: loader.to_string(),
         });
+    }
+
+    /// A name the texts read is divided in place somewhere (`total //= accum`).
+    fn divided_in_place(&self, texts: &[&str]) -> bool {
+        let src = self.src.as_bytes();
+        texts.iter().any(|t| {
+            words(t)
+                .filter(|w| self.assigned_text.contains_key(*w))
+                .any(|w| {
+                    memchr::memmem::find(src, format!("{w} //=").as_bytes()).is_some()
+                        || memchr::memmem::find(src, format!("{w} /=").as_bytes()).is_some()
+                })
+        })
     }
 
     /// `text` and the values of the names it reads, three names deep.
@@ -259,53 +252,46 @@ impl Walker<'_> {
 
 /// `X` of the first `len(X)` in `text`, when it is a plain name or attribute.
 fn len_argument(text: &str) -> Option<&str> {
-    let bytes = text.as_bytes();
-    memchr::memmem::find_iter(bytes, b"len(").find_map(|at| {
-        let before = at.checked_sub(1).and_then(|i| bytes.get(i));
-        if before.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.') {
-            return None;
-        }
-        let rest = text.get(at + 4..)?;
-        let end = rest.find(')')?;
-        let arg = rest.get(..end)?.trim();
-        (!arg.is_empty()
-            && arg
-                .chars()
-                .all(|c| c.is_alphanumeric() || c == '_' || c == '.'))
-        .then_some(arg)
-    })
+    len_calls(text).next().map(|(_, arg, _)| arg)
 }
 
-/// `len(X) // D` or `len(X) / D` in `text`, X a dataset (not a loader or a list of batches)
-/// and D a plain name or attribute that does not say it is a global batch: where it starts,
-/// its length, and D.
-fn sample_division(text: &str) -> Option<(usize, usize, &str)> {
+/// Each `len(X)` in `text` whose X is a plain name or attribute: where it starts, X, and the
+/// text after its `)`.
+fn len_calls(text: &str) -> impl Iterator<Item = (usize, &str, &str)> {
     let bytes = text.as_bytes();
-    memchr::memmem::find_iter(bytes, b"len(").find_map(|at| {
+    memchr::memmem::find_iter(bytes, b"len(").filter_map(move |at| {
         let before = at.checked_sub(1).and_then(|i| bytes.get(i));
         if before.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.') {
             return None;
         }
         let rest = text.get(at + 4..)?;
         let close = rest.find(')')?;
-        let arg = rest[..close].trim();
-        let plain = |s: &str| {
-            !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
-        };
+        let arg = rest.get(..close)?.trim();
+        plain(arg).then(|| (at, arg, &rest[close + 1..]))
+    })
+}
+
+/// A name or attribute, nothing else.
+fn plain(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+}
+
+/// `len(X) // D` or `len(X) / D` in `text`, X a dataset (not a loader or a list of batches)
+/// and D a plain name or attribute that does not say it is a global batch: where it starts,
+/// its length, and D.
+fn sample_division(text: &str) -> Option<(usize, usize, &str)> {
+    len_calls(text).find_map(|(at, arg, after)| {
         let lower = arg.to_ascii_lowercase();
-        if !plain(arg)
-            || ["loader", "dl", "batches", "iter"]
-                .iter()
-                .any(|k| lower.contains(k))
+        if ["loader", "dl", "batches", "iter"]
+            .iter()
+            .any(|k| lower.contains(k))
         {
             return None;
         }
-        let after = &rest[close + 1..];
         let op = after.trim_start();
         let divisor = op.strip_prefix("//").or_else(|| op.strip_prefix('/'))?;
-        let d_lead = divisor.len() - divisor.trim_start().len();
         let divisor = divisor.trim_start();
         let d_len = divisor
             .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
@@ -321,14 +307,9 @@ fn sample_division(text: &str) -> Option<(usize, usize, &str)> {
         {
             return None;
         }
-        let len = 4
-            + close
-            + 1
-            + (after.len() - op.len())
-            + (op.len() - divisor.len() - d_lead)
-            + d_lead
-            + d_len;
-        Some((at, len, batch))
+        // From `len(` to the divisor's end, all within `text`.
+        let end = text.len() - (divisor.len() - d_len);
+        Some((at, end - at, batch))
     })
 }
 
