@@ -197,24 +197,13 @@ pub fn lint_with(
     }
 }
 
-/// A file's text holds a word that [`pins::pinned_project`] reads: an accumulation setting, the
-/// Trainer, a language model or packing.
+/// Whether a file the prefilter ruled out could show the project of a pin something
+/// ([`pins::could_show`]).
 fn shows_pinned_project(abs: &Path, overlay: &Overlay) -> bool {
-    let text = match overlay.get(abs) {
-        Some(t) => std::borrow::Cow::Borrowed(t.as_bytes()),
-        None => match std::fs::read(abs) {
-            Ok(bytes) => std::borrow::Cow::Owned(bytes),
-            Err(_) => return false,
-        },
-    };
-    let has = |w: &[u8]| memchr::memmem::find(&text, w).is_some();
-    has(b"accumulation_steps")
-        || has(b"accumulation-steps")
-        || has(b"packing")
-        || pins::LANGUAGE_MODEL_WORDS
-            .iter()
-            .chain(pins::TRAINER_WORDS)
-            .any(|w| has(w.as_bytes()))
+    match overlay.get(abs) {
+        Some(t) => pins::could_show(t.as_bytes()),
+        None => std::fs::read(abs).is_ok_and(|bytes| pins::could_show(&bytes)),
+    }
 }
 
 /// Candidates loaded so far, sorted by outcome.

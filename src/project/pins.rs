@@ -39,7 +39,7 @@ pub fn project_root(pin_file: &Path) -> Option<&Path> {
 
 /// Words in a Python file or launcher that show a model trained on token losses (a causal or
 /// sequence-to-sequence LM, or a trainer or collator made for one).
-pub const LANGUAGE_MODEL_WORDS: &[&str] = &[
+const LANGUAGE_MODEL_WORDS: &[&str] = &[
     "CausalLM",
     "ConditionalGeneration",
     "SFTTrainer",
@@ -51,7 +51,7 @@ pub const LANGUAGE_MODEL_WORDS: &[&str] = &[
 
 /// Words that show transformers' Trainer (or TRL's, built on it) trains the model: its arguments
 /// are needed to build one.
-pub const TRAINER_WORDS: &[&str] = &[
+const TRAINER_WORDS: &[&str] = &[
     "TrainingArguments",
     "SFTConfig",
     "SFTTrainer",
@@ -143,6 +143,19 @@ pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> Pinned
         });
     }
     found
+}
+
+/// A file's text holds a word [`pinned_project`] reads: an accumulation setting, the Trainer, a
+/// language model or packing. Files without one show it nothing.
+pub fn could_show(text: &[u8]) -> bool {
+    let has = |w: &[u8]| memchr::memmem::find(text, w).is_some();
+    has(b"accumulation_steps")
+        || has(b"accumulation-steps")
+        || has(b"packing")
+        || LANGUAGE_MODEL_WORDS
+            .iter()
+            .chain(TRAINER_WORDS)
+            .any(|w| has(w.as_bytes()))
 }
 
 fn push(list: &mut Vec<Seen<f64>>, value: f64, at: String) {

@@ -20,9 +20,10 @@ pub(super) struct MicroSized {
 pub(super) struct SampleSized {
     scheduler: String,
     built: Range<usize>,
-    /// `len(dataset) // batch` as written, where it is, and its batch.
+    /// `len(dataset) // batch` as written, where it is, its dataset and its batch.
     division: String,
     span: Range<usize>,
+    dataset: String,
     batch: String,
 }
 
@@ -32,9 +33,8 @@ impl<'s> Walker<'s> {
     pub(super) fn note_sample_schedule(&mut self, name: &str, ctor: Node) {
         let mut texts: Vec<&'s str> = Vec::new();
         self.gather(self.text(ctor), 0, &mut texts);
-        let Some((text, at, len, batch)) = texts
-            .iter()
-            .find_map(|t| sample_division(t).map(|(at, len, batch)| (*t, at, len, batch)))
+        let Some((text, (at, len, dataset, batch))) =
+            texts.iter().find_map(|t| Some((*t, sample_division(t)?)))
         else {
             return;
         };
@@ -59,6 +59,7 @@ impl<'s> Walker<'s> {
             built: ctor.byte_range(),
             division: text[at..at + len].to_string(),
             span: start..start + len,
+            dataset: dataset.to_string(),
             batch: batch.to_string(),
         });
     }
@@ -77,7 +78,6 @@ impl<'s> Walker<'s> {
         {
             return out;
         }
-        let sharded = contains_word(src, "DistributedSampler");
         let distributed = !self.facts.ddp_wraps.is_empty()
             || memchr::memmem::find(src.as_bytes(), b"init_process_group").is_some();
         for s in &self.sample_sized {
@@ -103,7 +103,7 @@ impl<'s> Walker<'s> {
             if let Some(lp) = boundary {
                 missing.push(Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
             }
-            if sharded {
+            if shards(src, &s.dataset) {
                 missing.push(match distributed {
                     true => Missing::World,
                     false => Missing::WorldIfLaunched,
@@ -278,10 +278,25 @@ fn plain(s: &str) -> bool {
             .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
 }
 
+/// A `DistributedSampler` is built over `dataset` (its first argument): each process reads its
+/// share of it.
+fn shards(src: &str, dataset: &str) -> bool {
+    memchr::memmem::find_iter(src.as_bytes(), b"DistributedSampler(").any(|at| {
+        let arg = src[at + "DistributedSampler(".len()..].trim_start();
+        let arg = arg.strip_prefix("dataset").map_or(arg, |r| {
+            r.trim_start()
+                .strip_prefix('=')
+                .map_or(arg, str::trim_start)
+        });
+        arg.strip_prefix(dataset)
+            .is_some_and(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.'))
+    })
+}
+
 /// `len(X) // D` or `len(X) / D` in `text`, X a dataset (not a loader or a list of batches)
 /// and D a plain name or attribute that does not say it is a global batch: where it starts,
-/// its length, and D.
-fn sample_division(text: &str) -> Option<(usize, usize, &str)> {
+/// its length, X and D.
+fn sample_division(text: &str) -> Option<(usize, usize, &str, &str)> {
     len_calls(text).find_map(|(at, arg, after)| {
         let lower = arg.to_ascii_lowercase();
         if ["loader", "dl", "batches", "iter"]
@@ -309,7 +324,7 @@ fn sample_division(text: &str) -> Option<(usize, usize, &str)> {
         }
         // From `len(` to the divisor's end, all within `text`.
         let end = text.len() - (divisor.len() - d_len);
-        Some((at, end - at, batch))
+        Some((at, end - at, arg, batch))
     })
 }
 
