@@ -20,19 +20,13 @@ pub struct Facts {
     pub unit_comparisons: Vec<UnitComparison>,
     /// Losses divided by the accumulation factor by hand and handed to a framework that divides too.
     pub manual_divisions: Vec<ManualDivision>,
-    /// `zero_grad()` before a backward inside `with accelerator.accumulate(...)`.
-    pub zero_grad_in_accumulate: Vec<Range<usize>>,
-    /// `accelerator.clip_grad_norm_` on every micro-step of an `accelerator.accumulate(...)`
-    /// block (no `sync_gradients` guard) while accelerate accumulates.
-    pub clips_in_accumulate: Vec<Range<usize>>,
+    /// Training calls that break the optimizer-step protocol on some path of a loop.
+    pub missteps: Vec<Misstep>,
     pub evidence: Evidence,
     /// Commands in a shell script that run a training script (`python train.py --optim adamw`).
     pub invocations: Vec<Invocation>,
     pub comments: Vec<Comment>,
     pub config: Option<ConfigDoc>,
-    /// Clips of gradients that a `GradScaler` still multiplies: after a scaled backward, before
-    /// the scaler's step, with no `unscale_` between (in any training loop).
-    pub clips_before_unscale: Vec<ScaledClip>,
     /// What the file shows about its per-micro-batch losses being token means of padded
     /// batches (GA006); read only when the file accumulates.
     pub token_means: Option<TokenMeans>,
@@ -56,9 +50,6 @@ pub struct Facts {
     pub accumulation_settings: Vec<Mention<f64>>,
     /// Dependencies a requirements file or `pyproject.toml` constrains, with their versions.
     pub pins: Vec<Pin>,
-    /// The same optimizer unscaled twice before the scaler updates (in any training loop).
-    pub double_unscales: Vec<DoubleUnscale>,
-    pub steps_before_update: Vec<StepBeforeUpdate>,
     /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
     /// instance of each class returns when called (`"Class()"`): read by files that import them.
     pub exports: Vec<(String, Prov)>,
@@ -330,17 +321,11 @@ pub struct AccumLoop {
     pub counter: Option<String>,
     /// The conditional `optimizer.step()` calls (statements, in source order).
     pub steps: Vec<Call>,
-    /// `backward` calls that run on every micro-step.
+    /// `backward` calls that run on the micro-steps, on some path.
     pub backwards: Vec<Backward>,
     /// Gradients are rescaled in the loop before the step (`p.grad.div_(N)`, `scale_grads`).
     pub grads_rescaled: bool,
-    /// Calls that run unconditionally on every micro-step.
-    pub zero_grads: Vec<Call>,
-    pub scheduler_steps: Vec<Call>,
-    pub clips: Vec<Call>,
-    /// `scaler.unscale_(...)` at the boundary.
-    pub unscales: Vec<Call>,
-    /// `scheduler.step()` at the boundary.
+    /// `scheduler.step()` calls that run only on the iteration that steps.
     pub boundary_scheduler_steps: Vec<Call>,
     /// What the micro-step loop iterates over, as written, when each iteration is one
     /// micro-batch and a test marks the boundary (`enumerate(train_loader)`).
@@ -348,24 +333,59 @@ pub struct AccumLoop {
     /// Schedulers stepped at the boundary whose length counts the micro-batches of the loader
     /// this loop iterates.
     pub micro_sized_schedules: Vec<MicroSchedule>,
-    /// `scaler.update()` and `scaler.unscale_(...)` that run on every micro-step.
-    pub scaler_micro_calls: Vec<ScalerCall>,
-    /// A `scaler.update()` already runs at the boundary.
-    pub update_at_boundary: bool,
-    /// A gradient clip runs at the boundary.
-    pub clip_at_boundary: bool,
-    /// A `zero_grad()` already runs at the boundary.
-    pub zero_grad_at_boundary: bool,
     /// The loop's gradients go through a `GradScaler`.
     pub uses_scaler: bool,
+    /// The window is accelerate's `accumulate()`: the factor is the `Accelerator`'s.
+    pub accelerate: bool,
 }
 
-impl AccumLoop {
-    /// The last optimizer step that stands as its own statement: where a call moved to the
-    /// boundary goes.
-    pub fn last_step_statement(&self) -> Option<Range<usize>> {
-        self.steps.iter().rev().find_map(|s| s.statement.clone())
-    }
+/// A training call that breaks the optimizer-step protocol on some path of a loop.
+#[derive(Debug, Clone)]
+pub struct Misstep {
+    pub kind: MisstepKind,
+    pub call: Range<usize>,
+    /// What the path it was found on assumes about the tests around the call, as written: each
+    /// test and whether it holds (`config.TRAIN.CLIP_GRAD`, true).
+    pub path: Vec<(String, bool)>,
+    /// The window's accumulation factor as written (`None`: accelerate's, or a loop that steps
+    /// on every iteration).
+    pub factor: Option<String>,
+    /// The call it relates to: the window's step; for a second `unscale_`, the first; for a
+    /// step before an update, the update.
+    pub related: Option<Range<usize>>,
+    /// The window is accelerate's `accumulate()`.
+    pub accelerate: bool,
+    /// Seen on a micro-step that does not step (rather than on the one that does).
+    pub micro: bool,
+    /// An edit of the loop that the loop model, run again on the edited text, shows keeping
+    /// the protocol on every path.
+    pub fix: Option<LoopFix>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MisstepKind {
+    /// `zero_grad()` between a backward of a window and its step.
+    ZeroGradInWindow,
+    /// A clip before a later backward of the same window.
+    ClipInWindow,
+    /// `scheduler.step()` on every micro-step.
+    SchedulerInWindow,
+    /// `scaler.unscale_` before a later scaled backward of the same window.
+    UnscaleInWindow,
+    /// `scaler.update()` before a later scaled backward of the same window.
+    UpdateInWindow,
+    /// `scaler.step` on every micro-step while `update()` runs once per window.
+    StepBeforeUpdate,
+    /// The same optimizer unscaled twice before an update.
+    DoubleUnscale,
+    /// A clip of gradients the `GradScaler` still multiplies.
+    ClipBeforeUnscale,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopFix {
+    pub message: String,
+    pub edits: Vec<crate::diagnostic::Edit>,
 }
 
 /// A causal-LM token loss of padded batches: where each is seen (the last mention, the use
@@ -488,40 +508,6 @@ pub struct MicroSchedule {
     pub length: String,
 }
 
-/// What a `GradScaler` call does to the loss scale or the gradients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScalerOp {
-    /// `scaler.update()`: a new loss scale.
-    Update,
-    /// `scaler.unscale_(optimizer)`: gradients divided by the loss scale.
-    Unscale,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScalerCall {
-    pub op: ScalerOp,
-    pub call: Call,
-}
-
-/// `scaler.unscale_(optimizer)` twice for one optimizer with no `scaler.update()` between: the
-/// second raises a RuntimeError.
-#[derive(Debug, Clone)]
-pub struct DoubleUnscale {
-    pub first: Range<usize>,
-    pub second: Call,
-}
-
-/// `scaler.step(optimizer)` on every iteration of a loop whose `scaler.update()` runs only on
-/// the accumulation boundary: the second micro-step steps again before an update.
-#[derive(Debug, Clone)]
-pub struct StepBeforeUpdate {
-    pub step: Call,
-    /// The boundary's `scaler.update()`.
-    pub update: Call,
-    /// The accumulation factor of the boundary test.
-    pub factor: String,
-}
-
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`
 /// (the item count of the accumulation window), although it receives it.
 #[derive(Debug, Clone)]
@@ -555,14 +541,6 @@ pub enum CustomLossKind {
 pub struct Call {
     pub span: Range<usize>,
     pub statement: Option<Range<usize>>,
-}
-
-/// A gradient clip between a `GradScaler`'s scaled backward and its step, with no unscale first.
-#[derive(Debug, Clone)]
-pub struct ScaledClip {
-    pub clip: Call,
-    /// The scaler's step that follows (`scaler.step(optimizer)`): what to unscale for.
-    pub step: Range<usize>,
 }
 
 /// A loss divided by hand by the accumulation factor, then given to a framework that divides by it

@@ -1,4 +1,4 @@
-//! Statement-level edits shared by the fixes that move or delete a call.
+//! Statement-level edits shared by the fixes that delete a statement.
 
 use crate::diagnostic::Edit;
 use crate::source::SourceFile;
@@ -20,14 +20,6 @@ fn own_lines<'a>(file: &'a SourceFile, stmt: &Range<usize>) -> Option<(Range<usi
     }
     let moved = text.get(stmt.start..end)?.trim_end();
     Some((start..(end + 1).min(text.len()), moved))
-}
-
-fn newline(file: &SourceFile) -> &'static str {
-    if file.text.contains("\r\n") {
-        "\r\n"
-    } else {
-        "\n"
-    }
 }
 
 /// Delete a statement's lines; a statement that is its block's only one becomes `pass`.
@@ -62,55 +54,4 @@ fn sole_statement(file: &SourceFile, lines: &Range<usize>) -> bool {
         }
         _ => false,
     }
-}
-
-/// Move a statement to the line after `anchor` (a statement), at the anchor's indentation.
-pub fn move_after(
-    file: &SourceFile,
-    stmt: &Range<usize>,
-    anchor: &Range<usize>,
-) -> Option<Vec<Edit>> {
-    let (lines, moved) = own_lines(file, stmt)?;
-    let (anchor_lines, _) = own_lines(file, anchor)?;
-    let nl = newline(file);
-    // Insert before the anchor's line break so the edit never touches the deleted lines.
-    let at = anchor_lines.end - usize::from(file.text[..anchor_lines.end].ends_with('\n'));
-    let at = at - usize::from(nl == "\r\n" && file.text[..at].ends_with('\r'));
-    let indent = file.indent_at(anchor.start);
-    Some(vec![
-        Edit::replace(lines, ""),
-        Edit::insert(at, format!("{nl}{indent}{moved}")),
-    ])
-}
-
-/// Move a statement to the line before `anchor`, at the anchor's indentation.
-pub fn move_before(
-    file: &SourceFile,
-    stmt: &Range<usize>,
-    anchor: &Range<usize>,
-) -> Option<Vec<Edit>> {
-    let (lines, moved) = own_lines(file, stmt)?;
-    let (anchor_lines, _) = own_lines(file, anchor)?;
-    let indent = file.indent_at(anchor.start);
-    Some(vec![
-        Edit::replace(lines, ""),
-        Edit::insert(
-            anchor_lines.start,
-            format!("{indent}{moved}{}", newline(file)),
-        ),
-    ])
-}
-
-/// Insert a new statement on the line before `anchor`, at its indentation.
-pub fn insert_before(
-    file: &SourceFile,
-    anchor: &Range<usize>,
-    statement: &str,
-) -> Option<Vec<Edit>> {
-    let (anchor_lines, _) = own_lines(file, anchor)?;
-    let indent = file.indent_at(anchor.start);
-    Some(vec![Edit::insert(
-        anchor_lines.start,
-        format!("{indent}{statement}{}", newline(file)),
-    )])
 }

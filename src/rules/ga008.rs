@@ -1,11 +1,11 @@
 //! GA008 scaler-per-micro-step: in an accumulating loop a `GradScaler` updates its scale or
-//! unscales the gradients on every micro-step while the optimizer steps once per window, steps
-//! on every micro-step while it updates once per window, or one optimizer is unscaled twice
-//! before the scaler updates. Documentation: `rules/GA008.toml`.
+//! unscales the gradients before the window's last backward, steps on every micro-step while it
+//! updates once per window, or one optimizer is unscaled twice before the scaler updates.
+//! Documentation: `rules/GA008.toml`.
 
-use super::{edits, line_of, Checker, Rule};
-use crate::diagnostic::{Applicability, Diagnostic, Fix};
-use crate::facts::ScalerOp;
+use super::{line_of, loop_fix, path_clause, window_factor, Checker, Rule};
+use crate::diagnostic::Diagnostic;
+use crate::facts::MisstepKind;
 
 pub struct ScalerPerMicroStep;
 
@@ -15,89 +15,36 @@ impl Rule for ScalerPerMicroStep {
     }
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
-        for lp in &cx.facts.loops {
-            let n = &lp.factor;
-            let Some(step) = lp.steps.first() else {
-                continue;
+        for m in &cx.facts.missteps {
+            let call = cx.file.slice(&m.call);
+            let path = path_clause(&m.path);
+            let related = m
+                .related
+                .as_ref()
+                .map(|r| (cx.file.slice(r), line_of(cx.file, r.start)));
+            let (message, help) = match (m.kind, related) {
+                (MisstepKind::UpdateInWindow, Some((step, line))) => (
+                    format!("`{call}` runs on every micro-step while the optimizer steps every {} micro-batches (`{step}`, {line}){path}: the loss scale changes while the window's scaled gradients accumulate", window_factor(m)),
+                    "update the scale once per optimizer step, right after `scaler.step(optimizer)`",
+                ),
+                (MisstepKind::UnscaleInWindow, Some((step, line))) => (
+                    format!("`{call}` runs on every micro-step while the optimizer steps every {} micro-batches (`{step}`, {line}){path}: it unscales partial sums that later micro-batches add scaled gradients to, and a second `unscale_` before `update()` raises a RuntimeError", window_factor(m)),
+                    "unscale once, at the boundary, just before clipping and `scaler.step(optimizer)`",
+                ),
+                (MisstepKind::StepBeforeUpdate, Some((update, line))) => (
+                    format!("`{call}` runs on every micro-step while `{update}` runs every {} micro-batches ({line}){path}: GradScaler allows one `step` per `update`, so the second micro-step raises a RuntimeError (and with the scaler disabled the optimizer steps on every micro-step while the gradients are still accumulating)", window_factor(m)),
+                    "step at the boundary: call `scaler.step(optimizer)` inside the accumulation branch, just before `scaler.update()`",
+                ),
+                (MisstepKind::DoubleUnscale, Some((_, line))) => (
+                    format!("`{call}` unscales an optimizer already unscaled at {line} with no `scaler.update()` between{path}: `unscale_` may run once per optimizer step and a second call raises a RuntimeError"),
+                    "unscale once per step, before clipping and `scaler.step(optimizer)`",
+                ),
+                _ => continue,
             };
-            let step_text = cx.file.slice(&step.span);
-            let step_line = line_of(cx.file, step.span.start);
-            for c in &lp.scaler_micro_calls {
-                let call = cx.file.slice(&c.call.span);
-                let (message, help, anchor) = match c.op {
-                    ScalerOp::Update => (
-                        format!("`{call}` runs on every micro-step while the optimizer steps every `{n}` micro-batches (`{step_text}`, {step_line}): the loss scale changes while the window's scaled gradients accumulate"),
-                        "update the scale once per optimizer step, right after `scaler.step(optimizer)`",
-                        // After the step; not when the boundary already updates.
-                        (!lp.update_at_boundary)
-                            .then(|| lp.last_step_statement())
-                            .flatten()
-                            .map(|a| (a, true)),
-                    ),
-                    ScalerOp::Unscale => (
-                        format!("`{call}` runs on every micro-step while the optimizer steps every `{n}` micro-batches (`{step_text}`, {step_line}): it unscales partial sums that later micro-batches add scaled gradients to, and a second `unscale_` before `update()` raises a RuntimeError"),
-                        "unscale once, at the boundary, just before clipping and `scaler.step(optimizer)`",
-                        // Before the step; not when the boundary clips (the unscale goes before
-                        // the clip) or already unscales.
-                        (lp.unscales.is_empty() && !lp.clip_at_boundary && lp.clips.is_empty())
-                            .then(|| step.statement.clone())
-                            .flatten()
-                            .map(|a| (a, false)),
-                    ),
-                };
-                let fix = match (&c.call.statement, anchor) {
-                    (Some(stmt), Some((anchor, true))) => edits::move_after(cx.file, stmt, &anchor),
-                    (Some(stmt), Some((anchor, false))) => {
-                        edits::move_before(cx.file, stmt, &anchor)
-                    }
-                    _ => None,
-                }
-                .map(|edits| Fix {
-                    applicability: Applicability::Unsafe,
-                    message: "move it to the optimizer step".into(),
-                    edits,
-                });
-                out.push(
-                    Diagnostic::new("GA008", c.call.span.clone(), message)
-                        .with_help(help)
-                        .with_fix(fix),
-                );
-            }
-        }
-        for d in &cx.facts.steps_before_update {
-            let step = cx.file.slice(&d.step.span);
-            let update = cx.file.slice(&d.update.span);
-            let update_line = line_of(cx.file, d.update.span.start);
-            let n = &d.factor;
-            let fix = match (&d.step.statement, &d.update.statement) {
-                (Some(stmt), Some(anchor)) => edits::move_before(cx.file, stmt, anchor),
-                _ => None,
-            }
-            .map(|edits| Fix {
-                applicability: Applicability::Unsafe,
-                message: format!("move it to the boundary, before `{update}`"),
-                edits,
-            });
             out.push(
-                Diagnostic::new(
-                    "GA008",
-                    d.step.span.clone(),
-                    format!("`{step}` runs on every micro-step while `{update}` runs every `{n}` micro-batches ({update_line}): GradScaler allows one `step` per `update`, so the second micro-step raises a RuntimeError (and with the scaler disabled the optimizer steps on every micro-step while the gradients are still accumulating)"),
-                )
-                .with_help("step at the boundary: call `scaler.step(optimizer)` inside the accumulation branch, just before `scaler.update()`")
-                .with_fix(fix),
-            );
-        }
-        for d in &cx.facts.double_unscales {
-            let call = cx.file.slice(&d.second.span);
-            let first_line = line_of(cx.file, d.first.start);
-            out.push(
-                Diagnostic::new(
-                    "GA008",
-                    d.second.span.clone(),
-                    format!("`{call}` unscales an optimizer already unscaled at {first_line} with no `scaler.update()` between: `unscale_` may run once per optimizer step and a second call raises a RuntimeError"),
-                )
-                .with_help("unscale once per step, before clipping and `scaler.step(optimizer)`"),
+                Diagnostic::new("GA008", m.call.clone(), message)
+                    .with_help(help)
+                    .with_fix(loop_fix(m)),
             );
         }
     }

@@ -94,3 +94,41 @@ pub fn implemented_codes() -> Vec<&'static str> {
     codes.sort();
     codes
 }
+
+/// A loop misstep's path, as a clause for its message: ` when \`args.fp16\` and not \`clip\``,
+/// or nothing when it shows on every path.
+pub fn path_clause(path: &[(String, bool)]) -> String {
+    if path.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = path
+        .iter()
+        .map(|(test, holds)| {
+            if *holds {
+                format!("`{test}`")
+            } else {
+                format!("not `{test}`")
+            }
+        })
+        .collect();
+    format!(" (when {})", parts.join(" and "))
+}
+
+/// The fix the loop model built and checked for a misstep.
+pub fn loop_fix(m: &crate::facts::Misstep) -> Option<crate::diagnostic::Fix> {
+    m.fix.as_ref().map(|f| crate::diagnostic::Fix {
+        // A statement moves between blocks: what else reads it may change.
+        applicability: crate::diagnostic::Applicability::Unsafe,
+        message: f.message.clone(),
+        edits: f.edits.clone(),
+    })
+}
+
+/// How a misstep's window counts its micro-batches, for its message: `` `N` `` or
+/// accelerate's factor.
+pub fn window_factor(m: &crate::facts::Misstep) -> String {
+    match (&m.factor, m.accelerate) {
+        (Some(n), false) => format!("`{n}`"),
+        _ => "the Accelerator's `gradient_accumulation_steps`".to_string(),
+    }
+}

@@ -43,7 +43,15 @@ impl<'s> Walker<'s> {
                 },
             ),
         };
-        self.conds.push(Cond { accum, reads });
+        let text = self.text(cond);
+        self.conds.push(Cond {
+            text: text[..crate::source::floor_char_boundary(text, text.len().min(200))].to_string(),
+            scope: self.scope(),
+            accum,
+            above_one: self.above_one(cond, true, 0),
+            sync: self.sync_test(cond, true),
+            reads,
+        });
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
         self.cond_keys.push(self.compared_strings(cond));
@@ -57,8 +65,8 @@ impl<'s> Walker<'s> {
         Some(id)
     }
 
-    /// The names and attributes a test reads, or `None` when it calls something or reads a
-    /// name that follows the accumulation window: it may change between micro-steps.
+    /// The names and attributes a test reads, or `None` when it calls something: it may change
+    /// between micro-steps. Whether what it reads changes is the loop model's to judge.
     pub(super) fn reads(&self, cond: Node) -> Option<Vec<String>> {
         // Read from the text: tests are short, and a scan costs less than visiting nodes.
         let text = self.text(cond);
@@ -104,14 +112,6 @@ impl<'s> Walker<'s> {
             ) {
                 continue;
             }
-            if [
-                "sync", "last", "step", "accum", "boundary", "update", "iter", "idx",
-            ]
-            .iter()
-            .any(|w| super::contains_word(word, w))
-            {
-                return None;
-            }
             // `self.x` is read as a whole; `a.b` changes when `a` does.
             names.push(word.split('.').next().unwrap_or(word).to_string());
             if word.starts_with("self.") {
@@ -119,6 +119,75 @@ impl<'s> Walker<'s> {
             }
         }
         Some(names)
+    }
+
+    /// `N > 1`, `N >= 2`, `N != 1`, `1 < N`, `N == 1`, `N <= 1`, `not ...`, or a name holding
+    /// one: the expression compared with one, and whether the test is true when it is above one.
+    pub(super) fn above_one(
+        &self,
+        cond: Node,
+        polarity: bool,
+        depth: usize,
+    ) -> Option<(String, bool)> {
+        let cond = unparen(cond);
+        if depth > 4 {
+            return None;
+        }
+        match cond.ty() {
+            "not_operator" => self.above_one(cond.field("argument")?, !polarity, depth + 1),
+            "identifier" | "attribute" => {
+                let name = self.text(cond);
+                let (expr, above) = self
+                    .above_one_names
+                    .get(&(self.scope(), name.to_string()))?;
+                Some((expr.clone(), *above == polarity))
+            }
+            "comparison_operator" => {
+                let mut cur = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut cur).collect();
+                let [a, op, b] = kids.as_slice() else {
+                    return None;
+                };
+                let number = |n: &Node| parse_number(self.text(*n));
+                // Written with the number on the left: mirror the operator.
+                let (expr, op, k) = match (number(a), number(b)) {
+                    (None, Some(k)) => (*a, self.text(*op), k),
+                    (Some(k), None) => (
+                        *b,
+                        match self.text(*op) {
+                            "<" => ">",
+                            ">" => "<",
+                            "<=" => ">=",
+                            ">=" => "<=",
+                            o => o,
+                        },
+                        k,
+                    ),
+                    _ => return None,
+                };
+                if !matches!(unparen(expr).ty(), "identifier" | "attribute" | "subscript") {
+                    return None;
+                }
+                let above = match (op, k) {
+                    (">", 1.0) | (">=", 2.0) | ("!=", 1.0) => true,
+                    ("==", 1.0) | ("<=", 1.0) | ("<", 2.0) => false,
+                    _ => return None,
+                };
+                Some((self.text(unparen(expr)).to_string(), above == polarity))
+            }
+            _ => None,
+        }
+    }
+
+    /// `accelerator.sync_gradients` (or its negation): whether the test is true on the iteration
+    /// that syncs.
+    pub(super) fn sync_test(&self, cond: Node, polarity: bool) -> Option<bool> {
+        let cond = unparen(cond);
+        match cond.ty() {
+            "not_operator" => self.sync_test(cond.field("argument")?, !polarity),
+            "attribute" if self.text(cond).ends_with(".sync_gradients") => Some(polarity),
+            _ => None,
+        }
     }
 
     /// Names bound by an assignment target, a loop variable or a pattern: noted in the loops

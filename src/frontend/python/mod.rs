@@ -15,6 +15,7 @@ mod conditions;
 mod global_batch;
 mod inline;
 mod loader_batch;
+mod moves;
 mod provenance;
 mod schedules;
 mod statements;
@@ -51,14 +52,25 @@ pub fn extract(text: &str) -> Result<Facts, String> {
 /// [`extract`]; without `loops`, the loop model and loss provenance are skipped (the walk only
 /// lowers what the other rules read).
 pub fn extract_with(text: &str, loops: bool) -> Result<Facts, String> {
+    extract_inner(text, loops, true)
+}
+
+/// The loop model of a text a fix produced: what the fix is checked against (its own missteps
+/// are not fixed again).
+fn extract_unchecked(text: &str) -> Result<Facts, String> {
+    extract_inner(text, true, false)
+}
+
+fn extract_inner(text: &str, loops: bool, verify_fixes: bool) -> Result<Facts, String> {
     let blanked = blank_long_comment_runs(text);
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.loop_model = loops;
+    w.verify_fixes = verify_fixes;
     w.trainer_loss.active = memchr::memmem::find(text.as_bytes(), b"compute_loss").is_some();
     w.facts.loops_read = loops;
     w.walk(&tree);
-    let mut facts = w.finish();
+    let mut facts = w.finish(&tree);
     if let Some((_, comments)) = blanked {
         // The blanked lines that were comments (not lines of a string) are comments still.
         let root = tree.root_node();
@@ -184,6 +196,8 @@ struct Walker<'s> {
     src: &'s str,
     /// Read the loop model's inputs: names assigned in loops, loss provenance, helpers' calls.
     loop_model: bool,
+    /// Build fixes for the loop's missteps (and check each on the edited text).
+    verify_fixes: bool,
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
     /// What each `if` tests, by condition id.
@@ -200,7 +214,7 @@ struct Walker<'s> {
     branch_tables: HashMap<(usize, String), usize>,
     /// Units of names assigned a converted value (`free_gib = free / 2**30`).
     name_units: HashMap<(usize, String), Unit>,
-    cond_ids: HashMap<usize, usize>,
+    cond_ids: std::collections::HashMap<usize, usize>,
     loops: Vec<LoopInfo>,
     guards: Vec<Guard>,
     accumulate_blocks: usize,
@@ -220,6 +234,8 @@ struct Walker<'s> {
     modulo_names: HashMap<(usize, String), (String, Range<usize>)>,
     /// Accumulation tests stored in names (`do_step = (i + 1) % n == 0`).
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
+    /// Comparisons of a factor with one stored in names (`accumulating = n > 1`).
+    above_one_names: HashMap<(usize, String), (String, bool)>,
     /// Names that count parameters in a function (`n_b` in `weights = n_b * 2  # bf16`).
     count_names: Vec<(usize, &'s str, f64)>,
     /// Names whose value is the device's memory (`total = torch.cuda.get_device_properties(0).total_memory`).
@@ -253,6 +269,8 @@ struct Walker<'s> {
     micro_schedules: Vec<schedules::MicroSized>,
     /// Schedulers sized by `len(dataset) // batch` (BS004).
     sample_sized: Vec<schedules::SampleSized>,
+    /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
+    prepares: Vec<(usize, Vec<&'s str>, Vec<&'s str>)>,
     /// `batch_size=` values of data loaders, as written.
     loader_batch_args: Vec<(&'s str, Range<usize>)>,
     /// Products named as global batches (BS004).
@@ -322,6 +340,7 @@ impl<'s> Walker<'s> {
         Walker {
             src,
             loop_model: true,
+            verify_fixes: true,
             stack: Vec::new(),
             scopes: vec![Scope {
                 name: String::new(),
@@ -340,7 +359,7 @@ impl<'s> Walker<'s> {
             cond_spans: Vec::new(),
             branch_tables: HashMap::default(),
             name_units: HashMap::default(),
-            cond_ids: HashMap::default(),
+            cond_ids: std::collections::HashMap::default(),
             loops: Vec::new(),
             guards: Vec::new(),
             accumulate_blocks: 0,
@@ -350,6 +369,7 @@ impl<'s> Walker<'s> {
             instances: HashMap::default(),
             imports: HashMap::default(),
             test_names: HashMap::default(),
+            above_one_names: HashMap::default(),
             modulo_names: HashMap::default(),
             gpu_names: Vec::new(),
             count_names: Vec::new(),
@@ -369,6 +389,7 @@ impl<'s> Walker<'s> {
             sample_sized: Vec::new(),
             global_products: Vec::new(),
             loader_batch_args: Vec::new(),
+            prepares: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),
         }
@@ -489,6 +510,7 @@ impl<'s> Walker<'s> {
                 let id = self.loops.len();
                 self.loops.push(LoopInfo {
                     header: node.start_byte()..line_end(self.src, node.start_byte()),
+                    span: node.byte_range(),
                     micro_factor: self.micro_factor(node),
                     assigned: Vec::new(),
                     iterates: node
@@ -735,7 +757,7 @@ impl<'s> Walker<'s> {
 
     // ---- assembling loops ----------------------------------------------------------------------
 
-    fn finish(mut self) -> Facts {
+    fn finish(mut self, tree: &Tree) -> Facts {
         // accelerate divides only when it was told to accumulate (its default is 1).
         // Under its DeepSpeed plugin, `accelerator.backward` is the engine's, which divides by
         // the config's accumulation steps.
@@ -782,13 +804,20 @@ impl<'s> Walker<'s> {
                 assigned: s.assigned.iter().chain(&s.params).cloned().collect(),
             })
             .collect();
-        let mut assembled = loops::assemble(&Recorded {
-            unscales: contains_word(self.src, "unscale_"),
+        let recorded = Recorded {
             loops: &self.loops,
             conds: &self.conds,
             scopes: &scopes,
             calls: &calls,
-        });
+            accelerate_accumulates: accelerate_divides,
+            accelerate_factor: self
+                .accelerators
+                .iter()
+                .flatten()
+                .find(|g| g.trim() != "1")
+                .cloned(),
+        };
+        let mut assembled = loops::assemble(&recorded);
         for lp in &mut assembled.loops {
             lp.factor_value = parse_number(&lp.factor).or_else(|| {
                 let v = self.env.get(&(0, lp.factor.clone()))?;
@@ -803,13 +832,34 @@ impl<'s> Walker<'s> {
             self.facts.token_means = self.token_means();
         }
         self.facts.loops = assembled.loops;
-        self.facts.zero_grad_in_accumulate = assembled.zero_grad_in_accumulate;
-        self.facts.clips_before_unscale = assembled.clips_before_unscale;
-        self.facts.double_unscales = assembled.double_unscales;
-        self.facts.steps_before_update = assembled.steps_before_update;
-        if accelerate_divides {
-            self.facts.clips_in_accumulate = assembled.clips_in_accumulate;
-        }
+        self.facts.missteps = assembled
+            .missteps
+            .iter()
+            .map(|f| Misstep {
+                kind: f.misstep,
+                call: f.call.span.clone(),
+                path: f.path.clone(),
+                factor: f.factor.clone(),
+                related: f.related.clone(),
+                accelerate: f.accelerate,
+                micro: f.micro,
+                fix: self
+                    .verify_fixes
+                    .then(|| {
+                        moves::fix(
+                            &moves::Model {
+                                src: self.src,
+                                tree,
+                                recorded: &recorded,
+                                cond_nodes: &self.cond_ids,
+                                found: &assembled.missteps,
+                            },
+                            f,
+                        )
+                    })
+                    .flatten(),
+            })
+            .collect();
         if self.loop_model {
             self.facts.exports = self.exports();
         }

@@ -218,10 +218,16 @@ impl<'s> Walker<'s> {
                     .micro_schedules
                     .iter()
                     .rev()
-                    .find(|m| m.name == *recv && self.iterates_over(&iterates, &m.loader))
+                    .find(|m| m.name == *recv && self.iterates_over(&iterates, &m.loader, 0))
                 else {
                     continue;
                 };
+                // accelerate steps a prepared scheduler on the iterations that sync, so its
+                // length counts optimizer steps; a length read from the prepared loader counts
+                // one process's share, which depends on the launch.
+                if lp.accelerate && !self.unprepared_length(m) {
+                    continue;
+                }
                 lp.micro_sized_schedules.push(MicroSchedule {
                     step: step.clone(),
                     built: m.built.clone(),
@@ -232,22 +238,72 @@ impl<'s> Walker<'s> {
     }
 }
 
-impl Walker<'_> {
+impl<'s> Walker<'s> {
     /// The loop's iterable reads the loader as a whole word (`enumerate(train_loader)`,
-    /// `tqdm(dl)`), or a name bound to it (`self.loader = loader`).
-    fn iterates_over(&self, iterates: &str, loader: &str) -> bool {
+    /// `tqdm(dl)`), or a name bound to it (`self.loader = loader`) or to a wrapper of it
+    /// (`bar = tqdm(loader, total=...)`).
+    fn iterates_over(&self, iterates: &str, loader: &str, depth: usize) -> bool {
         words(iterates).any(|w| {
             w == loader
                 || self
                     .assigned_text
-                    .get(w)
-                    .is_some_and(|t| t.trim() == loader)
-                || self
-                    .assigned_text
                     .get(loader)
                     .is_some_and(|t| t.trim() == w)
+                || (depth < 2
+                    && self
+                        .assigned_text
+                        .get(w)
+                        .and_then(|t| first_argument(t).or(Some(t.trim())))
+                        .is_some_and(|t| t != iterates && self.iterates_over(t, loader, depth + 1)))
         })
     }
+
+    /// `a, b, loader, sched = accelerator.prepare(a, b, loader, sched)`.
+    pub(super) fn note_prepare(&mut self, at: usize, left: Node, right: Node) {
+        let Some(func) = right.field("function") else {
+            return;
+        };
+        if !self.text(func).ends_with(".prepare") {
+            return;
+        }
+        let names = |n: Node| -> Vec<&'s str> {
+            let mut c = n.walk();
+            match n.ty() {
+                "pattern_list" | "tuple_pattern" | "list_pattern" | "argument_list" => n
+                    .named_children(&mut c)
+                    .filter(|k| k.ty() != "comment")
+                    .map(|k| self.text(k))
+                    .collect(),
+                _ => vec![self.text(n)],
+            }
+        };
+        let args = right.field("arguments").map(names).unwrap_or_default();
+        self.prepares.push((at, names(left), args));
+    }
+
+    /// The schedule was prepared, and its length read a loader before `prepare` rebound it.
+    fn unprepared_length(&self, m: &MicroSized) -> bool {
+        let prepared = |name: &str| {
+            self.prepares
+                .iter()
+                .filter(|(_, bound, _)| bound.contains(&name))
+                .map(|(at, _, _)| *at)
+                .min()
+        };
+        let scheduler_prepared = self
+            .prepares
+            .iter()
+            .any(|(_, _, args)| args.iter().any(|a| *a == m.name));
+        scheduler_prepared && prepared(&m.loader).is_some_and(|at| m.built.start < at)
+    }
+}
+
+/// The first positional argument of a call as written: `tqdm(loader, total=n)` → `loader`.
+fn first_argument(text: &str) -> Option<&str> {
+    let open = text.find('(')?;
+    let inner = text.get(open + 1..text.rfind(')')?)?;
+    let first = inner.split(',').next()?.trim();
+    (!first.is_empty() && !first.contains('=') && !first.contains('(')).then_some(first)
 }
 
 /// `X` of the first `len(X)` in `text`, when it is a plain name or attribute.

@@ -53,6 +53,9 @@ impl<'s> Walker<'s> {
                 }
             }
         }
+        if self.loop_model && right.ty() == "call" {
+            self.note_prepare(node.start_byte(), left, right);
+        }
         if self.loop_model && matches!(left.ty(), "pattern_list" | "tuple_pattern" | "list_pattern")
         {
             self.define_pattern(left, right, node.start_byte());
@@ -115,6 +118,10 @@ impl<'s> Walker<'s> {
         if let Some(test) = self.accum_test(right, true) {
             let scope = self.scope();
             self.test_names.insert((scope, target.clone()), test);
+        }
+        if let Some(guard) = self.above_one(right, true, 0) {
+            let scope = self.scope();
+            self.above_one_names.insert((scope, target.clone()), guard);
         }
         if let Some(m) = self.modulo(right) {
             self.modulo_names

@@ -1,0 +1,395 @@
+//! The optimizer-step protocol, checked on the calls of each path in the order they run.
+//!
+//! Within one window (the micro-steps one optimizer step applies): every backward's gradients
+//! reach the step (no `zero_grad` between a backward and the step), clips and `unscale_` come
+//! after the window's last backward, the learning-rate schedule and the loss scale advance once
+//! per step. Within one update of a `GradScaler`: one `scaler.step`, at most one `unscale_` per
+//! optimizer, and any clip of scaled gradients after the `unscale_`.
+
+use super::paths::{Item, Paths, Runs, Valuation};
+use super::windows::{Boundary, Window};
+use super::{is_simple_factor, CallKind, Recorded};
+use crate::facts::{AccumLoop, Backward, Call, MisstepKind as Misstep};
+use std::ops::Range;
+
+/// A misstep, where it was seen and what a fix needs.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub misstep: Misstep,
+    /// The call, as an index into the recorded calls.
+    pub ev: usize,
+    pub call: Call,
+    /// What the path assumes about the tests around the call, as written.
+    pub path: Vec<(String, bool)>,
+    /// The window's accumulation factor, as written.
+    pub factor: Option<String>,
+    /// The call it relates to: the window's step; the first `unscale_`; the boundary's update.
+    pub related: Option<Range<usize>>,
+    /// The window is accelerate's `accumulate()`.
+    pub accelerate: bool,
+    /// Seen on a micro-step that does not step (rather than on the one that does).
+    pub micro: bool,
+    /// The calls that run on the iteration that steps, on this path, in order (indices into
+    /// the recorded calls).
+    pub boundary: Vec<usize>,
+    /// The window's steps (indices into the recorded calls): what tells one window from another.
+    pub steps: Vec<usize>,
+    /// The tests of the window that take one arm on every micro-step (steady tests and guards on
+    /// the factor): a call moved to the boundary keeps them.
+    pub steady: Vec<usize>,
+    /// The window's kind.
+    pub after_inner: Option<usize>,
+}
+
+pub struct Judged {
+    pub missteps: Vec<Found>,
+    pub accum_loop: Option<AccumLoop>,
+}
+
+pub fn judge(rec: &Recorded, w: &Window) -> Judged {
+    let p = Paths::new(rec, w);
+    let accumulating = w.boundary != Boundary::Every;
+    let mut out = Judged {
+        missteps: Vec::new(),
+        accum_loop: None,
+    };
+    let mut backwards: Vec<usize> = Vec::new();
+    let mut boundary_schedulers: Vec<usize> = Vec::new();
+    let mut micro_schedulers: Vec<usize> = Vec::new();
+    let mut any_path = false;
+    let is_step = |it: &Item| matches!(rec.calls[it.ev].kind, CallKind::Step { .. });
+    for v in p.valuations() {
+        let t = p.trace(v, accumulating);
+        if !t.iter().any(|it| rec.calls[it.ev].kind.is_backward()) {
+            continue;
+        }
+        if accumulating {
+            // Accumulates on this path: no step on every micro-step (another optimizer stepping
+            // on each, as a GAN's discriminator does, leaves the window unreadable), and a step
+            // on the iteration that steps.
+            let micro_step = t
+                .iter()
+                .any(|it| !it.boundary && is_step(it) && it.runs == Runs::Always);
+            let boundary_step = t.iter().any(|it| it.boundary && is_step(it));
+            if micro_step || !boundary_step {
+                continue;
+            }
+            any_path = true;
+            for it in &t {
+                let ev = &rec.calls[it.ev];
+                match ev.kind {
+                    CallKind::Backward { .. }
+                        if !backwards.contains(&it.ev)
+                            && (it.runs == Runs::Always || !cancelled(rec, it.ev)) =>
+                    {
+                        backwards.push(it.ev)
+                    }
+                    CallKind::SchedulerStep if it.boundary => boundary_schedulers.push(it.ev),
+                    CallKind::SchedulerStep => micro_schedulers.push(it.ev),
+                    _ => {}
+                }
+            }
+            window_checks(rec, &p, v, &t, &mut out.missteps);
+        } else if t.iter().any(|it| is_step(it) && it.runs == Runs::Always) {
+            step_checks(rec, &p, v, &t, &mut out.missteps);
+        } else {
+            continue;
+        }
+        update_checks(rec, &p, v, &t, &mut out.missteps);
+    }
+    if accumulating && any_path {
+        out.accum_loop = accum_loop(rec, w, &p, &backwards, {
+            boundary_schedulers.retain(|s| !micro_schedulers.contains(s));
+            boundary_schedulers.dedup();
+            &boundary_schedulers
+        });
+    }
+    out
+}
+
+/// The loop as the rules that read losses and schedules see it.
+fn accum_loop(
+    rec: &Recorded,
+    w: &Window,
+    p: &Paths,
+    backwards: &[usize],
+    boundary_schedulers: &[usize],
+) -> Option<AccumLoop> {
+    let factor = w.factor.clone()?;
+    let calls = |ids: &[usize]| -> Vec<Call> {
+        let mut out: Vec<Call> = Vec::new();
+        for i in ids {
+            let c = &rec.calls[*i].call;
+            if !out.iter().any(|o| o.span == c.span) {
+                out.push(c.clone());
+            }
+        }
+        out
+    };
+    let mut backs: Vec<Backward> = Vec::new();
+    if w.boundary != Boundary::Sync {
+        for i in backwards {
+            if let CallKind::Backward {
+                loss,
+                loss_text,
+                prov,
+                in_helper,
+                ..
+            } = &rec.calls[*i].kind
+            {
+                let call = rec.calls[*i].call.span.clone();
+                if !backs.iter().any(|b| b.call == call) {
+                    backs.push(Backward {
+                        call,
+                        loss: loss.clone(),
+                        loss_text: loss_text.clone(),
+                        prov: prov.clone(),
+                        in_helper: *in_helper,
+                    });
+                }
+            }
+        }
+    }
+    Some(AccumLoop {
+        header: w.header.clone(),
+        factor_is_simple: is_simple_factor(&factor),
+        factor_value: None,
+        factor,
+        counter: w.counter.clone(),
+        steps: calls(&w.steps),
+        backwards: backs,
+        grads_rescaled: p
+            .events
+            .iter()
+            .any(|e| matches!(rec.calls[*e].kind, CallKind::GradRescale)),
+        boundary_scheduler_steps: calls(boundary_schedulers),
+        iterates: match (&w.boundary, p.loop_micro()) {
+            (Boundary::Test | Boundary::Sync, Some(l)) => {
+                rec.loops.get(l).map(|i| i.iterates.clone())
+            }
+            _ => None,
+        },
+        micro_sized_schedules: Vec::new(),
+        uses_scaler: p.events.iter().any(|e| {
+            matches!(
+                rec.calls[*e].kind,
+                CallKind::Step { scaler: true } | CallKind::Backward { scaler: true, .. }
+            )
+        }),
+        accelerate: w.boundary == Boundary::Sync,
+    })
+}
+
+fn found(
+    rec: &Recorded,
+    p: &Paths,
+    v: Valuation,
+    t: &[Item],
+    misstep: Misstep,
+    at: &Item,
+) -> Found {
+    // The first iteration on this path that steps.
+    let stepping = t
+        .iter()
+        .find(|it| it.boundary && matches!(rec.calls[it.ev].kind, CallKind::Step { .. }))
+        .map(|it| it.iter);
+    let boundary: Vec<usize> = t
+        .iter()
+        .filter(|it| Some(it.iter) == stepping)
+        .map(|it| it.ev)
+        .collect();
+    let step = p
+        .window
+        .steps
+        .first()
+        .map(|s| rec.calls[*s].call.span.clone());
+    Found {
+        misstep,
+        ev: at.ev,
+        call: rec.calls[at.ev].call.clone(),
+        path: p.assumptions(at.ev, v),
+        factor: p.window.factor.clone(),
+        related: step,
+        accelerate: p.window.boundary == Boundary::Sync,
+        micro: !at.boundary,
+        boundary,
+        steps: p.window.steps.clone(),
+        steady: p.kept_tests(),
+        after_inner: match p.window.boundary {
+            Boundary::AfterInner(l) => Some(l),
+            _ => None,
+        },
+    }
+}
+
+fn push(out: &mut Vec<Found>, f: Found) {
+    if !out
+        .iter()
+        .any(|g| g.misstep == f.misstep && g.call.span == f.call.span)
+    {
+        out.push(f);
+    }
+}
+
+/// The checks that need a window of several micro-steps.
+fn window_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut Vec<Found>) {
+    let kind = |i: usize| &rec.calls[t[i].ev].kind;
+    let step_between =
+        |a: usize, b: usize| (a + 1..b).any(|k| matches!(kind(k), CallKind::Step { .. }));
+    let backward = |j: usize, scaled: bool| {
+        let k = kind(j);
+        if scaled {
+            k.is_scaled_backward()
+        } else {
+            k.is_backward()
+        }
+    };
+    // Between two backwards of one window: one before it and one after it, no step between.
+    let inside_window = |i: usize, scaled: bool| {
+        (0..i)
+            .rev()
+            .find(|j| backward(*j, scaled))
+            .is_some_and(|j| !step_between(j, i))
+            && (i + 1..t.len())
+                .find(|j| backward(*j, scaled))
+                .is_some_and(|j| !step_between(i, j))
+    };
+    for (i, it) in t.iter().enumerate() {
+        if it.runs != Runs::Always {
+            continue;
+        }
+        let misstep = match kind(i) {
+            CallKind::ZeroGrad => {
+                let wipes = (0..i)
+                    .rev()
+                    .find(|j| kind(*j).is_backward())
+                    .is_some_and(|j| !step_between(j, i))
+                    && (i + 1..t.len()).any(|k| matches!(kind(k), CallKind::Step { .. }));
+                wipes.then_some(Misstep::ZeroGradInWindow)
+            }
+            CallKind::Clip { .. } => inside_window(i, false).then_some(Misstep::ClipInWindow),
+            CallKind::SchedulerStep => (!it.boundary).then_some(Misstep::SchedulerInWindow),
+            CallKind::Unscale { .. } => inside_window(i, true).then_some(Misstep::UnscaleInWindow),
+            CallKind::ScalerUpdate => inside_window(i, true).then_some(Misstep::UpdateInWindow),
+            _ => None,
+        };
+        if let Some(m) = misstep {
+            push(out, found(rec, p, v, t, m, it));
+        }
+    }
+}
+
+/// The checks of a loop that steps on every iteration.
+fn step_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut Vec<Found>) {
+    // `scaler.step` on every iteration while `update()` runs only on some (under an
+    // accumulation test): the second step before an update raises.
+    let kind = |i: usize| &rec.calls[t[i].ev].kind;
+    for (i, it) in t.iter().enumerate() {
+        if !matches!(kind(i), CallKind::Step { scaler: true }) || it.runs != Runs::Always {
+            continue;
+        }
+        let Some(next) = (i + 1..t.len()).find(|k| t[*k].ev == it.ev) else {
+            continue;
+        };
+        let updates: Vec<&Item> = t[i + 1..next]
+            .iter()
+            .filter(|u| matches!(rec.calls[u.ev].kind, CallKind::ScalerUpdate))
+            .collect();
+        if updates.iter().any(|u| u.runs == Runs::Always) {
+            continue;
+        }
+        let Some(update) = updates
+            .iter()
+            .find(|u| under_accumulation_test(rec, p, u.ev))
+        else {
+            continue;
+        };
+        let mut f = found(rec, p, v, t, Misstep::StepBeforeUpdate, it);
+        f.related = Some(rec.calls[update.ev].call.span.clone());
+        f.factor = accumulation_factor(rec, p, update.ev);
+        push(out, f);
+    }
+}
+
+/// The call sits under an accumulation test inside the iteration.
+fn under_accumulation_test(rec: &Recorded, p: &Paths, ev: usize) -> bool {
+    accumulation_factor(rec, p, ev).is_some()
+}
+
+fn accumulation_factor(rec: &Recorded, p: &Paths, ev: usize) -> Option<String> {
+    p.inner_branches(ev).find_map(|b| {
+        let t = rec.conds.get(b.cond)?.accum.as_ref()?;
+        (t.boundary_when_true == b.taken).then(|| t.factor.clone())
+    })
+}
+
+/// The checks within one update of a `GradScaler`, on every kind of window: a second `unscale_`
+/// of one optimizer, and a clip of gradients still scaled.
+fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut Vec<Found>) {
+    let kind = |i: usize| &rec.calls[t[i].ev].kind;
+    // Where the scaler's cycle restarts: after its step or update.
+    let cycle_start = |i: usize| {
+        (0..i)
+            .rev()
+            .find(|k| {
+                matches!(
+                    kind(*k),
+                    CallKind::ScalerUpdate | CallKind::Step { scaler: true }
+                )
+            })
+            .map_or(0, |k| k + 1)
+    };
+    for (i, it) in t.iter().enumerate() {
+        match kind(i) {
+            CallKind::Unscale { key } if it.runs == Runs::Always => {
+                let start = (0..i)
+                    .rev()
+                    .find(|k| matches!(kind(*k), CallKind::ScalerUpdate))
+                    .map_or(0, |k| k + 1);
+                let first = (start..i).find(|k| {
+                    t[*k].runs == Runs::Always
+                        && t[*k].ev != it.ev
+                        && t[*k].iter == it.iter
+                        && matches!(kind(*k), CallKind::Unscale { key: other } if other == key)
+                });
+                if let Some(first) = first {
+                    let mut f = found(rec, p, v, t, Misstep::DoubleUnscale, it);
+                    f.related = Some(rec.calls[t[first].ev].call.span.clone());
+                    push(out, f);
+                }
+            }
+            CallKind::Clip { framework: false } => {
+                let start = cycle_start(i);
+                let scaled = (start..i).any(|k| kind(k).is_scaled_backward());
+                let unscaled = (start..i).any(|k| matches!(kind(k), CallKind::Unscale { .. }));
+                let steps = (i + 1..t.len())
+                    .find(|k| matches!(kind(*k), CallKind::Step { .. } | CallKind::ScalerUpdate))
+                    .is_some_and(|k| matches!(kind(k), CallKind::Step { scaler: true }));
+                if scaled && !unscaled && steps {
+                    let mut f = found(rec, p, v, t, Misstep::ClipBeforeUnscale, it);
+                    f.related = (i + 1..t.len())
+                        .find(|k| matches!(kind(*k), CallKind::Step { scaler: true }))
+                        .map(|k| rec.calls[t[k].ev].call.span.clone());
+                    push(out, f);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A backward under a test whose gradients are zeroed right after it, whenever it runs, before
+/// any step (a probe, a fake pass): it never reaches the step.
+fn cancelled(rec: &Recorded, ev: usize) -> bool {
+    let b = &rec.calls[ev];
+    rec.calls.iter().any(|z| {
+        matches!(z.kind, CallKind::ZeroGrad)
+            && z.order > b.order
+            && z.ctx.scope == b.ctx.scope
+            && z.ctx.loops == b.ctx.loops
+            && b.ctx.branches.starts_with(&z.ctx.branches)
+            && !rec.calls.iter().any(|s| {
+                matches!(s.kind, CallKind::Step { .. }) && s.order > b.order && s.order < z.order
+            })
+    })
+}
