@@ -577,6 +577,9 @@ pub struct Backward {
     /// The backward runs inside a helper whose loss is its own: a fix at the call site cannot
     /// reach it.
     pub in_helper: bool,
+    /// Where the backward is written, and how many helper calls deep the loop reaches it.
+    pub origin: Range<usize>,
+    pub depth: usize,
 }
 
 impl Backward {

@@ -336,7 +336,9 @@ impl Scan<'_> {
         // `backward` is rarer than `.step`: read for it first. Without one, only a clip before a
         // GradScaler's step in a file that never unscales is judged.
         let backward = contains(self.lower, b"backward")
-            && (attribute(b".backward") || attribute(b".manual_backward"));
+            && (attribute(b".backward")
+                || attribute(b".manual_backward")
+                || attribute(b".backward_loss"));
         let scaled_clip = || {
             contains(self.lower, b"clip_grad_")
                 && contains(self.lower, b"scaler")
@@ -344,7 +346,8 @@ impl Scan<'_> {
         };
         contains(self.lower, b"accumulate_grad_batches")
             || contains(self.lower, b".accumulate(")
-            || ((backward || scaled_clip()) && attribute(b".step"))
+            || ((backward || scaled_clip())
+                && (attribute(b".step") || attribute(b".optimizer_step")))
     }
 }
 

@@ -19,8 +19,10 @@ impl Rule for ZeroGradInsideAccumulation {
             }
             let call = cx.file.slice(&m.call);
             let path = path_clause(&m.path);
-            let message = if m.accelerate {
-                format!("`{call}` comes before the backward inside `accelerator.accumulate()`{path}: on the sync step it wipes the gradients of the window before its last backward")
+            let message = if m.accelerate && m.micro {
+                format!("`{call}` runs on every micro-step of an `accelerator.accumulate()` window{path}: accelerate skips only the prepared optimizer's `zero_grad` between syncs, so each step sees only the last micro-batch's gradient")
+            } else if m.accelerate {
+                format!("`{call}` comes before the backward of an `accelerator.accumulate()` window{path}: on the sync step it wipes the gradients of the window before its last backward")
             } else if m.micro {
                 let n = window_factor(m);
                 format!("`{call}` runs on every micro-step while the optimizer steps every {n} micro-batches{path}: each step sees only the last micro-batch's gradient")

@@ -129,6 +129,10 @@ pub struct CallEvent {
     pub inlined: bool,
     /// For a helper's call, how many of its loops are the call site's.
     pub site_loops: usize,
+    /// Where the call is written (a helper's call keeps it through inlining).
+    pub origin: Range<usize>,
+    /// How many helper calls deep it was inlined (0: where it is written).
+    pub depth: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -149,8 +153,16 @@ pub enum CallKind {
     /// `accelerator.backward(loss)`, `engine.backward(loss)`.
     FrameworkBackward,
     GradRescale,
-    ZeroGrad,
-    SchedulerStep,
+    /// `zero_grad()` of an optimizer (`optimizer: true`: one the file steps or builds) or of a
+    /// model.
+    ZeroGrad {
+        optimizer: bool,
+    },
+    /// `scheduler.step()`; `prepared: false` when the file prepares other objects with
+    /// accelerate but not this scheduler.
+    SchedulerStep {
+        prepared: bool,
+    },
     Clip {
         framework: bool,
     },
@@ -178,6 +190,8 @@ impl CallKind {
 
 /// What the walk recorded, for the assembly.
 pub struct Recorded<'a> {
+    /// The file writes `unscale_` somewhere (in code or not).
+    pub unscales: bool,
     pub loops: &'a [LoopInfo],
     pub conds: &'a [Cond],
     pub scopes: &'a [ScopeInfo],
@@ -187,6 +201,11 @@ pub struct Recorded<'a> {
     pub accelerate_accumulates: bool,
     /// The `Accelerator`'s `gradient_accumulation_steps` as written, when one is.
     pub accelerate_factor: Option<String>,
+    /// accelerate runs DeepSpeed: its prepared optimizer's `step` and `zero_grad` do nothing
+    /// (the engine steps and zeroes) and its `clip_grad_norm_` leaves clipping to the engine.
+    pub accelerate_deepspeed: bool,
+    /// `with accelerator.accumulate(...)` blocks: their scope and the loops around them.
+    pub accumulate_blocks: &'a [(usize, Vec<usize>)],
 }
 
 pub struct Assembled {
@@ -217,7 +236,33 @@ pub fn assemble(rec: &Recorded) -> Assembled {
         }
     }
     out.missteps.sort_by_key(|f| f.call.span.start);
+    judge_each_backward_once(&mut out.loops);
     out
+}
+
+/// A backward seen in several windows (a helper's own, and its callers' that inline it) is
+/// judged once: where its loss is known (not a parameter of the helper), from the nearest window.
+fn judge_each_backward_once(loops: &mut [AccumLoop]) {
+    let rank = |b: &crate::facts::Backward| (matches!(b.prov, Prov::Param(_)), b.depth);
+    let mut best: Vec<(Range<usize>, (bool, usize))> = Vec::new();
+    for b in loops.iter().flat_map(|l| &l.backwards) {
+        match best.iter_mut().find(|(o, _)| *o == b.origin) {
+            Some((_, r)) if rank(b) < *r => *r = rank(b),
+            Some(_) => {}
+            None => best.push((b.origin.clone(), rank(b))),
+        }
+    }
+    for l in loops.iter_mut() {
+        let mut kept: Vec<Range<usize>> = Vec::new();
+        l.backwards.retain(|b| {
+            let keep = best.iter().any(|(o, r)| *o == b.origin && *r == rank(b))
+                && !kept.contains(&b.origin);
+            if keep {
+                kept.push(b.origin.clone());
+            }
+            keep
+        });
+    }
 }
 
 /// The file's walk saw a backward and an optimizer step: what the literal prefilter asks of

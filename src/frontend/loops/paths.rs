@@ -16,6 +16,8 @@ pub enum Class {
     Boundary(bool),
     /// Compares the accumulation factor with one: true when accumulating, or false.
     AboveOne(bool),
+    /// Every step of the window is under this arm: on the window's iterations it is taken.
+    Context(bool),
     /// Reads nothing the micro-steps change: the same arm on each.
     Steady,
     /// May change between micro-steps.
@@ -129,11 +131,40 @@ impl<'r, 'a> Paths<'r, 'a> {
                 return Class::AboveOne(*above);
             }
         }
+        // A test every step is under (`if runner.is_train_loader:` around the whole callback):
+        // the iterations of the window are the ones that take it.
+        if cond.accum.is_none() && !w.steps.is_empty() {
+            let arms: Vec<Option<bool>> = w
+                .steps
+                .iter()
+                .map(|s| {
+                    self.rec.calls[*s]
+                        .ctx
+                        .branches
+                        .iter()
+                        .find(|b| b.cond == c)
+                        .map(|b| b.taken)
+                })
+                .collect();
+            if let Some(Some(taken)) = arms.first() {
+                if arms.iter().all(|a| *a == Some(*taken)) {
+                    return Class::Context(*taken);
+                }
+            }
+        }
         let Some(reads) = &cond.reads else {
             return Class::Changing;
         };
+        // A loop that steps on every iteration is judged within an iteration: what its own
+        // tests read is fixed there (a helper's tests read what the helper computes).
+        if w.boundary == Boundary::Every && cond.scope == w.scope {
+            return Class::Steady;
+        }
         // A helper's test reads the helper's own names, which its caller cannot see change.
-        let changing = w.changing(self.rec);
+        let changing = match w.boundary {
+            Boundary::Every => &[],
+            _ => w.changing(self.rec),
+        };
         let own = cond.scope == w.scope;
         let helper_names = |n: &String| {
             !own && !n.starts_with("self.")
@@ -143,8 +174,10 @@ impl<'r, 'a> Paths<'r, 'a> {
                     .get(cond.scope)
                     .is_none_or(|s| s.assigned.contains(n))
         };
+        // `self.x` is read as a whole: another attribute of `self` changing leaves it alone.
         if reads
             .iter()
+            .filter(|n| n.as_str() != "self")
             .any(|n| changing.contains(n) || helper_names(n))
         {
             Class::Changing
@@ -172,7 +205,9 @@ impl<'r, 'a> Paths<'r, 'a> {
             && !boundary
             && matches!(
                 call.kind,
-                CallKind::Step { .. } | CallKind::ZeroGrad | CallKind::SchedulerStep
+                CallKind::Step { .. }
+                    | CallKind::ZeroGrad { optimizer: true }
+                    | CallKind::SchedulerStep { prepared: true }
             )
         {
             return None;
@@ -182,6 +217,7 @@ impl<'r, 'a> Paths<'r, 'a> {
             let value = match self.class(b.cond) {
                 Class::Boundary(when_true) => Some(boundary == when_true),
                 Class::AboveOne(when_true) => Some(accumulating == when_true),
+                Class::Context(taken) => Some(taken),
                 Class::Steady => {
                     let k = self.steady.iter().position(|c| *c == b.cond)?;
                     Some(v & (1 << k) != 0)

@@ -60,7 +60,7 @@ pub fn judge(rec: &Recorded, w: &Window) -> Judged {
     let is_step = |it: &Item| matches!(rec.calls[it.ev].kind, CallKind::Step { .. });
     for v in p.valuations() {
         let t = p.trace(v, accumulating);
-        if !t.iter().any(|it| rec.calls[it.ev].kind.is_backward()) {
+        if !w.backward_elsewhere && !t.iter().any(|it| rec.calls[it.ev].kind.is_backward()) {
             continue;
         }
         if accumulating {
@@ -84,8 +84,10 @@ pub fn judge(rec: &Recorded, w: &Window) -> Judged {
                     {
                         backwards.push(it.ev)
                     }
-                    CallKind::SchedulerStep if it.boundary => boundary_schedulers.push(it.ev),
-                    CallKind::SchedulerStep => micro_schedulers.push(it.ev),
+                    CallKind::SchedulerStep { .. } if it.boundary => {
+                        boundary_schedulers.push(it.ev)
+                    }
+                    CallKind::SchedulerStep { .. } => micro_schedulers.push(it.ev),
                     _ => {}
                 }
             }
@@ -140,6 +142,8 @@ fn accum_loop(
                 let call = rec.calls[*i].call.span.clone();
                 if !backs.iter().any(|b| b.call == call) {
                     backs.push(Backward {
+                        origin: rec.calls[*i].origin.clone(),
+                        depth: rec.calls[*i].depth,
                         call,
                         loss: loss.clone(),
                         loss_text: loss_text.clone(),
@@ -259,7 +263,7 @@ fn window_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
             continue;
         }
         let misstep = match kind(i) {
-            CallKind::ZeroGrad => {
+            CallKind::ZeroGrad { .. } => {
                 let wipes = (0..i)
                     .rev()
                     .find(|j| kind(*j).is_backward())
@@ -268,12 +272,20 @@ fn window_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
                 wipes.then_some(Misstep::ZeroGradInWindow)
             }
             CallKind::Clip { .. } => inside_window(i, false).then_some(Misstep::ClipInWindow),
-            CallKind::SchedulerStep => (!it.boundary).then_some(Misstep::SchedulerInWindow),
-            CallKind::Unscale { .. } => inside_window(i, true).then_some(Misstep::UnscaleInWindow),
-            CallKind::ScalerUpdate => inside_window(i, true).then_some(Misstep::UpdateInWindow),
+            CallKind::SchedulerStep { .. } => (!it.boundary).then_some(Misstep::SchedulerInWindow),
+            // The scaler scales whatever backward runs (a framework's too).
+            CallKind::Unscale { .. } => inside_window(i, false).then_some(Misstep::UnscaleInWindow),
+            CallKind::ScalerUpdate => inside_window(i, false).then_some(Misstep::UpdateInWindow),
             _ => None,
         };
-        if let Some(m) = misstep {
+        // Under DeepSpeed the engine zeroes, clips and steps; accelerate's calls do nothing.
+        let engine_owned = p.window.boundary == Boundary::Sync
+            && rec.accelerate_deepspeed
+            && matches!(
+                misstep,
+                Some(Misstep::ZeroGradInWindow | Misstep::ClipInWindow)
+            );
+        if let (Some(m), false) = (misstep, engine_owned) {
             push(out, found(rec, p, v, t, m, it));
         }
     }
@@ -360,7 +372,8 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
             }
             CallKind::Clip { framework: false } => {
                 let start = cycle_start(i);
-                let scaled = (start..i).any(|k| kind(k).is_scaled_backward());
+                let scaled =
+                    p.window.backward_elsewhere || (start..i).any(|k| kind(k).is_scaled_backward());
                 let unscaled = (start..i).any(|k| matches!(kind(k), CallKind::Unscale { .. }));
                 let steps = (i + 1..t.len())
                     .find(|k| matches!(kind(*k), CallKind::Step { .. } | CallKind::ScalerUpdate))
@@ -383,7 +396,7 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
 fn cancelled(rec: &Recorded, ev: usize) -> bool {
     let b = &rec.calls[ev];
     rec.calls.iter().any(|z| {
-        matches!(z.kind, CallKind::ZeroGrad)
+        matches!(z.kind, CallKind::ZeroGrad { .. })
             && z.order > b.order
             && z.ctx.scope == b.ctx.scope
             && z.ctx.loops == b.ctx.loops

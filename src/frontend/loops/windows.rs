@@ -53,6 +53,9 @@ pub struct Window {
     pub header: Range<usize>,
     /// The steps that made the window, as indices into the recorded calls.
     pub steps: Vec<usize>,
+    /// No backward runs here: the function only clips and steps through a scaler, its
+    /// gradients arriving scaled from elsewhere (read only when the file never unscales).
+    pub backward_elsewhere: bool,
     /// The tests that tell the steps' iteration (an `i % N` test written otherwise may be true
     /// on another micro-step of the window).
     pub boundary_conds: Vec<usize>,
@@ -93,13 +96,17 @@ pub fn find(rec: &Recorded) -> Vec<Window> {
         !(w.steps.iter().all(|s| rec.calls[*s].inlined) && micro_inside_helper(w, rec))
     });
     if rec.accelerate_accumulates {
-        for (i, ev) in rec.calls.iter().enumerate() {
-            if ev.ctx.accumulate.is_none() || !ev.kind.is_backward() {
-                continue;
-            }
-            if let Some(mut w) = synced(ev) {
+        for (scope, loops) in rec.accumulate_blocks {
+            if let Some(mut w) = synced(*scope, loops) {
                 w.factor = rec.accelerate_factor.clone();
-                add(&mut windows, w, i);
+                if let Micro::Loop(l) = w.micro {
+                    w.header = rec.loops.get(l).map_or(0..0, |i| i.header.clone());
+                }
+                if !windows.iter().any(|o| {
+                    o.boundary == Boundary::Sync && o.scope == w.scope && o.micro == w.micro
+                }) {
+                    windows.push(w);
+                }
             }
         }
     }
@@ -126,11 +133,19 @@ pub fn find(rec: &Recorded) -> Vec<Window> {
             })
             .collect();
     }
-    // A window with no backward in it trains nothing here.
-    windows.retain(|w| {
-        rec.calls
-            .iter()
-            .any(|c| c.kind.is_backward() && w.contains(c))
+    // A window with no backward in it trains nothing here, unless it steps through a scaler
+    // with clips in a file that never unscales: its gradients arrive scaled.
+    windows.retain_mut(|w| {
+        let has =
+            |f: &dyn Fn(&CallKind) -> bool| rec.calls.iter().any(|c| f(&c.kind) && w.contains(c));
+        if has(&|k| k.is_backward()) {
+            return true;
+        }
+        w.backward_elsewhere = w.boundary == Boundary::Every
+            && !rec.unscales
+            && has(&|k| matches!(k, CallKind::Step { scaler: true }))
+            && has(&|k| matches!(k, CallKind::Clip { framework: false }));
+        w.backward_elsewhere
     });
     windows
 }
@@ -210,6 +225,7 @@ fn accumulating(i: usize, step: &CallEvent, rec: &Recorded) -> Option<Window> {
             header,
             steps: vec![i],
             boundary_conds,
+            backward_elsewhere: false,
         });
     }
     // After an inner micro-batch loop that ran the backwards, in the same body as the step
@@ -243,28 +259,30 @@ fn accumulating(i: usize, step: &CallEvent, rec: &Recorded) -> Option<Window> {
         header: info.header.clone(),
         steps: vec![i],
         boundary_conds: Vec::new(),
+        backward_elsewhere: false,
     })
 }
 
-/// The window of a backward in an `accelerator.accumulate()` block: the loop around it, or the
-/// function when the block is at its top level.
-fn synced(ev: &CallEvent) -> Option<Window> {
-    let (micro, around) = match ev.ctx.loops.last() {
-        Some(l) => (Micro::Loop(*l), ev.ctx.loops.clone()),
-        None if ev.ctx.scope != 0 => (Micro::Function, Vec::new()),
+/// The window of an `accelerator.accumulate()` block: the loop around it (accelerate's sync
+/// state lasts the whole iteration), or the function when the block is at its top level.
+fn synced(scope: usize, loops: &[usize]) -> Option<Window> {
+    let micro = match loops.last() {
+        Some(l) => Micro::Loop(*l),
+        None if scope != 0 => Micro::Function,
         None => return None,
     };
     Some(Window {
-        scope: ev.ctx.scope,
+        scope,
         micro,
         boundary: Boundary::Sync,
         factor: None,
         counter: None,
-        body_level: around.len(),
-        around,
-        header: ev.call.span.clone(),
+        body_level: loops.len(),
+        around: loops.to_vec(),
+        header: 0..0,
         steps: Vec::new(),
         boundary_conds: Vec::new(),
+        backward_elsewhere: false,
     })
 }
 
@@ -286,5 +304,6 @@ fn every(step: &CallEvent) -> Option<Window> {
         header: step.call.span.clone(),
         steps: Vec::new(),
         boundary_conds: Vec::new(),
+        backward_elsewhere: false,
     })
 }

@@ -168,6 +168,7 @@ impl<'s> Walker<'s> {
             }),
             "Trainer" | "Seq2SeqTrainer" | "SFTTrainer" | "DPOTrainer" | "GRPOTrainer" => {
                 ev.trains.push(span.clone());
+                self.trainer_calls.push((span.clone(), last.to_string()));
                 ev.frameworks.push(Mention {
                     value: if callee.contains("lightning")
                         || callee.starts_with("pl.")
@@ -285,7 +286,7 @@ impl<'s> Walker<'s> {
     /// Calls the loop model reads: steps, backwards, zeroing, schedulers, clipping, unscaling.
     pub(super) fn training_call(&mut self, node: Node, func: Node, last: &str) {
         // `clip_grad_norm_(...)` may be imported by name; everything else is a method.
-        if func.ty() != "attribute" && !last.starts_with("clip_grad_") {
+        if func.ty() != "attribute" && !is_clip(last) {
             return;
         }
         let span = node.byte_range();
@@ -305,6 +306,9 @@ impl<'s> Walker<'s> {
         let kind = match last {
             "step" if self.is_optimizer_ref(recv) || recv_last.contains("scaler") => {
                 self.facts.evidence.trains.push(span.clone());
+                if !recv_last.contains("scaler") {
+                    self.step_receivers.push(recv.to_string());
+                }
                 CallKind::Step {
                     scaler: recv_last.contains("scaler"),
                 }
@@ -316,7 +320,7 @@ impl<'s> Walker<'s> {
                         || self.scheduler_names.iter().any(|n| n == recv)) =>
             {
                 self.scheduler_steps.push((span.clone(), recv.to_string()));
-                CallKind::SchedulerStep
+                CallKind::SchedulerStep { prepared: true }
             }
             "backward" | "manual_backward" => {
                 self.facts.evidence.trains.push(span.clone());
@@ -366,11 +370,30 @@ impl<'s> Walker<'s> {
             }
             "zero_grad" => {
                 self.zero_grad_receivers.push(recv.to_string());
-                CallKind::ZeroGrad
+                self.zero_grads.push((span.clone(), recv.to_string()));
+                CallKind::ZeroGrad { optimizer: true }
             }
-            "clip_grad_norm_" | "clip_grad_norm" | "clip_grad_value_" => CallKind::Clip {
-                framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
-            },
+            // A framework's step that is handed the optimizer (`engine.optimizer_step(loss,
+            // model, optimizer)`), and its backward that is handed the loss.
+            "optimizer_step" if self.hands_optimizer(args) => {
+                self.facts.evidence.trains.push(span.clone());
+                CallKind::Step { scaler: false }
+            }
+            "backward_loss" if positional >= 1 => {
+                self.facts.evidence.trains.push(span.clone());
+                CallKind::FrameworkBackward
+            }
+            // `clip_grad_norm_`, `clip_grad_value_`, and callables built to clip gradients
+            // (`self.gradient_clipper(model)`, `fsdp2_clip_grad_norm_(...)`), given something
+            // to clip.
+            _ if is_clip(last)
+                && positional + usize::from(args.is_some_and(|a| a.named_child_count() > 0))
+                    >= 1 =>
+            {
+                CallKind::Clip {
+                    framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
+                }
+            }
             // The call as written, without spaces, tells the optimizers (and scalers) apart.
             "unscale_" => CallKind::Unscale {
                 key: self.text(node).split_whitespace().collect(),
@@ -396,6 +419,8 @@ impl<'s> Walker<'s> {
             order: (span.start, 0),
             inlined: false,
             site_loops: 0,
+            origin: span.clone(),
+            depth: 0,
             call: Call { span, statement },
         });
     }
@@ -499,6 +524,8 @@ impl<'s> Walker<'s> {
             && text
                 .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
                 .filter(|w| !w.is_empty())
+                // `len(loader)` counts the loader's batches, whatever its batch size was made of.
+                .filter(|w| !text.contains(&format!("len({w})")))
                 .any(|w| {
                     self.assigned_text
                         .get(w)
@@ -514,6 +541,25 @@ impl<'s> Walker<'s> {
             .entry((scope, name.to_string()))
             .or_default()
             .push((stmt.start_byte(), under, division));
+    }
+
+    /// One of the call's arguments is an optimizer.
+    fn hands_optimizer(&self, args: Option<Node>) -> bool {
+        let Some(args) = args else {
+            return false;
+        };
+        let mut c = args.walk();
+        let found = args.named_children(&mut c).any(|a| {
+            let value = match a.ty() {
+                "keyword_argument" => a.field("value"),
+                _ => Some(a),
+            };
+            value.is_some_and(|v| {
+                let t = self.text(v);
+                self.is_optimizer_ref(t) || last_segment(t).to_ascii_lowercase().contains("optim")
+            })
+        });
+        found
     }
 
     pub(super) fn is_optimizer_ref(&self, recv: &str) -> bool {
@@ -630,3 +676,10 @@ const BUILTINS: &[&str] = &[
     "delattr",
     "issubclass",
 ];
+
+/// A call named for clipping gradients: `clip_grad_norm_`, `clip_grad_value_`,
+/// `gradient_clipper`, `fsdp2_clip_grad_norm_`, `clip_gradients`.
+fn is_clip(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.contains("clip") && (lower.contains("grad") || lower.contains("norm"))
+}

@@ -103,7 +103,24 @@ impl<'s> Walker<'s> {
             if c.is_ascii_digit() {
                 continue;
             }
-            if text[i..].trim_start().starts_with('(') || matches!(word, "lambda" | "await") {
+            // A pure builtin reads its arguments; any other call may change between micro-steps.
+            if text[i..].trim_start().starts_with('(') {
+                if matches!(
+                    word,
+                    "hasattr"
+                        | "isinstance"
+                        | "getattr"
+                        | "callable"
+                        | "len"
+                        | "int"
+                        | "float"
+                        | "bool"
+                ) {
+                    continue;
+                }
+                return None;
+            }
+            if matches!(word, "lambda" | "await") {
                 return None;
             }
             if matches!(

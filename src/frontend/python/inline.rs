@@ -131,6 +131,7 @@ impl<'s> Walker<'s> {
                         ev.ctx = e.ctx.inside(&s.ctx);
                         ev.order = order;
                         ev.inlined = true;
+                        ev.depth = depth;
                         ev.site_loops = s.ctx.loops.len();
                         // The calls stay where the helper has them: nothing may be moved there
                         // on behalf of one caller.

@@ -10,6 +10,7 @@
 //! at their call sites).
 
 mod arithmetic;
+mod assembly;
 mod calls;
 mod conditions;
 mod global_batch;
@@ -264,11 +265,18 @@ struct Walker<'s> {
     /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
     zero_grad_receivers: Vec<String>,
     scheduler_steps: Vec<(Range<usize>, String)>,
+    /// `zero_grad()` calls and their receivers; the receivers of optimizer steps.
+    zero_grads: Vec<(Range<usize>, String)>,
+    step_receivers: Vec<String>,
+    /// `with accelerator.accumulate(...)` blocks: their scope and the loops around them.
+    accumulate_at: Vec<(usize, Vec<usize>)>,
     /// Schedulers whose length counts a loader's batches: name, construction, length as
     /// written, the loader.
     micro_schedules: Vec<schedules::MicroSized>,
     /// Schedulers sized by `len(dataset) // batch` (BS004).
     sample_sized: Vec<schedules::SampleSized>,
+    /// Calls of a class named like a framework's trainer (`Trainer(...)`), with the name.
+    trainer_calls: Vec<(Range<usize>, String)>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
     prepares: Vec<(usize, Vec<&'s str>, Vec<&'s str>)>,
     /// `batch_size=` values of data loaders, as written.
@@ -385,11 +393,15 @@ impl<'s> Walker<'s> {
             accelerate_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
+            zero_grads: Vec::new(),
+            step_receivers: Vec::new(),
+            accumulate_at: Vec::new(),
             micro_schedules: Vec::new(),
             sample_sized: Vec::new(),
             global_products: Vec::new(),
             loader_batch_args: Vec::new(),
             prepares: Vec::new(),
+            trainer_calls: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),
         }
@@ -561,6 +573,10 @@ impl<'s> Walker<'s> {
                     self.accumulate_blocks += 1;
                     self.accumulate_blocks
                 });
+                if block.is_some() {
+                    let loops = self.ctx(node.start_byte()).loops;
+                    self.accumulate_at.push((self.scope(), loops));
+                }
                 if items.contains("no_sync(") && backward_only(node, self.src) {
                     self.facts
                         .no_sync_backward_only
@@ -758,108 +774,7 @@ impl<'s> Walker<'s> {
     // ---- assembling loops ----------------------------------------------------------------------
 
     fn finish(mut self, tree: &Tree) -> Facts {
-        // accelerate divides only when it was told to accumulate (its default is 1).
-        // Under its DeepSpeed plugin, `accelerator.backward` is the engine's, which divides by
-        // the config's accumulation steps.
-        let accelerate_divides = self
-            .accelerators
-            .iter()
-            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"))
-            || memchr::memmem::find(self.src.as_bytes(), b"deepspeed_plugin").is_some();
-        if !self.accelerators.is_empty() && !accelerate_divides {
-            // An `Accelerator()` that does not accumulate: its backward is a plain one.
-            for ev in &mut self.calls {
-                let Some((_, loss, text, prov)) = self
-                    .accelerate_backwards
-                    .iter()
-                    .find(|(call, ..)| *call == ev.call.span)
-                else {
-                    continue;
-                };
-                ev.kind = CallKind::Backward {
-                    loss: loss.clone(),
-                    loss_text: text.clone(),
-                    prov: prov.clone(),
-                    scaler: false,
-                    in_helper: false,
-                };
-            }
-        }
-        for ev in &mut self.calls {
-            if !matches!(ev.kind, CallKind::SchedulerStep) {
-                continue;
-            }
-            let wraps_optimizer = self.scheduler_steps.iter().any(|(span, recv)| {
-                *span == ev.call.span && self.zero_grad_receivers.contains(recv)
-            });
-            if wraps_optimizer {
-                ev.kind = CallKind::Step { scaler: false };
-            }
-        }
-        let calls = self.inlined_calls();
-        let scopes: Vec<ScopeInfo> = self
-            .scopes
-            .iter()
-            .map(|s| ScopeInfo {
-                assigned: s.assigned.iter().chain(&s.params).cloned().collect(),
-            })
-            .collect();
-        let recorded = Recorded {
-            loops: &self.loops,
-            conds: &self.conds,
-            scopes: &scopes,
-            calls: &calls,
-            accelerate_accumulates: accelerate_divides,
-            accelerate_factor: self
-                .accelerators
-                .iter()
-                .flatten()
-                .find(|g| g.trim() != "1")
-                .cloned(),
-        };
-        let mut assembled = loops::assemble(&recorded);
-        for lp in &mut assembled.loops {
-            lp.factor_value = parse_number(&lp.factor).or_else(|| {
-                let v = self.env.get(&(0, lp.factor.clone()))?;
-                v.terms.is_empty().then_some(v.constant)
-            });
-        }
-        self.match_micro_schedules(&mut assembled.loops);
-        self.facts.global_batches = self.global_batches(&assembled.loops);
-        self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
-        self.facts.loader_batches = self.loader_batches();
-        if !assembled.loops.is_empty() {
-            self.facts.token_means = self.token_means();
-        }
-        self.facts.loops = assembled.loops;
-        self.facts.missteps = assembled
-            .missteps
-            .iter()
-            .map(|f| Misstep {
-                kind: f.misstep,
-                call: f.call.span.clone(),
-                path: f.path.clone(),
-                factor: f.factor.clone(),
-                related: f.related.clone(),
-                accelerate: f.accelerate,
-                micro: f.micro,
-                fix: self
-                    .verify_fixes
-                    .then(|| {
-                        moves::fix(
-                            &moves::Model {
-                                src: self.src,
-                                tree,
-                                recorded: &recorded,
-                                cond_nodes: &self.cond_ids,
-                                found: &assembled.missteps,
-                            },
-                            f,
-                        )
-                    })
-                    .flatten(),
-            })
-            .collect();
+        let (accelerate_divides, calls) = self.assemble_loops(tree);
         if self.loop_model {
             self.facts.exports = self.exports();
         }

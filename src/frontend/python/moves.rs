@@ -33,11 +33,11 @@ pub(super) fn fix(m: &Model, f: &Found) -> Option<LoopFix> {
             m,
             f,
             "zero the gradients right after the optimizer step",
-            |k| matches!(k, CallKind::ZeroGrad),
+            |k| matches!(k, CallKind::ZeroGrad { .. }),
         )?,
         MisstepKind::SchedulerInWindow => {
             after_step(m, f, "step the scheduler right after the optimizer", |k| {
-                matches!(k, CallKind::SchedulerStep)
+                matches!(k, CallKind::SchedulerStep { .. })
             })?
         }
         MisstepKind::UpdateInWindow => after_step(
@@ -135,7 +135,7 @@ fn after_step(
         *e != f.ev
             && same(&calls[*e].kind)
             && calls[*e].order > calls[last_step].order
-            && (!matches!(calls[*e].kind, CallKind::SchedulerStep)
+            && (!matches!(calls[*e].kind, CallKind::SchedulerStep { .. })
                 || text(m, &calls[*e].call.span) == own)
     });
     let (block, anchor) = boundary_statement(m, f, last_step)?;
@@ -179,23 +179,41 @@ fn step_before_update(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
     Some((format!("move it to the boundary, before `{update}`"), edits))
 }
 
-/// `scaler.unscale_(optimizer)` before the first clip that needs it, once.
+/// `scaler.unscale_(optimizer)` once, before the first statement that holds a clip needing it,
+/// under the tests the scaler's step is under (a scaler that may be `None` is unscaled only when
+/// it is not).
 fn unscale_first(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
-    let first = m
+    let clips: Vec<Node> = m
         .found
         .iter()
         .filter(|g| g.misstep == MisstepKind::ClipBeforeUnscale && g.related == f.related)
-        .min_by_key(|g| g.call.span.start)?;
+        .map(|g| statement_of(call_node(m, &g.call.span)?))
+        .collect::<Option<_>>()?;
+    let first = *clips.iter().min_by_key(|n| n.start_byte())?;
+    // The innermost block that holds every clip, and its statement that holds the first.
+    let block = ancestors(first).find(|b| {
+        matches!(b.kind(), "block" | "module")
+            && clips
+                .iter()
+                .all(|c| b.start_byte() <= c.start_byte() && c.end_byte() <= b.end_byte())
+    })?;
+    let anchor = child_of(first, block)?;
     let step = f.related.as_ref()?;
     let unscale = unscale_for(text(m, step))?;
-    let node = call_node(m, &first.call.span)?;
-    let stmt = statement_of(node)?;
-    own_lines(m.src, stmt.byte_range())?;
-    let indent = indent_of(m.src, stmt.start_byte())?;
-    let edits = vec![Edit::insert(
-        line_start(m.src, stmt.start_byte()),
-        format!("{indent}{unscale}\n"),
-    )];
+    let guards = guards_of(m, f, statement_of(call_node(m, step)?)?, anchor)?;
+    own_lines(m.src, anchor.byte_range())?;
+    let indent = indent_of(m.src, anchor.start_byte())?;
+    let unit = indent_unit(m.src, anchor)?;
+    let mut body = String::new();
+    emit(
+        m.recorded.conds,
+        &[(guards.as_slice(), unscale.clone())],
+        0,
+        &indent,
+        &unit,
+        &mut body,
+    );
+    let edits = vec![Edit::insert(line_start(m.src, anchor.start_byte()), body)];
     Some((format!("unscale first: `{unscale}`"), edits))
 }
 

@@ -129,11 +129,17 @@ impl<'s> Walker<'s> {
             return;
         }
         let mut texts: Vec<&'s str> = Vec::new();
-        self.gather(self.text(ctor), 0, &mut texts);
+        // What sizes the schedule: its length argument, not the optimizer or the warm-up.
+        let length = self.schedule_length(ctor).unwrap_or(ctor);
+        self.gather(self.text(length), 0, &mut texts);
         // Most schedules are not sized by a `len()`: look for one first.
         let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
             return;
         };
+        // How the loader was built (its batch size, its sampler) is not the schedule's length.
+        if let Some(built) = self.assigned_text.get(loader) {
+            texts.retain(|t| t != built);
+        }
         // A division, a choice or an explicit step count may size the schedule in optimizer
         // steps: not known.
         // A count read from outside (`args.max_steps`) is not followed.
@@ -157,7 +163,7 @@ impl<'s> Walker<'s> {
         }
         // The assignment that holds the count, or the count alone when it is written in the
         // constructor.
-        let length = if text == self.text(ctor) {
+        let length = if text == self.text(length) || text == self.text(ctor) {
             format!("len({loader})")
         } else {
             text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -168,6 +174,55 @@ impl<'s> Walker<'s> {
             length,
             loader: loader.to_string(),
         });
+    }
+
+    /// The argument of a scheduler's constructor that sizes it: a keyword that counts steps
+    /// (`num_training_steps`, `T_max`, `total_iters`, `steps_per_epoch`...), else the first
+    /// positional argument after the optimizer that reads a `len()`, else any argument but a
+    /// warm-up that does.
+    pub(super) fn schedule_length<'t>(&self, ctor: Node<'t>) -> Option<Node<'t>> {
+        let args = ctor.field("arguments")?;
+        let mut c = args.walk();
+        let all: Vec<Node> = args
+            .named_children(&mut c)
+            .filter(|a| a.ty() != "comment")
+            .collect();
+        let keyword = |a: &Node| {
+            (a.ty() == "keyword_argument")
+                .then(|| a.field("name").map(|n| self.text(n).to_ascii_lowercase()))
+                .flatten()
+        };
+        let value = |a: Node<'t>| -> Option<Node<'t>> {
+            match a.ty() {
+                "keyword_argument" => a.field("value"),
+                _ => Some(a),
+            }
+        };
+        let reads_len = |a: &Node| {
+            let mut texts = Vec::new();
+            self.gather(self.text(*a), 0, &mut texts);
+            texts.iter().any(|t| len_argument(t).is_some())
+        };
+        let total = all.iter().find(|a| {
+            keyword(a).is_some_and(|k| {
+                (k.contains("steps") || k.contains("iters") || k.contains("total") || k == "t_max")
+                    && !k.contains("warmup")
+                    && !k.contains("lr")
+            })
+        });
+        if let Some(a) = total {
+            return value(*a);
+        }
+        all.iter()
+            .skip(1)
+            .filter(|a| keyword(a).is_none())
+            .chain(
+                all.iter().filter(|a| {
+                    keyword(a).is_some_and(|k| !k.contains("warmup") && k != "optimizer")
+                }),
+            )
+            .find(|a| reads_len(a))
+            .and_then(|a| value(*a))
     }
 
     /// A name the texts read is divided in place somewhere (`total //= accum`).

@@ -1,0 +1,163 @@
+//! The loop model's assembly once the file is read: what each training call's receiver is (an
+//! optimizer or a model, a prepared scheduler, a framework's own class), the file's helpers
+//! inlined, the windows judged, and a checked fix built for each misstep.
+
+use super::*;
+
+impl<'s> Walker<'s> {
+    /// Fill the loop facts; returns whether accelerate divides the loss itself, and the
+    /// training calls with the file's helpers inlined.
+    pub(super) fn assemble_loops(&mut self, tree: &Tree) -> (bool, Vec<CallEvent>) {
+        // A `Trainer(...)` of a class the file defines itself is not a framework's.
+        for (span, name) in &self.trainer_calls {
+            if self.scopes.iter().any(|s| s.is_class && s.name == *name) {
+                self.facts.evidence.frameworks.retain(|m| m.span != *span);
+            }
+        }
+        // accelerate divides only when it was told to accumulate (its default is 1).
+        // Under its DeepSpeed plugin, `accelerator.backward` is the engine's, which divides by
+        // the config's accumulation steps.
+        let accelerate_divides = self
+            .accelerators
+            .iter()
+            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"))
+            || memchr::memmem::find(self.src.as_bytes(), b"deepspeed_plugin").is_some();
+        if !self.accelerators.is_empty() && !accelerate_divides {
+            // An `Accelerator()` that does not accumulate: its backward is a plain one.
+            for ev in &mut self.calls {
+                let Some((_, loss, text, prov)) = self
+                    .accelerate_backwards
+                    .iter()
+                    .find(|(call, ..)| *call == ev.call.span)
+                else {
+                    continue;
+                };
+                ev.kind = CallKind::Backward {
+                    loss: loss.clone(),
+                    loss_text: text.clone(),
+                    prov: prov.clone(),
+                    scaler: false,
+                    in_helper: false,
+                };
+            }
+        }
+        // A zero_grad of something the file steps (or builds) as an optimizer, and not of a
+        // model: what accelerate's prepared optimizer skips between syncs.
+        let optimizers: Vec<&str> = self
+            .step_receivers
+            .iter()
+            .chain(&self.optimizer_names)
+            .map(String::as_str)
+            .collect();
+        let prepared: Vec<&str> = self
+            .prepares
+            .iter()
+            .flat_map(|(_, _, args)| args.iter().copied())
+            .collect();
+        for ev in &mut self.calls {
+            match &mut ev.kind {
+                CallKind::ZeroGrad { optimizer } => {
+                    if let Some((_, recv)) =
+                        self.zero_grads.iter().find(|(s, _)| *s == ev.call.span)
+                    {
+                        *optimizer = optimizers.contains(&recv.as_str())
+                            || last_segment(recv).to_ascii_lowercase().contains("optim");
+                    }
+                }
+                CallKind::SchedulerStep { prepared: p } if !prepared.is_empty() => {
+                    if let Some((_, recv)) = self
+                        .scheduler_steps
+                        .iter()
+                        .find(|(s, _)| *s == ev.call.span)
+                    {
+                        *p = prepared.contains(&recv.as_str());
+                    }
+                }
+                _ => {}
+            }
+        }
+        for ev in &mut self.calls {
+            if !matches!(ev.kind, CallKind::SchedulerStep { .. }) {
+                continue;
+            }
+            let wraps_optimizer = self.scheduler_steps.iter().any(|(span, recv)| {
+                *span == ev.call.span && self.zero_grad_receivers.contains(recv)
+            });
+            if wraps_optimizer {
+                ev.kind = CallKind::Step { scaler: false };
+            }
+        }
+        let calls = self.inlined_calls();
+        let scopes: Vec<ScopeInfo> = self
+            .scopes
+            .iter()
+            .map(|s| ScopeInfo {
+                assigned: s.assigned.iter().chain(&s.params).cloned().collect(),
+            })
+            .collect();
+        let recorded = Recorded {
+            unscales: contains_word(self.src, "unscale_"),
+            loops: &self.loops,
+            conds: &self.conds,
+            scopes: &scopes,
+            calls: &calls,
+            // `accumulate()` in a file that builds no Accelerator: it is built to accumulate.
+            accelerate_accumulates: accelerate_divides
+                || (self.accelerators.is_empty() && !self.accumulate_at.is_empty()),
+            // Configured here, not merely read (`accelerator.state.deepspeed_plugin`).
+            accelerate_deepspeed: contains_word(self.src, "DeepSpeedPlugin(")
+                || contains_word(self.src, "deepspeed_plugin="),
+            accumulate_blocks: &self.accumulate_at,
+            accelerate_factor: self
+                .accelerators
+                .iter()
+                .flatten()
+                .find(|g| g.trim() != "1")
+                .cloned(),
+        };
+        let mut assembled = loops::assemble(&recorded);
+        for lp in &mut assembled.loops {
+            lp.factor_value = parse_number(&lp.factor).or_else(|| {
+                let v = self.env.get(&(0, lp.factor.clone()))?;
+                v.terms.is_empty().then_some(v.constant)
+            });
+        }
+        self.match_micro_schedules(&mut assembled.loops);
+        self.facts.global_batches = self.global_batches(&assembled.loops);
+        self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
+        self.facts.loader_batches = self.loader_batches();
+        if !assembled.loops.is_empty() {
+            self.facts.token_means = self.token_means();
+        }
+        self.facts.loops = assembled.loops;
+        self.facts.missteps = assembled
+            .missteps
+            .iter()
+            .map(|f| Misstep {
+                kind: f.misstep,
+                call: f.call.span.clone(),
+                path: f.path.clone(),
+                factor: f.factor.clone(),
+                related: f.related.clone(),
+                accelerate: f.accelerate,
+                micro: f.micro,
+                fix: self
+                    .verify_fixes
+                    .then(|| {
+                        moves::fix(
+                            &moves::Model {
+                                src: self.src,
+                                tree,
+                                recorded: &recorded,
+                                cond_nodes: &self.cond_ids,
+                                found: &assembled.missteps,
+                            },
+                            f,
+                        )
+                    })
+                    .flatten(),
+            })
+            .collect();
+        (accelerate_divides, calls)
+    }
+}
