@@ -59,9 +59,12 @@ impl Rule for UnscaledAccumulationLoss {
                     ""
                 };
                 let reaches = if bw.in_helper {
-                    "the loss reaches backward() inside this helper"
+                    format!(
+                        "loss reaches backward() in this helper, which the loop at {} calls on every micro-step,",
+                        super::line_of(cx.file, lp.header.start)
+                    )
                 } else {
-                    "loss reaches backward()"
+                    "loss reaches backward()".to_string()
                 };
                 let message = format!(
                     "{reaches} undivided while the optimizer steps every `{n}` micro-batches: gradients come out {times} the full-batch gradient{assumed}"

@@ -139,7 +139,11 @@ fn accum_loop(
                 ..
             } = &rec.calls[*i].kind
             {
-                let call = rec.calls[*i].call.span.clone();
+                // A helper's own loss is reported where its backward is written.
+                let call = match in_helper {
+                    true => rec.calls[*i].origin.clone(),
+                    false => rec.calls[*i].call.span.clone(),
+                };
                 if !backs.iter().any(|b| b.call == call) {
                     backs.push(Backward {
                         origin: rec.calls[*i].origin.clone(),

@@ -239,6 +239,15 @@ impl<'s> Walker<'s> {
     /// Called by the statements that hold the call (no `parent()` lookups: they cost the depth).
     pub(super) fn invoke(&mut self, node: Node) {
         let node = unparen(node);
+        // `loss = self.step_loss(mb) / n`: the helper runs within the arithmetic.
+        if node.ty() == "binary_operator" {
+            for side in ["left", "right"] {
+                if let Some(n) = node.field(side) {
+                    self.invoke(n);
+                }
+            }
+            return;
+        }
         if node.ty() != "call" {
             return;
         }

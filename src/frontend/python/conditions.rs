@@ -403,7 +403,20 @@ impl<'s> Walker<'s> {
         let var = self.text(node.field("left")?);
         let iter = unparen(node.field("right")?);
         if iter.ty() != "call" || iter.field("function").map(|f| self.text(f)) != Some("range") {
-            return None;
+            // A batch split into micro-batches (`batch.split(k)`, `torch.chunk(x, n)`, or a name
+            // bound to one), or a collection named for them: one iteration per micro-batch.
+            let it = self.text(iter);
+            let split = |t: &str| {
+                [".split(", ".chunk(", "tensor_split(", "array_split("]
+                    .iter()
+                    .any(|w| t.contains(w))
+            };
+            let bound = self.assigned_text.get(it).copied();
+            let micro = split(it)
+                || bound.is_some_and(split)
+                || (matches!(iter.ty(), "identifier" | "attribute")
+                    && (names_micro_batches(var) || names_micro_batches(it)));
+            return micro.then(|| format!("len({it})"));
         }
         let args = iter.field("arguments")?;
         let mut c = args.walk();

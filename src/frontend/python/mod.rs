@@ -235,6 +235,9 @@ struct Walker<'s> {
     modulo_names: HashMap<(usize, String), (String, Range<usize>)>,
     /// Accumulation tests stored in names (`do_step = (i + 1) % n == 0`).
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
+    /// Names assigned a count of the data in hand (`n = mask.sum()`), by scope: the innermost
+    /// loop they were counted in.
+    local_counts: HashMap<(usize, String), Option<usize>>,
     /// Comparisons of a factor with one stored in names (`accumulating = n > 1`).
     above_one_names: HashMap<(usize, String), (String, bool)>,
     /// Names that count parameters in a function (`n_b` in `weights = n_b * 2  # bf16`).
@@ -378,6 +381,7 @@ impl<'s> Walker<'s> {
             imports: HashMap::default(),
             test_names: HashMap::default(),
             above_one_names: HashMap::default(),
+            local_counts: HashMap::default(),
             modulo_names: HashMap::default(),
             gpu_names: Vec::new(),
             count_names: Vec::new(),

@@ -55,6 +55,9 @@ impl<'s> Walker<'s> {
                     "/" if matches!(super::parse_number(self.text(unparen(right))), Some(v) if v.fract() != 0.0) => {
                         self.prov(left, depth + 1)
                     }
+                    // Divided by a count of this micro-step's own data: a mean over it, as a
+                    // mean-reduced loss is; the window's division is still to come.
+                    "/" if self.counts_data_here(right) => Prov::UNSCALED,
                     "/" | "//" => Prov::DividedBy(self.text(unparen(right)).to_string()),
                     // `loss * num_tokens`: normalised by a count (the division comes elsewhere).
                     "*" if super::is_count_like(self.text(right))
@@ -116,6 +119,21 @@ impl<'s> Walker<'s> {
             "call" => self.call_prov(node, depth),
             _ => Prov::ASSUMED,
         }
+    }
+
+    /// The divisor reads a count of the data taken in the same loop iteration (or, outside any
+    /// loop, in the same function call): `loss.sum() / (n_valid + 1e-8)` with
+    /// `n_valid = mask.sum()` counted just before.
+    fn counts_data_here(&self, divisor: Node) -> bool {
+        if self.local_counts.is_empty() {
+            return false;
+        }
+        let scope = self.scope();
+        let here = self.ctx(divisor.start_byte()).loops.last().copied();
+        self.text(divisor)
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+            .filter(|w| w.chars().next().is_some_and(|c| !c.is_ascii_digit()))
+            .any(|w| self.local_counts.get(&(scope, w.to_string())) == Some(&here))
     }
 
     fn call_prov(&self, node: Node, depth: usize) -> Prov {

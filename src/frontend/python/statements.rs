@@ -120,6 +120,13 @@ impl<'s> Walker<'s> {
             let scope = self.scope();
             self.test_names.insert((scope, target.clone()), test);
         }
+        if self.loop_model && is_count_of_data(rtext) {
+            let here = (
+                self.scope(),
+                self.ctx(node.start_byte()).loops.last().copied(),
+            );
+            self.local_counts.insert((here.0, target.clone()), here.1);
+        }
         if let Some(guard) = self.above_one(right, true, 0) {
             let scope = self.scope();
             self.above_one_names.insert((scope, target.clone()), guard);
@@ -318,4 +325,13 @@ impl Walker<'_> {
             _ => None,
         }
     }
+}
+
+/// A count of the elements of the data in hand: `mask.sum()`, `torch.sum(mask)`, `x.numel()`,
+/// `torch.count_nonzero(labels != -100)`.
+fn is_count_of_data(text: &str) -> bool {
+    ["sum(", "numel(", "count_nonzero("]
+        .iter()
+        .any(|w| text.contains(w))
+        && !text.contains(" for ")
 }
