@@ -337,6 +337,8 @@ pub struct RunInfo {
     /// The accumulation factor the launch passes to its script
     /// (`--gradient_accumulation_steps 8`, or a recipe's key), with where it is written.
     pub accumulation: Option<Seen<f64>>,
+    /// The `gradient_accumulation_steps` of a DeepSpeed config the run reaches, with where.
+    pub deepspeed_accumulation: Option<Seen<f64>>,
 }
 
 /// A config this file holds, and a run that uses it.

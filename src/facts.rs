@@ -553,6 +553,9 @@ pub struct ManualDivision {
     /// The divisor as written.
     pub divisor: String,
     pub division: Division,
+    /// accelerate under its DeepSpeed plugin with the default factor: the engine divides by its
+    /// config's factor, which the run's DeepSpeed config must show.
+    pub engine_config: bool,
 }
 
 /// `x / N` as written: what to delete to undo it.

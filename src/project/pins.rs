@@ -7,7 +7,7 @@ use super::files::{Fid, Files};
 use super::runs::Run;
 use crate::config::{Node, Value};
 use crate::context::{PinnedProject, Seen};
-use crate::facts::{Facts, Pin};
+use crate::facts::{Facts, Framework, Pin};
 use std::path::Path;
 
 /// The first release whose Trainer divides the window's token losses by its token count
@@ -49,21 +49,17 @@ const LANGUAGE_MODEL_WORDS: &[&str] = &[
     "DataCollatorForSeq2Seq",
 ];
 
-/// Words that show transformers' Trainer (or TRL's, built on it) trains the model: its arguments
-/// are needed to build one.
-const TRAINER_WORDS: &[&str] = &[
-    "TrainingArguments",
-    "SFTConfig",
-    "SFTTrainer",
-    "Seq2SeqTrainer",
-];
-
 /// Keys that turn sequence packing on: every micro-batch is full, so the means agree.
 const PACKING_KEYS: &[&str] = &["packing", "sample_packing", "neat_packing", "group_texts"];
 
-/// What the units under `root` show, with where.
+/// What the units under `root` show, with where. The pieces must meet at one Trainer: a file
+/// that builds or subclasses transformers' Trainer, with the accumulation factor given to it (in
+/// the same file, or by a launch of that file) and the language model it trains named there; or
+/// a recipe (LLaMA-Factory, axolotl) that sets its own factor. An import alone, or a factor of a
+/// hand-written loop in another file, is not the Trainer's.
 pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> PinnedProject {
     let mut found = PinnedProject::default();
+    let mut packing: Option<String> = None;
     for (u, unit) in files.units.iter().enumerate() {
         if !unit.abs.starts_with(root) {
             continue;
@@ -71,11 +67,13 @@ pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> Pinned
         let f = Fid::Unit(u);
         let facts = &unit.facts;
         let site = |offset: usize| unit.file.site(offset);
+        let mut accumulation: Vec<Seen<f64>> = Vec::new();
         for m in &facts.accumulation_settings {
             if m.value > 1.0 {
-                push(&mut found.accumulation, m.value, site(m.span.start));
+                push(&mut accumulation, m.value, site(m.span.start));
             }
         }
+        let mut recipe: Option<String> = None;
         for c in files.configs_of(f) {
             let Some(root) = files.config(f, c) else {
                 continue;
@@ -83,45 +81,59 @@ pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> Pinned
             walk(root, 0, &mut |key, value| match key {
                 "gradient_accumulation_steps" => {
                     if let Some(v) = value.as_number().filter(|v| *v > 1.0) {
-                        push(&mut found.accumulation, v, site(value.span.start));
+                        push(&mut accumulation, v, site(value.span.start));
                     }
                 }
                 // A LLaMA-Factory stage that trains on tokens, an axolotl recipe's model: both
                 // train language models with the Trainer.
                 "stage" if matches!(value.as_str(), Some("sft" | "pt")) => {
-                    found.trainer.get_or_insert_with(|| site(value.span.start));
-                    found
-                        .language_model
-                        .get_or_insert_with(|| site(value.span.start));
+                    recipe.get_or_insert_with(|| site(value.span.start));
                 }
                 "base_model" if value.as_str().is_some() => {
-                    found.trainer.get_or_insert_with(|| site(value.span.start));
-                    found
-                        .language_model
-                        .get_or_insert_with(|| site(value.span.start));
+                    recipe.get_or_insert_with(|| site(value.span.start));
                 }
                 k if PACKING_KEYS.contains(&k) && switched_on(value) => {
-                    found.packing.get_or_insert_with(|| site(value.span.start));
+                    packing.get_or_insert_with(|| site(value.span.start));
                 }
                 _ => {}
             });
         }
-        let first = |words: &[&str]| {
-            let bytes = unit.file.text.as_bytes();
-            words
-                .iter()
-                .filter_map(|w| memchr::memmem::find(bytes, w.as_bytes()))
-                .min()
-                .map(site)
+        if packing.is_none() {
+            packing = python_packing(&unit.file.text).map(site);
+        }
+        // The Trainer built or subclassed here (not merely imported).
+        let trainer = facts
+            .evidence
+            .frameworks
+            .iter()
+            .find(|m| m.value == Framework::HfTrainer)
+            .map(|m| site(m.span.start));
+        let (trainer, language_model) = match (trainer, recipe) {
+            (Some(t), _) => {
+                // The factor a launch of this script passes reaches its Trainer.
+                for run in runs.iter().filter(|r| r.script == Some(f)) {
+                    if let Some(a) = run.info.accumulation.as_ref().filter(|a| a.value > 1.0) {
+                        push(&mut accumulation, a.value, a.at.clone());
+                    }
+                }
+                let bytes = unit.file.text.as_bytes();
+                let lm = LANGUAGE_MODEL_WORDS
+                    .iter()
+                    .filter_map(|w| memchr::memmem::find(bytes, w.as_bytes()))
+                    .min()
+                    .map(site);
+                (t, lm)
+            }
+            (None, Some(r)) => (r.clone(), Some(r)),
+            (None, None) => continue,
         };
-        if found.language_model.is_none() {
-            found.language_model = first(LANGUAGE_MODEL_WORDS);
+        if found.trainer.is_some() || accumulation.is_empty() {
+            continue;
         }
-        if found.trainer.is_none() {
-            found.trainer = first(TRAINER_WORDS);
-        }
-        if found.packing.is_none() {
-            found.packing = python_packing(&unit.file.text).map(site);
+        if let Some(lm) = language_model {
+            found.trainer = Some(trainer);
+            found.language_model = Some(lm);
+            found.accumulation = accumulation;
         }
     }
     for run in runs {
@@ -131,17 +143,13 @@ pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> Pinned
         if !files.units[u].abs.starts_with(root) {
             continue;
         }
-        if let Some(a) = run.info.accumulation.as_ref().filter(|a| a.value > 1.0) {
-            push(&mut found.accumulation, a.value, a.at.clone());
-        }
         walk(&run.flags, 0, &mut |key, value| {
             if PACKING_KEYS.contains(&key) && (switched_on(value) || value.value == Value::Null) {
-                found
-                    .packing
-                    .get_or_insert_with(|| files.site(run.origin, value.span.start));
+                packing.get_or_insert_with(|| files.site(run.origin, value.span.start));
             }
         });
     }
+    found.packing = packing;
     found
 }
 
@@ -152,10 +160,8 @@ pub fn could_show(text: &[u8]) -> bool {
     has(b"accumulation_steps")
         || has(b"accumulation-steps")
         || has(b"packing")
-        || LANGUAGE_MODEL_WORDS
-            .iter()
-            .chain(TRAINER_WORDS)
-            .any(|w| has(w.as_bytes()))
+        || has(b"Trainer")
+        || LANGUAGE_MODEL_WORDS.iter().any(|w| has(w.as_bytes()))
 }
 
 fn push(list: &mut Vec<Seen<f64>>, value: f64, at: String) {

@@ -97,6 +97,7 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
         world,
         auto_find_batch_size: flags.get("auto_find_batch_size").is_some(),
         accumulation: accumulation(files, origin, &flags),
+        deepspeed_accumulation: deepspeed_accumulation(files, &configs),
         trainer,
     };
     Some(Run {
@@ -147,6 +148,7 @@ pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option
         world,
         auto_find_batch_size: flags.get("auto_find_batch_size").is_some(),
         accumulation: None,
+        deepspeed_accumulation: deepspeed_accumulation(files, &configs),
         trainer,
     };
     Some(Run {
@@ -174,6 +176,28 @@ fn accumulation(files: &Files, origin: Fid, flags: &Node) -> Option<Seen<f64>> {
     Some(Seen {
         value: value.as_number()?,
         at: files.site(origin, key.span.start),
+    })
+}
+
+/// The accumulation factor of a DeepSpeed config among a run's configs (one that sets its
+/// batch or ZeRO keys), with where.
+fn deepspeed_accumulation(files: &Files, configs: &[(Fid, ConfigRef)]) -> Option<Seen<f64>> {
+    configs.iter().find_map(|(f, c)| {
+        let root = files.config(*f, *c)?;
+        let deepspeed = [
+            "train_micro_batch_size_per_gpu",
+            "train_batch_size",
+            "zero_optimization",
+        ]
+        .iter()
+        .any(|k| root.get(k).is_some());
+        let key = root
+            .get("gradient_accumulation_steps")
+            .filter(|_| deepspeed)?;
+        Some(Seen {
+            value: key.as_number()?,
+            at: files.site(*f, key.span.start),
+        })
     })
 }
 
@@ -207,6 +231,7 @@ pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
             trainer: None,
             auto_find_batch_size: false,
             accumulation: None,
+            deepspeed_accumulation: None,
         }),
     }
 }

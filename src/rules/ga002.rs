@@ -17,6 +17,20 @@ impl Rule for DoubleScaledLoss {
         for d in &cx.facts.manual_divisions {
             let n = &d.divisor;
             let who = match d.framework {
+                // The default factor of 1: only the DeepSpeed engine under accelerate's plugin
+                // divides, when a DeepSpeed config of the run accumulates.
+                Framework::Accelerate if d.engine_config => {
+                    let Some(ds) = cx
+                        .training
+                        .project
+                        .launched_by
+                        .iter()
+                        .find_map(|r| r.deepspeed_accumulation.as_ref().filter(|a| a.value > 1.0))
+                    else {
+                        continue;
+                    };
+                    format!("under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the DeepSpeed config's `gradient_accumulation_steps` ({} at {})", super::fmt_num(ds.value), ds.at)
+                }
                 Framework::Accelerate => "`accelerator.backward` divides it again by the Accelerator's `gradient_accumulation_steps`".to_string(),
                 Framework::DeepSpeed => "the DeepSpeed engine's `backward` divides it again by the config's `gradient_accumulation_steps` (`scale_wrt_gas` defaults to True)".to_string(),
                 Framework::Lightning => {

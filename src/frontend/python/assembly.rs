@@ -17,11 +17,21 @@ impl<'s> Walker<'s> {
         // accelerate divides only when it was told to accumulate (its default is 1).
         // Under its DeepSpeed plugin, `accelerator.backward` is the engine's, which divides by
         // the config's accumulation steps.
-        let accelerate_divides = self
+        let accelerator_accumulates = self
             .accelerators
             .iter()
-            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"))
+            .any(|gas| gas.as_deref().is_some_and(|g| g.trim() != "1"));
+        let accelerate_divides = accelerator_accumulates
             || memchr::memmem::find(self.src.as_bytes(), b"deepspeed_plugin").is_some();
+        // With the default factor, only the DeepSpeed engine under the plugin divides, by its
+        // config's factor.
+        if !accelerator_accumulates {
+            for d in &mut self.facts.manual_divisions {
+                if d.framework == Framework::Accelerate {
+                    d.engine_config = true;
+                }
+            }
+        }
         if !self.accelerators.is_empty() && !accelerate_divides {
             // An `Accelerator()` that does not accumulate: its backward is a plain one.
             for ev in &mut self.calls {

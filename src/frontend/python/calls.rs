@@ -463,6 +463,7 @@ impl<'s> Walker<'s> {
         };
         if let Some((divisor, division)) = self.division_of(*loss) {
             self.facts.manual_divisions.push(ManualDivision {
+                engine_config: false,
                 framework,
                 at: node.byte_range(),
                 divisor,

@@ -247,6 +247,7 @@ impl<'s> Walker<'s> {
         if lightning && function == "training_step" {
             if let Some((divisor, division)) = self.division_of(value) {
                 self.facts.manual_divisions.push(ManualDivision {
+                    engine_config: false,
                     framework: Framework::Lightning,
                     at: node.byte_range(),
                     divisor,
