@@ -201,10 +201,12 @@ fn found(
         .iter()
         .find(|it| it.boundary && matches!(rec.calls[it.ev].kind, CallKind::Step { .. }))
         .map(|it| it.iter);
+    // What runs there and on no other micro-step.
     let boundary: Vec<usize> = t
         .iter()
         .filter(|it| Some(it.iter) == stepping)
         .map(|it| it.ev)
+        .filter(|ev| !t.iter().any(|o| o.ev == *ev && !o.boundary))
         .collect();
     let step = p
         .window

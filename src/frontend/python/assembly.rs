@@ -132,6 +132,15 @@ impl<'s> Walker<'s> {
                 v.terms.is_empty().then_some(v.constant)
             });
         }
+        // A schedule whose length divides by a loop's factor, whatever the factor is called,
+        // counts optimizer steps.
+        if assembled.loops.iter().any(|lp| {
+            self.schedule_lengths
+                .iter()
+                .any(|t| divides_by(t, &lp.factor))
+        }) {
+            self.facts.schedule_in_optimizer_steps = true;
+        }
         self.match_micro_schedules(&mut assembled.loops);
         self.facts.global_batches = self.global_batches(&assembled.loops);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
@@ -170,4 +179,39 @@ impl<'s> Walker<'s> {
             .collect();
         (accelerate_divides, calls)
     }
+}
+
+/// `text` divides by `factor` (as a whole word, alone or in a product):
+/// `len(dl) // k * epochs`, `math.ceil(n / k)`, `n // (k * world)`.
+fn divides_by(text: &str, factor: &str) -> bool {
+    let f = factor.trim();
+    if f.is_empty() {
+        return false;
+    }
+    let bytes = text.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'.';
+    memchr::memmem::find_iter(bytes, f.as_bytes()).any(|at| {
+        let whole = !bytes.get(at + f.len()).is_some_and(|b| word(*b))
+            && !at
+                .checked_sub(1)
+                .and_then(|i| bytes.get(i))
+                .is_some_and(|b| word(*b));
+        whole && in_divisor(&bytes[..at])
+    })
+}
+
+/// What precedes a word puts it in a divisor: a `/` before it in its product, across the
+/// parentheses it sits in.
+fn in_divisor(before: &[u8]) -> bool {
+    let mut depth = 0usize;
+    for &c in before.iter().rev() {
+        match c {
+            b')' => depth += 1,
+            b'(' if depth > 0 => depth -= 1,
+            b'/' if depth == 0 => return true,
+            b'+' | b'-' | b',' | b'=' | b'<' | b'>' if depth == 0 => return false,
+            _ => {}
+        }
+    }
+    false
 }

@@ -280,6 +280,8 @@ struct Walker<'s> {
     sample_sized: Vec<schedules::SampleSized>,
     /// Calls of a class named like a framework's trainer (`Trainer(...)`), with the name.
     trainer_calls: Vec<(Range<usize>, String)>,
+    /// What each scheduler's length reads, its names followed.
+    schedule_lengths: Vec<String>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
     prepares: Vec<(usize, Vec<&'s str>, Vec<&'s str>)>,
     /// `batch_size=` values of data loaders, as written.
@@ -405,6 +407,7 @@ impl<'s> Walker<'s> {
             global_products: Vec::new(),
             loader_batch_args: Vec::new(),
             prepares: Vec::new(),
+            schedule_lengths: Vec::new(),
             trainer_calls: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),

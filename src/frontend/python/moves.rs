@@ -70,17 +70,18 @@ fn to_boundary(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
         })
         .collect();
     let calls = m.recorded.calls;
-    let first_step = f
-        .boundary
-        .iter()
-        .copied()
-        .find(|e| matches!(calls[*e].kind, CallKind::Step { .. }))?;
-    let (block, anchor) = boundary_statement(m, f, first_step)?;
-    let moved_ids: Vec<usize> = moved.iter().map(|g| g.ev).collect();
-    let units = units_of(m, f, &moved_ids, block)?;
     let moves_unscale = moved
         .iter()
         .any(|g| g.misstep == MisstepKind::UnscaleInWindow);
+    // Before the boundary's step; an `unscale_` also before the boundary's own clips.
+    let anchor_call = f.boundary.iter().copied().find(|e| match calls[*e].kind {
+        CallKind::Step { .. } => true,
+        CallKind::Clip { .. } => moves_unscale,
+        _ => false,
+    })?;
+    let (block, anchor) = boundary_statement(m, f, anchor_call)?;
+    let moved_ids: Vec<usize> = moved.iter().map(|g| g.ev).collect();
+    let units = units_of(m, f, &moved_ids, block)?;
     // With a scaler the clip must come after an `unscale_`: one at the boundary already, one
     // moved with it, or one added.
     let scaler_step = f
@@ -90,7 +91,7 @@ fn to_boundary(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
         .find(|e| matches!(calls[*e].kind, CallKind::Step { scaler: true }));
     let boundary_unscale = f.boundary.iter().copied().find(|e| {
         matches!(calls[*e].kind, CallKind::Unscale { .. })
-            && calls[*e].order < calls[first_step].order
+            && calls[*e].order < calls[anchor_call].order
     });
     let mut at = line_start(m.src, anchor.start_byte());
     let mut extra = None;
@@ -113,7 +114,11 @@ fn to_boundary(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
     }
     let mut edits = remove(m, &units)?;
     edits.push(Edit::insert(at, body));
-    Some(("clip once, at the optimizer step".into(), edits))
+    let message = match moved.iter().any(|g| g.misstep == MisstepKind::ClipInWindow) {
+        true => "clip once, at the optimizer step",
+        false => "unscale once, at the optimizer step",
+    };
+    Some((message.into(), edits))
 }
 
 /// A call that belongs once per optimizer step, moved after the boundary's last step, or

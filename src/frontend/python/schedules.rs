@@ -239,7 +239,7 @@ impl<'s> Walker<'s> {
     }
 
     /// `text` and the values of the names it reads, three names deep.
-    fn gather(&self, text: &'s str, depth: usize, out: &mut Vec<&'s str>) {
+    pub(super) fn gather(&self, text: &'s str, depth: usize, out: &mut Vec<&'s str>) {
         if out.contains(&text) {
             return;
         }

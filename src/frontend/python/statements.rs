@@ -35,6 +35,9 @@ impl<'s> Walker<'s> {
                 if simple_target && (last.contains("schedule") || last.ends_with("lr")) {
                     self.scheduler_names.push(target.clone());
                     let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
+                    let mut texts = Vec::new();
+                    self.gather(length, 0, &mut texts);
+                    self.schedule_lengths.push(texts.join(" "));
                     if self.counts_accumulation(length, 0) {
                         self.facts.schedule_in_optimizer_steps = true;
                     } else {
