@@ -1,0 +1,147 @@
+//! Fixes are promises that the program still works. Every training-loop fixture that
+//! `--fix --unsafe-fixes` changes is run, before and after, on recording stand-ins for torch,
+//! apex, accelerate, DeepSpeed and Lightning (`tests/standins/run.py`, no torch needed) under
+//! every combination of the settings it tests: the fixed program must run without an exception,
+//! keep the optimizer-step protocol (each step applies its window's mean gradient, clips after
+//! the window's last backward and after `unscale_`, one `unscale_` and one `step` per scaler
+//! update, the schedule once per step), and draw no finding from memlint; the original must
+//! break the protocol on the stand-ins, or the run proves nothing about it.
+
+use assert_cmd::Command;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for entry in fs::read_dir(from).expect("read").filter_map(Result::ok) {
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            fs::copy(&path, &target).expect("copy");
+        }
+    }
+}
+
+fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("read").filter_map(Result::ok) {
+        let p = entry.path();
+        if p.is_dir() {
+            python_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "py") {
+            out.push(p);
+        }
+    }
+}
+
+/// Run the stand-ins on one program: `Ok(summary)` when it keeps the protocol.
+fn on_standins(file: &Path) -> Result<String, String> {
+    let out = process::Command::new("python3")
+        .arg(root().join("tests/standins/run.py"))
+        .arg(file.file_name().expect("name"))
+        .current_dir(file.parent().expect("folder"))
+        .output()
+        .expect("python3 is needed for this test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+#[test]
+fn fixed_loops_run_and_keep_the_protocol() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut originals = Vec::new();
+    for entry in fs::read_dir(root().join("fixtures"))
+        .expect("fixtures")
+        .filter_map(Result::ok)
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("GA") {
+            copy_tree(&entry.path(), &work.path().join(&name));
+            python_files(&entry.path(), &mut originals);
+        }
+    }
+    Command::cargo_bin("memlint")
+        .expect("binary")
+        .current_dir(work.path())
+        .args([
+            "check",
+            "--isolated",
+            "--select",
+            "ALL",
+            "--fix",
+            "--unsafe-fixes",
+            ".",
+        ])
+        .output()
+        .expect("run memlint");
+    let mut fixed = Vec::new();
+    for original in &originals {
+        let rel = original
+            .strip_prefix(root().join("fixtures"))
+            .expect("inside fixtures");
+        let copy = work.path().join(rel);
+        if fs::read_to_string(original).ok() != fs::read_to_string(&copy).ok() {
+            fixed.push((original.clone(), copy));
+        }
+    }
+    assert!(
+        fixed.len() >= 50,
+        "only {} loop fixtures were fixed: the fixes stopped applying",
+        fixed.len()
+    );
+    let mut failures = Vec::new();
+    for (original, copy) in &fixed {
+        let name = original.display();
+        match on_standins(copy) {
+            Ok(_) => {}
+            Err(why) => failures.push(format!("{name}, fixed, breaks on the stand-ins:\n{why}")),
+        }
+        if let Ok(ran) = on_standins(original) {
+            failures.push(format!(
+                "{name}, before its fix, keeps the protocol on the stand-ins ({}): they do not see its bug",
+                ran.trim()
+            ));
+        }
+        let lint = Command::cargo_bin("memlint")
+            .expect("binary")
+            .current_dir(copy.parent().expect("folder"))
+            .args([
+                "check",
+                "--isolated",
+                "--select",
+                "ALL",
+                "--output-format",
+                "concise",
+            ])
+            .arg(copy.file_name().expect("name"))
+            .output()
+            .expect("run memlint");
+        if !lint.status.success() {
+            failures.push(format!(
+                "{name}, fixed, still draws findings:\n{}",
+                String::from_utf8_lossy(&lint.stdout)
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} fixed programs:\n{}",
+        failures.len(),
+        fixed.len(),
+        failures.join("\n")
+    );
+}

@@ -1,0 +1,935 @@
+"""Runs a training file on recording stand-ins and checks the optimizer-step protocol.
+
+    usage: python3 run.py FILE.py
+
+No torch is needed: `torch`, `apex`, `accelerate`, `deepspeed`, `lightning`, `transformers`,
+`tqdm` and any other import resolve to stand-ins that record what the program does (forward,
+backward with the scale its loss carries, clip, unscale_, step, update, zero_grad, scheduler
+step). The file's module-level code runs, then each function and each class's methods, with
+stand-ins chosen by parameter name. Settings (`args.x`, `cfg["y"]`, `scaler` that may be None)
+are knobs: a first run records which knobs the program tests, then the program runs again under
+every combination of their values (at most 64). Each run's record is checked:
+
+- every optimizer step applies the mean gradient of its window: the backwards since the last
+  zero_grad carry scales that add up to 1 (a loss divided by the accumulation factor once);
+- no clip before a later backward of the same window, and with a GradScaler no clip before the
+  scaler's `unscale_` since its last update;
+- GradScaler: one `unscale_` per optimizer and one `step` per update (torch raises otherwise);
+- the learning-rate schedule advances at most once per optimizer step.
+
+Prints `ok: N runs` and exits 0, or prints what broke and exits 1.
+"""
+
+import ast
+import contextlib
+import importlib.abc
+import importlib.machinery
+import itertools
+import sys
+import types
+
+BATCHES = 32
+
+
+class Broken(Exception):
+    """The program broke the protocol."""
+
+
+# ---- the record ------------------------------------------------------------------------------
+
+
+class Record:
+    def __init__(self):
+        self.events = []
+
+    def add(self, *event):
+        self.events.append(event)
+        if len(self.events) > 20_000:
+            raise Broken(f"the loop did not end on the stand-ins' {BATCHES} batches")
+
+
+REC = Record()
+
+
+# ---- knobs: settings the program reads --------------------------------------------------------
+
+
+class Knobs:
+    """The values of the settings for one run, and what the program did with them."""
+
+    def __init__(self, values=None):
+        self.values = dict(values or {})
+        self.tested = set()
+        self.numeric = set()
+
+    def value(self, path, default=None):
+        if default is None:
+            default = default_for(path)
+        return self.values.get(path, default)
+
+
+def default_for(path):
+    """A setting's value when no run chooses it: 4 (an accumulation factor, a flag that is on),
+    2 epochs, and room for several updates in a budget or a maximum."""
+    name = path.lower().rsplit(".", 1)[-1]
+    if "epoch" in name:
+        return 2
+    if any(w in name for w in ("budget", "total", "max_", "max", "num_samples")):
+        return 64
+    return 4
+
+
+KNOBS = Knobs()
+
+
+def knob(path):
+    v = KNOBS.value(path)
+    if v is None:
+        return None
+    if isinstance(v, Knob):
+        return v
+    return Knob(v, path)
+
+
+class Knob(int):
+    """A setting: an int (4 by default) that is also a config of settings, a callable, an
+    iterable of batches and a mapping."""
+
+    def __new__(cls, value, path):
+        k = int.__new__(cls, value)
+        k._path = path
+        return k
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name == "zero_grad":
+            return lambda *a, **k: REC.add("zero_grad", "model")
+        if name in ("parameters", "named_parameters", "modules", "children", "items", "values"):
+            return lambda *a, **k: iter([Tensor()])
+        if name in ("train", "eval", "cuda", "to", "float", "half"):
+            return lambda *a, **k: self
+        if name == "get":
+            return lambda key, default=None: knob(f"{self._path}.{key}")
+        if name == "loss":
+            return Tensor()
+        return knob(f"{self._path}.{name}")
+
+    def __getitem__(self, key):
+        if key == "loss":
+            return Tensor()
+        return knob(f"{self._path}[{key!r}]")
+
+    def __call__(self, *args, **kwargs):
+        return Output()
+
+    def __iter__(self):
+        return iter(Loader())
+
+    def __next__(self):
+        return Batch()
+
+    def __bool__(self):
+        KNOBS.tested.add(self._path)
+        return int(self) != 0
+
+    def _num(self):
+        KNOBS.numeric.add(self._path)
+        return int(self)
+
+    def __gt__(self, o):
+        KNOBS.tested.add(self._path)
+        return int(self) > o
+
+    def __ge__(self, o):
+        KNOBS.tested.add(self._path)
+        return int(self) >= o
+
+    def __lt__(self, o):
+        KNOBS.tested.add(self._path)
+        return int(self) < o
+
+    def __le__(self, o):
+        KNOBS.tested.add(self._path)
+        return int(self) <= o
+
+    def __eq__(self, o):
+        KNOBS.tested.add(self._path)
+        return int(self) == o
+
+    def __ne__(self, o):
+        KNOBS.tested.add(self._path)
+        return int(self) != o
+
+    def __hash__(self):
+        return int.__hash__(self)
+
+    def __index__(self):
+        return self._num()
+
+    def __float__(self):
+        return float(self._num())
+
+
+def _arith(op):
+    def f(self, other):
+        return getattr(int, op)(self._num(), other)
+
+    return f
+
+
+for _op in ("__mod__", "__rmod__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__",
+            "__mul__", "__rmul__", "__add__", "__radd__", "__sub__", "__rsub__", "__pow__"):
+    setattr(Knob, _op, _arith(_op))
+
+
+# ---- tensors, models, loaders ----------------------------------------------------------------
+
+
+class Tensor:
+    """A value that may be a loss: `scale` is what its gradient weighs (1 for a mean loss)."""
+
+    def __init__(self, scale=1.0, scaler=None):
+        self.scale = scale
+        self.scaler = scaler
+
+    def _with(self, scale):
+        return Tensor(scale, self.scaler)
+
+    def backward(self, *a, **k):
+        REC.add("backward", self.scale, self.scaler)
+
+    def __truediv__(self, o):
+        return self._with(_scaled(self.scale, o, lambda a, b: a / b))
+
+    def __mul__(self, o):
+        if isinstance(o, Tensor):
+            return self._with(self.scale)
+        return self._with(_scaled(self.scale, o, lambda a, b: a * b))
+
+    __rmul__ = __mul__
+
+    def __add__(self, o):
+        # Losses added up (a weighted sum of means is a mean): the scale they share.
+        if isinstance(o, Tensor) and o.scale != self.scale:
+            return self._with(None)
+        return self._with(self.scale)
+
+    __radd__ = __add__
+    __sub__ = __add__
+    __rsub__ = __add__
+
+    def __neg__(self):
+        return self
+
+    def __getitem__(self, key):
+        return self
+
+    def __iter__(self):
+        return iter([self, Tensor()])
+
+    def __float__(self):
+        return 1.0
+
+    def __bool__(self):
+        return True
+
+    def __gt__(self, o):
+        return False
+
+    __lt__ = __gt__
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in ("loss", "logits"):
+            return Tensor()
+        if name in ("item",):
+            return lambda: 1.0
+        if name in ("size", "numel", "dim"):
+            return lambda *a: 16
+        if name == "shape":
+            return (4, 4)
+        # `.mean()`, `.sum()`, `.cuda()`, `.to(...)`, `.view(...)`, `.detach()`: the same value.
+        return lambda *a, **k: self
+
+
+def _scaled(scale, other, op):
+    """A count (an integer: an accumulation factor, a number of tokens) rescales a loss; a
+    fractional weight (`0.5 * soft`) only mixes losses."""
+    if scale is None or isinstance(other, Tensor):
+        return None if isinstance(other, Tensor) else scale
+    try:
+        value = float(other)
+    except (TypeError, ValueError):
+        return None
+    if value != int(value) or value == 0:
+        return scale
+    return op(scale, value)
+
+
+class Output(Tensor):
+    """What a model returns: a mean loss that also has `.loss` and `.logits`."""
+
+
+class Model:
+    def __init__(self, *a, **k):
+        pass
+
+    @classmethod
+    def from_pretrained(cls, *a, **k):
+        return cls()
+
+    def __call__(self, *a, **k):
+        REC.add("forward")
+        return Output()
+
+    def parameters(self, *a, **k):
+        return iter([Tensor(), Tensor()])
+
+    named_parameters = parameters
+
+    def zero_grad(self, *a, **k):
+        REC.add("zero_grad", "model")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: self
+
+
+class Batch:
+    """A batch that unpacks into two tensors and reads as a mapping."""
+
+    def __call__(self, *a, **k):
+        return Output()
+
+    def keys(self):
+        return ["input_ids", "labels"]
+
+    def items(self):
+        return [(k, Tensor()) for k in self.keys()]
+
+    def __getitem__(self, key):
+        return Tensor()
+
+    def __iter__(self):
+        return iter([Tensor(), Tensor()])
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: self
+
+
+class Loader:
+    def __init__(self, *a, **k):
+        pass
+
+    def __iter__(self):
+        return iter([Batch() for _ in range(BATCHES)])
+
+    def __next__(self):
+        return Batch()
+
+    def __len__(self):
+        return BATCHES
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: None
+
+
+def criterion_fn(*a, **k):
+    return Tensor()
+
+
+class Criterion:
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, *a, **k):
+        return Tensor()
+
+
+# ---- optimizers, schedulers, scalers, clipping -------------------------------------------------
+
+
+class Optimizer:
+    def __init__(self, *a, **k):
+        self.param_groups = [{"lr": 1.0}]
+
+    def step(self, *a, **k):
+        REC.add("step", id(self))
+
+    def zero_grad(self, *a, **k):
+        REC.add("zero_grad", id(self))
+
+    def state_dict(self):
+        return {}
+
+
+class Scheduler:
+    def __init__(self, *a, **k):
+        self.zeroes = False
+
+    def step(self, *a, **k):
+        # A "scheduler" that zeroes gradients wraps the optimizer: its step is the optimizer's.
+        REC.add("step", id(self)) if self.zeroes else REC.add("sched")
+
+    def zero_grad(self, *a, **k):
+        self.zeroes = True
+        REC.add("zero_grad", id(self))
+
+    def get_last_lr(self):
+        return [1.0]
+
+
+class GradScaler:
+    """torch's GradScaler protocol: one `unscale_` per optimizer and one `step` per update."""
+
+    def __init__(self, *a, enabled=True, **k):
+        self.enabled = bool(enabled)
+        self.unscaled = set()
+        self.stepped = set()
+
+    def scale(self, loss):
+        if not self.enabled:
+            return loss
+        return Tensor(loss.scale, scaler=self)
+
+    def unscale_(self, opt):
+        if not self.enabled:
+            return
+        if id(opt) in self.unscaled:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+        if id(opt) in self.stepped:
+            raise RuntimeError("unscale_() is being called after step().")
+        self.unscaled.add(id(opt))
+        REC.add("unscale", id(opt))
+
+    def step(self, opt, *a, **k):
+        if self.enabled and id(opt) in self.stepped:
+            raise RuntimeError("step() has already been called since the last update().")
+        self.stepped.add(id(opt))
+        opt.step()
+
+    def update(self, *a, **k):
+        self.unscaled.clear()
+        self.stepped.clear()
+        REC.add("update")
+
+    def get_scale(self):
+        return 1.0
+
+
+def clip_grad(parameters=None, *a, **k):
+    REC.add("clip")
+    return Tensor()
+
+
+# ---- frameworks ---------------------------------------------------------------------------------
+
+
+class Accelerator:
+    """accelerate: divides the loss by its factor, syncs every `factor` calls of accumulate(),
+    and gates a prepared optimizer's step and zero_grad on the syncs."""
+
+    def __init__(self, *a, gradient_accumulation_steps=1, **k):
+        self.factor = int(gradient_accumulation_steps)
+        self.calls = 0
+        self.sync_gradients = True
+        self.device = "cpu"
+        self.num_processes = 1
+        self.is_main_process = True
+
+    @contextlib.contextmanager
+    def accumulate(self, *models):
+        self.calls += 1
+        self.sync_gradients = self.calls % self.factor == 0
+        yield
+
+    def backward(self, loss, **k):
+        scale = loss.scale / self.factor if loss.scale is not None and self.factor > 1 else loss.scale
+        REC.add("backward", scale, None)
+
+    def prepare(self, *objs):
+        out = tuple(Prepared(o, self) if isinstance(o, Optimizer) else o for o in objs)
+        return out[0] if len(out) == 1 else out
+
+    def clip_grad_norm_(self, *a, **k):
+        REC.add("clip")
+
+    @property
+    def state(self):
+        # A program that reads the DeepSpeed plugin runs under it: the engine divides by its
+        # config's factor.
+        self.factor = int(knob("deepspeed_config.gradient_accumulation_steps"))
+        return knob("accelerator.state")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: None
+
+
+class Prepared:
+    def __init__(self, opt, acc):
+        self.opt, self.acc = opt, acc
+
+    def step(self, *a, **k):
+        if self.acc.sync_gradients:
+            self.opt.step()
+
+    def zero_grad(self, *a, **k):
+        if self.acc.sync_gradients:
+            self.opt.zero_grad()
+
+
+class Engine:
+    """A DeepSpeed engine: backward divides by the config's factor, step steps every factor."""
+
+    def __init__(self, factor):
+        self.factor = factor
+        self.opt = Optimizer()
+        self.calls = 0
+        self.device = "cpu"
+
+    def __call__(self, *a, **k):
+        REC.add("forward")
+        return Output()
+
+    def backward(self, loss, scale_wrt_gas=True, **k):
+        scale = loss.scale / self.factor if loss.scale is not None and scale_wrt_gas else loss.scale
+        REC.add("backward", scale, None)
+
+    def step(self, *a, **k):
+        self.calls += 1
+        if self.calls % self.factor == 0:
+            self.opt.step()
+            self.opt.zero_grad()
+
+    def gradient_accumulation_steps(self):
+        return self.factor
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: None
+
+
+def deepspeed_initialize(*a, config=None, **k):
+    factor = 4
+    if isinstance(config, dict):
+        factor = int(config.get("gradient_accumulation_steps", 1))
+    engine = Engine(factor)
+    return engine, engine.opt, Loader(), Scheduler()
+
+
+class LightningModule(Model):
+    """Lightning: `training_step` is driven like the Trainer does (see `drive_lightning`)."""
+
+    def __init__(self, *a, **k):
+        self.automatic_optimization = True
+        self._opt = None
+
+    def log(self, *a, **k):
+        pass
+
+    def optimizers(self):
+        if self._opt is None:
+            made = self.configure_optimizers()
+            self._opt = made if isinstance(made, Optimizer) else Optimizer()
+        return self._opt
+
+    def manual_backward(self, loss, *a, **k):
+        REC.add("backward", loss.scale, None)
+
+    def parameters(self, *a, **k):
+        return iter([Tensor()])
+
+
+class Fabric:
+    def __init__(self, *a, **k):
+        pass
+
+    def backward(self, loss, *a, **k):
+        REC.add("backward", loss.scale, None)
+
+    def no_backward_sync(self, *a, **k):
+        return contextlib.nullcontext()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: None
+
+
+class Amp:
+    """apex's amp: scale_loss yields the loss (apex unscales before the step by itself)."""
+
+    def initialize(self, model, optimizer, *a, **k):
+        return model, optimizer
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss, optimizer):
+        yield loss
+
+    def master_params(self, optimizer):
+        return iter([Tensor()])
+
+
+def passthrough(iterable=None, *a, **k):
+    return iterable if iterable is not None else Loader()
+
+
+def null_context(*a, **k):
+    return contextlib.nullcontext()
+
+
+OPTIMIZERS = {"SGD", "Adam", "AdamW", "Adafactor", "Lion", "RMSprop", "Adagrad", "AdamW8bit"}
+
+
+def named(path, name):
+    """What `module.name` stands for, by what it is called."""
+    if name == "amp" and path.startswith("apex"):
+        return Amp()
+    if name in ("lr_scheduler", "optim", "nn", "utils", "data", "cuda", "functional", "pytorch"):
+        return Stub(f"{path}.{name}")
+    if name in OPTIMIZERS or (path.endswith(".optim") and name[:1].isupper() and name != "Optimizer"):
+        return Optimizer
+    if name == "Optimizer":
+        return Optimizer
+    if name == "GradScaler":
+        return GradScaler
+    if name in ("clip_grad_norm_", "clip_grad_value_"):
+        return clip_grad
+    if name == "DataLoader":
+        return Loader
+    if name in ("autocast", "no_grad", "inference_mode", "no_sync", "enable_grad"):
+        return null_context
+    if name == "tqdm" or name == "enumerate":
+        return passthrough
+    if name.endswith("Loss"):
+        return Criterion
+    if "schedule" in name.lower() or name.endswith("LR") or name.startswith("LambdaLR"):
+        return Scheduler
+    if name == "Accelerator":
+        return Accelerator
+    if name == "initialize" and path.startswith("deepspeed"):
+        return deepspeed_initialize
+    if name == "LightningModule":
+        return LightningModule
+    if name == "Fabric":
+        return Fabric
+    if name in ("Module",):
+        return Model
+    if name == "from_pretrained":
+        return Model
+    if path.endswith("functional") and name[:1].islower():
+        return criterion_fn
+    if name[:1].isupper():
+        return Model
+    if name in ("load", "save", "manual_seed", "set_seed"):
+        return lambda *a, **k: None
+    return Stub(f"{path}.{name}")
+
+
+class Stub(types.ModuleType):
+    """A module whose every name is a stand-in."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.__path__ = []
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = named(self.__name__, name)
+        setattr(self, name, value)
+        return value
+
+    def __call__(self, *a, **k):
+        return Model()
+
+
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Every import the file makes, but its own folder's modules and the standard library."""
+
+    def __init__(self, own):
+        self.own = own
+
+    def find_spec(self, name, path=None, target=None):
+        root = name.split(".")[0]
+        if root in sys.stdlib_module_names or root in self.own:
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        return Stub(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+# ---- entry points -----------------------------------------------------------------------------
+
+
+def standin(name, annotation=""):
+    """A stand-in for a parameter, by its name (and annotation)."""
+    n = name.lower()
+    a = annotation.lower()
+    if "fabric" in n or "fabric" in a:
+        return Fabric()
+    if "scaler" in n:
+        return GradScaler() if KNOBS.value(f"<{name}>", 1) else None
+    if n in ("optimizer", "opt", "optim") or "optimizer" in n:
+        return Optimizer()
+    if "sched" in n:
+        return Scheduler()
+    if "loader" in n or n in ("batches", "data", "dl", "rollouts", "window_iter", "dataset", "train_data"):
+        return Loader()
+    if n in ("model", "net", "backbone", "head", "policy", "encoder", "decoder", "module", "network"):
+        return Model()
+    if n in ("criterion", "loss_fn", "loss_fun", "loss_fct", "compute_loss"):
+        return Criterion()
+    if n == "next_batch":
+        return lambda: Batch()
+    if n in ("x", "y", "xb", "yb", "inputs", "labels", "targets", "images", "input_ids", "tokens", "logits"):
+        return Tensor()
+    if n == "device":
+        return "cpu"
+    return knob(name)
+
+
+def params_of(fn):
+    import inspect
+
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out.append((p.name, str(p.annotation) if p.annotation is not p.empty else ""))
+    return out
+
+
+def micro_step(fn_node):
+    """A function with no loop of its own that runs a backward: it is called once per batch."""
+    loops = any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fn_node))
+    backward = any(
+        isinstance(n, ast.Attribute) and n.attr in ("backward", "manual_backward", "scale")
+        for n in ast.walk(fn_node)
+    )
+    return backward and not loops
+
+
+def call(fn, fn_node):
+    params = params_of(fn)
+    times = BATCHES if fn_node is not None and micro_step(fn_node) else 1
+    for i in range(times):
+        args = []
+        for n, a in params:
+            if n in ("i", "step", "idx", "it", "batch_idx", "batch_index", "iteration"):
+                args.append(i)
+            elif n in ("batch", "micro_batch", "mb"):
+                args.append(Batch())
+            else:
+                args.append(standin(n, a))
+        fn(*args)
+
+
+def drive_lightning(cls, tree_cls):
+    module = cls.__new__(cls)
+    module.__init__(*[standin(n, a) for n, a in params_of(module.__init__)])
+    if not getattr(module, "automatic_optimization", True):
+        for i in range(BATCHES):
+            module.training_step(Batch(), i)
+        return
+    factor = 4
+    opt = module.optimizers()
+    for i in range(BATCHES):
+        loss = module.training_step(Batch(), i)
+        if loss is not None:
+            REC.add("backward", None if loss.scale is None else loss.scale / factor, None)
+        if (i + 1) % factor == 0:
+            opt.step()
+            opt.zero_grad()
+
+
+def stubbed_not_implemented(tree, module):
+    """`def build(): raise NotImplementedError`: stand-ins chosen by the names it is unpacked
+    into (`model, optimizer, loader = build()`)."""
+    stubs = {
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef)
+        and len(n.body) == 1
+        and isinstance(n.body[0], ast.Raise)
+    }
+    targets = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name):
+            if n.value.func.id in stubs:
+                t = n.targets[0]
+                names = [e.id for e in t.elts] if isinstance(t, ast.Tuple) else [getattr(t, "id", "x")]
+                targets[n.value.func.id] = names
+    module["_stubs"] = stubs
+
+    def make(names):
+        def stub(*a, **k):
+            made = [standin(x) for x in names]
+            return made[0] if len(made) == 1 else tuple(made)
+
+        return stub
+
+    module["_stub_factories"] = {s: make(targets.get(s, ["x"])) for s in stubs}
+
+
+# ---- the protocol -----------------------------------------------------------------------------
+
+
+def check(events):
+    mass = 0.0  # summed scale of the backwards since the last zero_grad (None: unknown)
+    pending = 0  # backwards since the last step
+    clipped_at = None
+    unscaled = False
+    scaled_since_update = False
+    sched_since_step = 0
+    windows = []
+    for k, e in enumerate(events):
+        kind = e[0]
+        if kind == "backward":
+            if clipped_at is not None:
+                raise Broken(f"a clip (event {clipped_at}) before a later backward of the same window")
+            pending += 1
+            if e[2] is not None:
+                scaled_since_update = True
+            mass = None if mass is None or e[1] is None else mass + e[1]
+        elif kind == "zero_grad":
+            mass = 0.0
+        elif kind == "clip":
+            if scaled_since_update and not unscaled:
+                raise Broken("a clip of gradients a GradScaler still scales (no unscale_ since its update)")
+            clipped_at = k
+        elif kind == "unscale":
+            unscaled = True
+        elif kind == "update":
+            if pending:
+                raise Broken("the loss scale changed between backwards of one window")
+            unscaled = False
+            scaled_since_update = False
+        elif kind == "sched":
+            sched_since_step += 1
+            if sched_since_step > 1:
+                raise Broken("the schedule advanced twice between optimizer steps")
+        elif kind == "step":
+            windows.append((pending, mass))
+            pending = 0
+            clipped_at = None
+            sched_since_step = 0
+    # The windows of the usual length (a first or last window may be shorter) each apply their
+    # mean gradient: the scales of their backwards add up to one.
+    lengths = [n for n, _ in windows if n]
+    if lengths:
+        usual = max(lengths)
+        for n, m in windows:
+            if n == usual and m is not None and abs(m - 1.0) > 1e-6:
+                raise Broken(f"an optimizer step applied {m:g} times the window's mean gradient")
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def run_once(path, tree, values):
+    global KNOBS, REC
+    KNOBS = Knobs(values)
+    REC = Record()
+    run_file_with_stubs(path, tree)
+    return REC.events, KNOBS
+
+
+def run_file_with_stubs(path, tree):
+    source = compile(tree, path, "exec")
+    module = {"__name__": "__main__", "__file__": path}
+    stubbed_not_implemented(tree, module)
+    exec(source, module)
+    for name, factory in module["_stub_factories"].items():
+        module[name] = factory
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name.startswith("_") or node.name in module["_stubs"]:
+                continue
+            call(module[node.name], node)
+        elif isinstance(node, ast.ClassDef):
+            cls = module[node.name]
+            if isinstance(cls, type) and issubclass(cls, LightningModule):
+                drive_lightning(cls, node)
+                continue
+            obj = cls.__new__(cls)
+            if "__init__" in cls.__dict__:
+                obj.__init__(*[standin(n, a) for n, a in params_of(obj.__init__)])
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
+                    if item.name in ("configure_optimizers", "forward"):
+                        continue
+                    call(getattr(obj, item.name), item)
+
+
+def main(path):
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    own = {f[:-3] for f in os.listdir(folder) if f.endswith(".py")}
+    sys.meta_path.insert(0, Finder(own))
+    sys.argv = [path]
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    _, first = run_once(path, tree, {})
+    tested = sorted(first.tested | {p for p in first.values})
+    # Each tested knob: on and off (or one and four for a factor compared with one).
+    choices = []
+    for p in tested:
+        choices.append([(p, 4), (p, 0 if p not in first.numeric else 1)])
+    scalers = sorted({f"<{n}>" for n in scaler_params(tree)})
+    for s in scalers:
+        choices.append([(s, 1), (s, 0)])
+    combos = list(itertools.product(*choices))[:64] if choices else [()]
+    runs = 0
+    for combo in combos:
+        values = dict(combo)
+        events, _ = run_once(path, tree, values)
+        try:
+            check(events)
+        except Broken as e:
+            print(f"{path}: under {values or 'the defaults'}: {e}")
+            print("  events: " + ", ".join(ev[0] for ev in events))
+            return 1
+        runs += 1
+    print(f"ok: {runs} runs")
+    return 0
+
+
+def scaler_params(tree):
+    """Scaler parameters the program tests for None (`if scaler is not None:`)."""
+    tested = set()
+    for n in ast.walk(tree):
+        test = getattr(n, "test", None)
+        if test is not None:
+            for t in ast.walk(test):
+                if isinstance(t, ast.Name):
+                    tested.add(t.id)
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.arg) and "scaler" in n.arg.lower() and n.arg in tested:
+            out.add(n.arg)
+    return out
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1]))
+    except Broken as e:
+        print(f"{sys.argv[1]}: {e}")
+        sys.exit(1)
