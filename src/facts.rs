@@ -556,6 +556,9 @@ pub struct ManualDivision {
     /// accelerate under its DeepSpeed plugin with the default factor: the engine divides by its
     /// config's factor, which the run's DeepSpeed config must show.
     pub engine_config: bool,
+    /// The divisor is read from the DeepSpeed config of the run (`deepspeed_plugin.
+    /// deepspeed_config["gradient_accumulation_steps"]`): the engine's own factor.
+    pub engine_factor: bool,
 }
 
 /// `x / N` as written: what to delete to undo it.

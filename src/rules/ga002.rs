@@ -20,19 +20,34 @@ impl Rule for DoubleScaledLoss {
                 // The default factor of 1: only the DeepSpeed engine under accelerate's plugin
                 // divides, when a DeepSpeed config of the run accumulates.
                 Framework::Accelerate if d.engine_config => {
-                    let Some(ds) = cx
+                    let ds = cx
                         .training
                         .project
                         .launched_by
                         .iter()
-                        .find_map(|r| r.deepspeed_accumulation.as_ref().filter(|a| a.value > 1.0))
-                    else {
-                        continue;
-                    };
-                    format!("under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the DeepSpeed config's `gradient_accumulation_steps` ({} at {})", super::fmt_num(ds.value), ds.at)
+                        .find_map(|r| r.deepspeed_accumulation.as_ref().filter(|a| a.value > 1.0));
+                    match ds {
+                        Some(ds) => format!("under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the DeepSpeed config's `gradient_accumulation_steps` ({} at {})", super::fmt_num(ds.value), ds.at),
+                        // The divisor is the engine's own factor, read from its config.
+                        None if d.engine_factor => "under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the same factor, the DeepSpeed config's `gradient_accumulation_steps`, whenever it is above 1".to_string(),
+                        None => continue,
+                    }
                 }
                 Framework::Accelerate => "`accelerator.backward` divides it again by the Accelerator's `gradient_accumulation_steps`".to_string(),
-                Framework::DeepSpeed => "the DeepSpeed engine's `backward` divides it again by the config's `gradient_accumulation_steps` (`scale_wrt_gas` defaults to True)".to_string(),
+                Framework::DeepSpeed => {
+                    // The runs' DeepSpeed configs do not accumulate: the engine divides by 1.
+                    let factors: Vec<f64> = cx
+                        .training
+                        .project
+                        .launched_by
+                        .iter()
+                        .filter_map(|r| r.deepspeed_accumulation.as_ref().map(|a| a.value))
+                        .collect();
+                    if !factors.is_empty() && factors.iter().all(|v| *v <= 1.0) {
+                        continue;
+                    }
+                    "the DeepSpeed engine's `backward` divides it again by the config's `gradient_accumulation_steps` (`scale_wrt_gas` defaults to True)".to_string()
+                }
                 Framework::Lightning => {
                     if cx.facts.manual_optimization {
                         continue;

@@ -364,9 +364,9 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
                     .rev()
                     .find(|k| matches!(kind(*k), CallKind::ScalerUpdate))
                     .map_or(0, |k| k + 1);
+                // The first may run only sometimes: whenever it does, this one follows it.
                 let first = (start..i).find(|k| {
-                    t[*k].runs == Runs::Always
-                        && t[*k].ev != it.ev
+                    t[*k].ev != it.ev
                         && t[*k].iter == it.iter
                         && matches!(kind(*k), CallKind::Unscale { key: other } if other == key)
                 });

@@ -26,9 +26,20 @@ impl<'s> Walker<'s> {
         // With the default factor, only the DeepSpeed engine under the plugin divides, by its
         // config's factor.
         if !accelerator_accumulates {
-            for d in &mut self.facts.manual_divisions {
+            let engine_factor: Vec<bool> = self
+                .facts
+                .manual_divisions
+                .iter()
+                .map(|d| {
+                    let mut texts = Vec::new();
+                    self.gather_owned(&d.divisor, &mut texts);
+                    texts.iter().any(|t| t.contains("deepspeed_config"))
+                })
+                .collect();
+            for (d, from_config) in self.facts.manual_divisions.iter_mut().zip(engine_factor) {
                 if d.framework == Framework::Accelerate {
                     d.engine_config = true;
+                    d.engine_factor = from_config;
                 }
             }
         }

@@ -23,6 +23,16 @@ impl<'s> Walker<'s> {
         };
         let key = self.text(name);
         let v = self.text(value);
+        // What a framework is told to accumulate over, as written: a loss divided by it is
+        // divided by the factor, whatever the name.
+        let factor_key = match key {
+            "gradient_accumulation_steps" | "accumulate_grad_batches" => true,
+            "num_steps" => self.callee_ends_with(node, "GradientAccumulationPlugin"),
+            _ => false,
+        };
+        if factor_key && v.len() < 80 && !self.factor_exprs.iter().any(|f| f == v) {
+            self.factor_exprs.push(v.to_string());
+        }
         match key {
             "compute_loss_func" => self.note_loss_func(node, value),
             // accelerate's factor is not a Trainer's: accelerate divides the loss itself.
@@ -464,6 +474,7 @@ impl<'s> Walker<'s> {
         if let Some((divisor, division)) = self.division_of(*loss) {
             self.facts.manual_divisions.push(ManualDivision {
                 engine_config: false,
+                engine_factor: false,
                 framework,
                 at: node.byte_range(),
                 divisor,
@@ -484,7 +495,7 @@ impl<'s> Walker<'s> {
                 let divisor = self.text(right);
                 // `loss * accum / num_items` cancels the framework's division on purpose.
                 if op != Some("/")
-                    || !names_accumulation(divisor)
+                    || !self.is_factor(divisor)
                     || self.text(left).to_ascii_lowercase().contains("accum")
                 {
                     return None;
@@ -541,6 +552,25 @@ impl<'s> Walker<'s> {
                         .get(w)
                         .is_some_and(|t| self.counts_accumulation(t, depth + 1))
                 })
+    }
+
+    /// An expression that is the accumulation factor: it names it, it is what a framework was
+    /// told to accumulate over (`Accelerator(gradient_accumulation_steps=k)`), or a name bound
+    /// to either, or it asks the engine (`engine.gradient_accumulation_steps()`).
+    pub(super) fn is_factor(&self, text: &str) -> bool {
+        let text = text.trim();
+        let known = |t: &str| {
+            names_accumulation(t)
+                || self
+                    .factor_exprs
+                    .iter()
+                    .any(|f| crate::frontend::loops::same_expr(f, t))
+        };
+        known(text)
+            || self
+                .assigned_text
+                .get(text)
+                .is_some_and(|t| known(t.trim()))
     }
 
     /// Remember whether an assignment to `name` divided it by the accumulation factor.

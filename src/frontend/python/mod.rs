@@ -280,6 +280,8 @@ struct Walker<'s> {
     sample_sized: Vec<schedules::SampleSized>,
     /// Calls of a class named like a framework's trainer (`Trainer(...)`), with the name.
     trainer_calls: Vec<(Range<usize>, String)>,
+    /// What frameworks are told to accumulate over, as written (`gradient_accumulation_steps=k`).
+    factor_exprs: Vec<String>,
     /// What each scheduler's length reads, its names followed.
     schedule_lengths: Vec<String>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
@@ -408,6 +410,7 @@ impl<'s> Walker<'s> {
             loader_batch_args: Vec::new(),
             prepares: Vec::new(),
             schedule_lengths: Vec::new(),
+            factor_exprs: Vec::new(),
             trainer_calls: Vec::new(),
             trainer_loss: Default::default(),
             facts: Facts::default(),

@@ -239,6 +239,16 @@ impl<'s> Walker<'s> {
     }
 
     /// `text` and the values of the names it reads, three names deep.
+    /// [`Self::gather`] for a text that is not a slice of the source: the values of the names
+    /// it reads.
+    pub(super) fn gather_owned(&self, text: &str, out: &mut Vec<&'s str>) {
+        for w in words(text) {
+            if let Some(t) = self.assigned_text.get(w) {
+                self.gather(t, 1, out);
+            }
+        }
+    }
+
     pub(super) fn gather(&self, text: &'s str, depth: usize, out: &mut Vec<&'s str>) {
         if out.contains(&text) {
             return;

@@ -251,6 +251,7 @@ impl<'s> Walker<'s> {
             if let Some((divisor, division)) = self.division_of(value) {
                 self.facts.manual_divisions.push(ManualDivision {
                     engine_config: false,
+                    engine_factor: false,
                     framework: Framework::Lightning,
                     at: node.byte_range(),
                     divisor,
