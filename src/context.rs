@@ -426,6 +426,8 @@ pub struct ProjectView {
     pub world_setting: Option<u32>,
     /// The runs that start this file as their script.
     pub launched_by: Vec<Arc<RunInfo>>,
+    /// The file run on its own, with the configs it names by a literal path.
+    pub own_run: Option<Arc<RunInfo>>,
     /// For a file that pins transformers before 4.46: what the project it speaks for shows.
     pub pinned: Option<PinnedProject>,
 }

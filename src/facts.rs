@@ -61,6 +61,9 @@ pub struct Facts {
     /// Configs written inside the file: shell heredocs, Python dict literals, dataclass and
     /// argparse defaults.
     pub inline_configs: Vec<InlineConfig>,
+    /// Config files the script names by a literal path (`json.load(open("ds_zero2.json"))`,
+    /// `args_file="train_args.json"`): the path as written and where.
+    pub opened_paths: Vec<(String, Range<usize>)>,
     /// Numbers bound to names that state a parameter count or a GPU's memory (`N_PARAMS = 7e9`).
     pub constants: Vec<NamedConstant>,
     /// `#SBATCH` directives of a batch script: `(option, value, span)`, option without dashes.
@@ -552,7 +555,9 @@ pub struct ManualDivision {
     pub at: Range<usize>,
     /// The divisor as written.
     pub divisor: String,
-    pub division: Division,
+    /// Where the division is written, to undo it; `None` when a helper divides (its other
+    /// callers may rely on it).
+    pub division: Option<Division>,
     /// accelerate under its DeepSpeed plugin with the default factor: the engine divides by its
     /// config's factor, which the run's DeepSpeed config must show.
     pub engine_config: bool,

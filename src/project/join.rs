@@ -80,6 +80,15 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 views[s].launched_by.push(run.info.clone());
             }
         }
+        // A file run on its own reads the configs it opens by a literal path.
+        if let (Fid::Unit(u), None, None) = (run.origin, run.invocation, run.recipe) {
+            for (f, c) in &run.configs {
+                if *f != run.origin {
+                    joined[u].join(&located(&files, *f, Some(*c)));
+                }
+            }
+            views[u].own_run = Some(run.info.clone());
+        }
         for (f, c) in &run.configs {
             if let Fid::Unit(u) = f {
                 views[*u].config_uses.push(ConfigUse {

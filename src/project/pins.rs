@@ -108,12 +108,34 @@ pub(super) fn pinned_project(files: &Files, runs: &[Run], root: &Path) -> Pinned
             .iter()
             .find(|m| m.value == Framework::HfTrainer)
             .map(|m| site(m.span.start));
+        if trainer.is_some() && grouped_texts(&unit.file.text).is_some() {
+            continue;
+        }
         let (trainer, language_model) = match (trainer, recipe) {
             (Some(t), _) => {
-                // The factor a launch of this script passes reaches its Trainer.
-                for run in runs.iter().filter(|r| r.script == Some(f)) {
+                // The factor a launch of this script passes reaches its Trainer, and so do the
+                // configs its runs read (the ones it opens by a literal path among them).
+                for run in runs
+                    .iter()
+                    .filter(|r| r.script == Some(f) || (r.origin == f && r.invocation.is_none()))
+                {
                     if let Some(a) = run.info.accumulation.as_ref().filter(|a| a.value > 1.0) {
                         push(&mut accumulation, a.value, a.at.clone());
+                    }
+                    for (cf, c) in run.configs.iter().filter(|(cf, _)| *cf != f) {
+                        if let Some(root) = files.config(*cf, *c) {
+                            walk(root, 0, &mut |key, value| {
+                                if key == "gradient_accumulation_steps" {
+                                    if let Some(v) = value.as_number().filter(|v| *v > 1.0) {
+                                        push(
+                                            &mut accumulation,
+                                            v,
+                                            files.site(*cf, value.span.start),
+                                        );
+                                    }
+                                }
+                            });
+                        }
                     }
                 }
                 let bytes = unit.file.text.as_bytes();
@@ -194,6 +216,15 @@ fn python_packing(text: &str) -> Option<usize> {
                 .strip_prefix('=')
                 .is_some_and(|r| r.trim_start().starts_with("True"))
     })
+}
+
+/// The texts joined and cut into blocks of one length (`run_clm`'s `group_texts`:
+/// `list(chain(*examples[k]))` sliced by a block size): the Trainer of the same file trains on
+/// full blocks. Other scripts of the project may not (a pre-training stage beside a fine-tuning
+/// one).
+fn grouped_texts(text: &str) -> Option<usize> {
+    let at = memchr::memmem::find(text.as_bytes(), b"chain(*")?;
+    (text.contains("def group_texts") || text.contains("concatenated")).then_some(at)
 }
 
 /// Every key of a config and its value, at any depth (bounded).

@@ -78,6 +78,11 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
                 configs.push((s, c));
             }
         }
+        for fc in opened_configs(files, s) {
+            if !configs.contains(&fc) {
+                configs.push(fc);
+            }
+        }
     }
     follow_nested(files, &mut configs, origin);
     let (flags, via) = flags_node(&parsed.flags, inv.span.clone());
@@ -201,17 +206,48 @@ fn deepspeed_accumulation(files: &Files, configs: &[(Fid, ConfigRef)]) -> Option
     })
 }
 
+/// The configs a script names by a literal path, resolved as the script's folder sees them.
+pub(super) fn opened_configs(files: &mut Files, script: Fid) -> Vec<(Fid, ConfigRef)> {
+    let paths: Vec<String> = files
+        .facts(script)
+        .opened_paths
+        .iter()
+        .map(|(p, _)| p.clone())
+        .collect();
+    let mut out = Vec::new();
+    for p in paths {
+        let Some(f) = files.resolve(&p, script) else {
+            continue;
+        };
+        if f == script {
+            continue;
+        }
+        for c in files.configs_of(f) {
+            if matches!(c, ConfigRef::Root(_)) && !out.contains(&(f, c)) {
+                out.push((f, c));
+            }
+        }
+    }
+    out
+}
+
 pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
     let mut configs: Vec<(Fid, ConfigRef)> = files
         .configs_of(origin)
         .into_iter()
         .map(|c| (origin, c))
         .collect();
+    for fc in opened_configs(files, origin) {
+        if !configs.contains(&fc) {
+            configs.push(fc);
+        }
+    }
     follow_nested(files, &mut configs, origin);
     let world = files
         .config(origin, ConfigRef::Root(0))
         .cloned()
         .and_then(|root| accelerate_world(files, origin, &root));
+    let deepspeed_accumulation = deepspeed_accumulation(files, &configs);
     Run {
         origin,
         invocation: None,
@@ -231,7 +267,7 @@ pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
             trainer: None,
             auto_find_batch_size: false,
             accumulation: None,
-            deepspeed_accumulation: None,
+            deepspeed_accumulation,
         }),
     }
 }

@@ -20,11 +20,11 @@ impl Rule for DoubleScaledLoss {
                 // The default factor of 1: only the DeepSpeed engine under accelerate's plugin
                 // divides, when a DeepSpeed config of the run accumulates.
                 Framework::Accelerate if d.engine_config => {
-                    let ds = cx
-                        .training
-                        .project
+                    let project = &cx.training.project;
+                    let ds = project
                         .launched_by
                         .iter()
+                        .chain(&project.own_run)
                         .find_map(|r| r.deepspeed_accumulation.as_ref().filter(|a| a.value > 1.0));
                     match ds {
                         Some(ds) => format!("under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the DeepSpeed config's `gradient_accumulation_steps` ({} at {})", super::fmt_num(ds.value), ds.at),
@@ -36,13 +36,24 @@ impl Rule for DoubleScaledLoss {
                 Framework::Accelerate => "`accelerator.backward` divides it again by the Accelerator's `gradient_accumulation_steps`".to_string(),
                 Framework::DeepSpeed => {
                     // The runs' DeepSpeed configs do not accumulate: the engine divides by 1.
-                    let factors: Vec<f64> = cx
-                        .training
-                        .project
+                    // What the DeepSpeed configs say: those the script's launches reach, and
+                    // dicts written in the script that hold DeepSpeed's batch keys.
+                    let project = &cx.training.project;
+                    let mut factors: Vec<f64> = project
                         .launched_by
                         .iter()
+                        .chain(&project.own_run)
                         .filter_map(|r| r.deepspeed_accumulation.as_ref().map(|a| a.value))
                         .collect();
+                    factors.extend(cx.facts.inline_configs.iter().filter_map(|c| {
+                        let root = &c.root;
+                        let deepspeed = ["train_micro_batch_size_per_gpu", "train_batch_size", "zero_optimization"]
+                            .iter()
+                            .any(|k| root.get(k).is_some());
+                        root.get("gradient_accumulation_steps")
+                            .filter(|_| deepspeed)?
+                            .as_number()
+                    }));
                     if !factors.is_empty() && factors.iter().all(|v| *v <= 1.0) {
                         continue;
                     }
@@ -72,9 +83,10 @@ impl Rule for DoubleScaledLoss {
 
 /// Undo the division: delete `loss = loss / n` / `loss /= n`, or cut ` / n` out of the expression.
 fn fix(cx: &Checker<'_>, d: &ManualDivision) -> Option<Fix> {
-    let edits = match &d.division.statement {
+    let division = d.division.as_ref()?;
+    let edits = match &division.statement {
         Some(stmt) => edits::delete_statement(cx.file, stmt)?,
-        None => vec![Edit::replace(d.division.operator_and_divisor.clone(), "")],
+        None => vec![Edit::replace(division.operator_and_divisor.clone(), "")],
     };
     Some(Fix {
         // The loss may also be logged or compared: its value changes for every reader.

@@ -4,7 +4,7 @@
 
 use super::{line_of, loop_fix, path_clause, window_factor, Checker, Rule};
 use crate::diagnostic::Diagnostic;
-use crate::facts::{Framework, MisstepKind};
+use crate::facts::MisstepKind;
 
 pub struct SchedulerPerMicroStep;
 
@@ -15,12 +15,10 @@ impl Rule for SchedulerPerMicroStep {
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         reverse(cx, out);
-        // A scheduler prepared by accelerate that does not accumulate steps once per process on
-        // every call: what its length should count depends on the launch. A schedule whose
-        // length counts micro-batches is consistent with stepping per micro-batch.
-        if cx.training.frameworks.contains(&Framework::Accelerate)
-            || !cx.facts.schedule_in_optimizer_steps
-        {
+        // A schedule whose length counts micro-batches is consistent with stepping per
+        // micro-batch. (A scheduler prepared by accelerate outside `accumulate()` steps on every
+        // call, once per process: at least as fast.)
+        if !cx.facts.schedule_in_optimizer_steps {
             return;
         }
         for m in &cx.facts.missteps {

@@ -108,6 +108,7 @@ impl<'s> Walker<'s> {
                 ev.kind = CallKind::Step { scaler: false };
             }
         }
+        self.helper_divisions(accelerate_divides);
         let calls = self.inlined_calls();
         let scopes: Vec<ScopeInfo> = self
             .scopes
@@ -189,6 +190,40 @@ impl<'s> Walker<'s> {
             })
             .collect();
         (accelerate_divides, calls)
+    }
+}
+
+impl Walker<'_> {
+    /// A loss a helper of the file divides by the factor (`return out.loss / GA`), handed to
+    /// a framework that divides again: reported at the framework's backward, without a fix.
+    fn helper_divisions(&mut self, accelerate_divides: bool) {
+        if !accelerate_divides {
+            return;
+        }
+        let mut found = Vec::new();
+        for (call, _, _, prov) in &self.accelerate_backwards {
+            // Only a loss a helper returns: divisions written in this function are the ones
+            // `division_of` reads, arms and all.
+            if self.facts.manual_divisions.iter().any(|d| d.at == *call)
+                || !matches!(prov, Prov::Local { .. })
+            {
+                continue;
+            }
+            let resolved = self.resolve(prov, None, 0);
+            let mut divisors = Vec::new();
+            resolved.divisors(&mut divisors);
+            if let Some(d) = divisors.into_iter().find(|d| self.is_factor(d)) {
+                found.push(ManualDivision {
+                    framework: Framework::Accelerate,
+                    at: call.clone(),
+                    divisor: d.to_string(),
+                    division: None,
+                    engine_config: false,
+                    engine_factor: false,
+                });
+            }
+        }
+        self.facts.manual_divisions.extend(found);
     }
 }
 

@@ -91,6 +91,12 @@ impl<'s> Walker<'s> {
         let lower = last.to_ascii_lowercase();
         let span = node.byte_range();
         let args = node.field("arguments");
+        if self.loop_model {
+            self.note_schedule_call(node, last);
+            if last == "next" {
+                self.note_next(node);
+            }
+        }
         if last == "add_argument" {
             self.argparse_default(node);
             crate::frontend::python_config::argparse_default(node, self.src, &mut self.facts);
@@ -239,6 +245,16 @@ impl<'s> Walker<'s> {
                 });
                 kw.and_then(|k| k.field("value")).map(|v| t(v).to_string())
             });
+            // `Accelerator(**kwargs)`: the factor the dict it is handed sets.
+            let gas = gas.or_else(|| {
+                let a = args?;
+                let mut c = a.walk();
+                let splat = a
+                    .named_children(&mut c)
+                    .find(|k| k.ty() == "dictionary_splat")?;
+                let name = t(splat).trim_start_matches('*').trim();
+                factor_in_text(self.assigned_text.get(name)?)
+            });
             self.accelerators.push(gas);
         }
         self.training_call(node, func, last);
@@ -248,12 +264,19 @@ impl<'s> Walker<'s> {
     /// `loss = train_step(batch)`): its training calls are inlined here once the file is read.
     /// Called by the statements that hold the call (no `parent()` lookups: they cost the depth).
     pub(super) fn invoke(&mut self, node: Node) {
+        self.invoke_at(node, 0)
+    }
+
+    fn invoke_at(&mut self, node: Node, depth: usize) {
+        if depth > 8 {
+            return;
+        }
         let node = unparen(node);
         // `loss = self.step_loss(mb) / n`: the helper runs within the arithmetic.
         if node.ty() == "binary_operator" {
             for side in ["left", "right"] {
                 if let Some(n) = node.field(side) {
-                    self.invoke(n);
+                    self.invoke_at(n, depth + 1);
                 }
             }
             return;
@@ -264,6 +287,22 @@ impl<'s> Walker<'s> {
         let Some(func) = node.field("function") else {
             return;
         };
+        // A helper called in the arguments (`history.append(self.step(batch))`) runs first.
+        if let Some(args) = node.field("arguments") {
+            let mut c = args.walk();
+            let inner: Vec<Node> = args
+                .named_children(&mut c)
+                .map(|a| match a.ty() {
+                    "keyword_argument" => a.field("value").unwrap_or(a),
+                    _ => a,
+                })
+                .filter(|a| matches!(unparen(*a).ty(), "call" | "binary_operator"))
+                .take(4)
+                .collect();
+            for a in inner {
+                self.invoke_at(a, depth + 1);
+            }
+        }
         let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
             return;
         };
@@ -323,14 +362,13 @@ impl<'s> Walker<'s> {
                 .count()
         });
         let kind = match last {
-            "step" if self.is_optimizer_ref(recv) || recv_last.contains("scaler") => {
+            "step" if self.is_optimizer_ref(recv) || self.is_scaler(recv) => {
                 self.facts.evidence.trains.push(span.clone());
-                if !recv_last.contains("scaler") {
+                let scaler = self.is_scaler(recv);
+                if !scaler {
                     self.step_receivers.push(recv.to_string());
                 }
-                CallKind::Step {
-                    scaler: recv_last.contains("scaler"),
-                }
+                CallKind::Step { scaler }
             }
             "step"
                 if positional == 0
@@ -417,7 +455,7 @@ impl<'s> Walker<'s> {
             "unscale_" => CallKind::Unscale {
                 key: self.text(node).split_whitespace().collect(),
             },
-            "update" if positional <= 1 && recv_last.contains("scaler") => CallKind::ScalerUpdate,
+            "update" if positional <= 1 && self.is_scaler(recv) => CallKind::ScalerUpdate,
             // Opacus accumulates clipped per-sample gradients and divides by the samples seen.
             "virtual_step" => CallKind::GradRescale,
             _ if last.to_ascii_lowercase().contains("scale_grads")
@@ -478,7 +516,7 @@ impl<'s> Walker<'s> {
                 framework,
                 at: node.byte_range(),
                 divisor,
-                division,
+                division: Some(division),
             });
         }
     }
@@ -559,6 +597,14 @@ impl<'s> Walker<'s> {
     /// to either, or it asks the engine (`engine.gradient_accumulation_steps()`).
     pub(super) fn is_factor(&self, text: &str) -> bool {
         let text = text.trim();
+        // A factor known to be 1 divides nothing.
+        let value = parse_number(text).or_else(|| {
+            let v = self.env.get(&(0, text.to_string()))?;
+            v.terms.is_empty().then_some(v.constant)
+        });
+        if value.is_some_and(|v| v <= 1.0) {
+            return false;
+        }
         let known = |t: &str| {
             names_accumulation(t)
                 || self
@@ -612,6 +658,12 @@ impl<'s> Walker<'s> {
             || last.starts_with("opt_")
             || last.ends_with("_opt"))
             && !last.contains("sched")
+    }
+
+    /// A `GradScaler`: bound to one (`self.amp = torch.amp.GradScaler()`), or named for one.
+    fn is_scaler(&self, recv: &str) -> bool {
+        last_segment(recv).to_ascii_lowercase().contains("scaler")
+            || self.scaler_names.iter().any(|n| n == recv)
     }
 
     /// `X.backward()`: X is the loss, or `scaler.scale(loss)`.
@@ -722,4 +774,19 @@ const BUILTINS: &[&str] = &[
 fn is_clip(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     lower.contains("clip") && (lower.contains("grad") || lower.contains("norm"))
+}
+
+/// The value a dict written as text gives `gradient_accumulation_steps`:
+/// `dict(gradient_accumulation_steps=2, ...)` or `{"gradient_accumulation_steps": 2}`.
+fn factor_in_text(text: &str) -> Option<String> {
+    let at = text.find("gradient_accumulation_steps")? + "gradient_accumulation_steps".len();
+    let rest = text[at..].trim_start_matches(['"', '\'', ' ']);
+    let rest = rest.strip_prefix('=').or_else(|| rest.strip_prefix(':'))?;
+    let value: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| !matches!(c, ',' | ')' | '}' | '\n'))
+        .collect();
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_string())
 }

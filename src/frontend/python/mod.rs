@@ -246,6 +246,8 @@ struct Walker<'s> {
     gpu_names: Vec<(usize, String)>,
     /// Names bound to optimizers (`opt = torch.optim.AdamW(...)`).
     optimizer_names: Vec<String>,
+    /// Names bound to a `GradScaler`.
+    scaler_names: Vec<String>,
     /// Names bound to learning-rate schedulers and to DeepSpeed engines.
     scheduler_names: Vec<String>,
     engine_names: Vec<String>,
@@ -282,6 +284,8 @@ struct Walker<'s> {
     trainer_calls: Vec<(Range<usize>, String)>,
     /// What frameworks are told to accumulate over, as written (`gradient_accumulation_steps=k`).
     factor_exprs: Vec<String>,
+    /// Nested and module functions by name, as written (a schedule's lambda reads them).
+    def_texts: HashMap<&'s str, &'s str>,
     /// What each scheduler's length reads, its names followed.
     schedule_lengths: Vec<String>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
@@ -391,6 +395,7 @@ impl<'s> Walker<'s> {
             count_names: Vec::new(),
             optimizer_names: Vec::new(),
             scheduler_names: Vec::new(),
+            scaler_names: Vec::new(),
             engine_names: Vec::new(),
             divisions: HashMap::default(),
             accelerators: Vec::new(),
@@ -410,6 +415,7 @@ impl<'s> Walker<'s> {
             loader_batch_args: Vec::new(),
             prepares: Vec::new(),
             schedule_lengths: Vec::new(),
+            def_texts: HashMap::default(),
             factor_exprs: Vec::new(),
             trainer_calls: Vec::new(),
             trainer_loss: Default::default(),
@@ -511,6 +517,7 @@ impl<'s> Walker<'s> {
 
     fn enter(&mut self, node: Node<'_>, field: Option<&str>, parent: Option<Node<'_>>) {
         match node.ty() {
+            "string" => self.note_config_path(node),
             "comment" => self.facts.comments.push(Comment {
                 text: self.text(node).to_string(),
                 range: node.byte_range(),
@@ -587,7 +594,21 @@ impl<'s> Walker<'s> {
                     let loops = self.ctx(node.start_byte()).loops;
                     self.accumulate_at.push((self.scope(), loops));
                 }
-                if items.contains("no_sync(") && backward_only(node, self.src) {
+                // `with ctx:` where `ctx = nullcontext() if last else model.no_sync()`.
+                let opened = self
+                    .assigned_text
+                    .get(
+                        items
+                            .trim_start_matches("with")
+                            .trim()
+                            .trim_end_matches(':')
+                            .trim(),
+                    )
+                    .copied()
+                    .unwrap_or("");
+                if (items.contains("no_sync(") || opened.contains("no_sync("))
+                    && backward_only(node, self.src)
+                {
                     self.facts
                         .no_sync_backward_only
                         .push(node.start_byte()..line_end(self.src, node.start_byte()));
@@ -614,11 +635,33 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// A string that names a config file by a literal path: a run of this script reads it.
+    fn note_config_path(&mut self, node: Node) {
+        let text = self.text(node);
+        if text.len() > 200 || text.starts_with(['f', 'F']) {
+            return;
+        }
+        let path = text.trim_matches(['"', '\'']);
+        let config = [".json", ".yaml", ".yml", ".toml"]
+            .iter()
+            .any(|e| path.ends_with(e));
+        if config && !path.contains(['{', '%', '*', ' ']) && path.len() > 5 {
+            self.facts
+                .opened_paths
+                .push((path.to_string(), node.byte_range()));
+        }
+    }
+
     fn enter_scope(&mut self, node: Node, above: Option<Node>) {
         let name = node
             .field("name")
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
+        if self.loop_model && node.ty() == "function_definition" {
+            if let Some(n) = node.field("name") {
+                self.def_texts.insert(self.text(n), self.text(node));
+            }
+        }
         let parent = self.scope();
         let is_class = node.ty() == "class_definition";
         // A method's `self.x` lives in its class; nested functions inherit their parent's class.

@@ -264,10 +264,24 @@ impl<'s> Walker<'s> {
                 if self.text(object) != "self" {
                     // `self.crit(x)` where `self.crit = MyLoss()`.
                     let name = self.text(func);
-                    return self.instance_of(name).map(|class| Callee {
-                        name: class,
-                        class: None,
-                        instance: true,
+                    if let Some(class) = self.instance_of(name) {
+                        return Some(Callee {
+                            name: class,
+                            class: None,
+                            instance: true,
+                        });
+                    }
+                    // `cb.on_batch_end(i)` where `cb = Callbacks(...)`, a class of this file:
+                    // its method.
+                    let class = self.instance_of(self.text(object))?;
+                    let scope = self
+                        .scopes
+                        .iter()
+                        .position(|s| s.is_class && s.name == class)?;
+                    return Some(Callee {
+                        name: self.text(attr).to_string(),
+                        class: Some(scope),
+                        instance: false,
                     });
                 }
                 if let Some(class) = self.instance_of(self.text(func)) {

@@ -136,10 +136,15 @@ impl<'s> Walker<'s> {
         let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
             return;
         };
-        // How the loader was built (its batch size, its sampler) is not the schedule's length.
-        if let Some(built) = self.assigned_text.get(loader) {
-            texts.retain(|t| t != built);
-        }
+        // How the loader was built (its batch size, its sampler) is not the schedule's length,
+        // and a lambda's own arithmetic (`1 - s / total`) is the progress through it.
+        let loader_name = loader.to_string();
+        texts.clear();
+        self.gather_skipping(self.text(length), 0, &[loader_name.as_str()], &mut texts);
+        texts.retain(|t| {
+            let t = t.trim_start();
+            !t.starts_with("lambda") && !t.starts_with("def ")
+        });
         // A division, a choice or an explicit step count may size the schedule in optimizer
         // steps: not known.
         // A count read from outside (`args.max_steps`) is not followed.
@@ -163,7 +168,7 @@ impl<'s> Walker<'s> {
         }
         // The assignment that holds the count, or the count alone when it is written in the
         // constructor.
-        let length = if text == self.text(length) || text == self.text(ctor) {
+        let length = if text == self.text(ctor) {
             format!("len({loader})")
         } else {
             text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -174,6 +179,49 @@ impl<'s> Walker<'s> {
             length,
             loader: loader.to_string(),
         });
+    }
+
+    /// A scheduler's construction, wherever it is (assigned, returned, passed on): what its
+    /// length reads, and whether it counts optimizer steps.
+    pub(super) fn note_schedule_call(&mut self, call: Node, last: &str) {
+        let lower = last.to_ascii_lowercase();
+        let constructor = lower.contains("schedule") && lower != "scheduler"
+            || (last.ends_with("LR") && last.starts_with(|c: char| c.is_ascii_uppercase()));
+        if !constructor {
+            return;
+        }
+        let length = self
+            .schedule_length(call)
+            .map_or(self.text(call), |a| self.text(a));
+        let mut texts = Vec::new();
+        self.gather(length, 0, &mut texts);
+        self.schedule_lengths.push(texts.join(" "));
+        if self.counts_accumulation(length, 0) {
+            self.facts.schedule_in_optimizer_steps = true;
+        }
+    }
+
+    /// `next(it)` in a `while` loop: the loop iterates over `it`.
+    pub(super) fn note_next(&mut self, call: Node) {
+        let Some(arg) = call
+            .field("arguments")
+            .and_then(|a| a.named_child(0))
+            .map(|a| self.text(a).to_string())
+        else {
+            return;
+        };
+        let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
+            Frame::Loop(l) => Some(Some(*l)),
+            Frame::Scope(_) => Some(None),
+            _ => None,
+        });
+        if let Some(Some(l)) = innermost {
+            if let Some(info) = self.loops.get_mut(l) {
+                if info.iterates.is_empty() {
+                    info.iterates = arg;
+                }
+            }
+        }
     }
 
     /// The argument of a scheduler's constructor that sizes it: a keyword that counts steps
@@ -250,6 +298,11 @@ impl<'s> Walker<'s> {
     }
 
     pub(super) fn gather(&self, text: &'s str, depth: usize, out: &mut Vec<&'s str>) {
+        self.gather_skipping(text, depth, &[], out)
+    }
+
+    /// [`Self::gather`], not following the names in `skip`.
+    fn gather_skipping(&self, text: &'s str, depth: usize, skip: &[&str], out: &mut Vec<&'s str>) {
         if out.contains(&text) {
             return;
         }
@@ -257,9 +310,13 @@ impl<'s> Walker<'s> {
         if depth >= 3 {
             return;
         }
-        for w in words(text) {
+        for w in words(text).filter(|w| !skip.contains(w)) {
             if let Some(t) = self.assigned_text.get(w) {
-                self.gather(t, depth + 1, out);
+                self.gather_skipping(t, depth + 1, skip, out);
+            }
+            // A function handed over by name (`LambdaLR(opt, lr_lambda)`): what it reads.
+            if let Some(t) = self.def_texts.get(w) {
+                self.gather_skipping(t, depth + 1, skip, out);
             }
         }
     }

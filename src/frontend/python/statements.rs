@@ -32,12 +32,12 @@ impl<'s> Walker<'s> {
                 if OPTIMIZER_CLASSES.contains(&last.as_str()) && simple_target {
                     self.optimizer_names.push(target.clone());
                 }
+                if last.ends_with("gradscaler") && simple_target {
+                    self.scaler_names.push(target.clone());
+                }
                 if simple_target && (last.contains("schedule") || last.ends_with("lr")) {
                     self.scheduler_names.push(target.clone());
                     let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
-                    let mut texts = Vec::new();
-                    self.gather(length, 0, &mut texts);
-                    self.schedule_lengths.push(texts.join(" "));
                     if self.counts_accumulation(length, 0) {
                         self.facts.schedule_in_optimizer_steps = true;
                     } else {
@@ -179,6 +179,7 @@ impl<'s> Walker<'s> {
         };
         if self.loop_model {
             self.note_assigned_names(left);
+            self.invoke(right);
         }
         let target = self.text(left).to_string();
         let op = self.text(op).trim_end_matches('=').to_string();
@@ -248,14 +249,26 @@ impl<'s> Walker<'s> {
             .and_then(|c| self.scopes.get(c))
             .is_some_and(|c| c.lightning);
         if lightning && function == "training_step" {
-            if let Some((divisor, division)) = self.division_of(value) {
+            // `return loss / k`, or `return {"loss": loss / k, ...}`.
+            let returned = match unparen(value).ty() {
+                "dictionary" => {
+                    let mut c = value.walk();
+                    let found = unparen(value).named_children(&mut c).find_map(|pair| {
+                        let key = pair.field("key")?;
+                        (string_key(self.text(key)) == "loss").then(|| pair.field("value"))?
+                    });
+                    found
+                }
+                _ => Some(value),
+            };
+            if let Some((divisor, division)) = returned.and_then(|v| self.division_of(v)) {
                 self.facts.manual_divisions.push(ManualDivision {
                     engine_config: false,
                     engine_factor: false,
                     framework: Framework::Lightning,
                     at: node.byte_range(),
                     divisor,
-                    division,
+                    division: Some(division),
                 });
             }
         }

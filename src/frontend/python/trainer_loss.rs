@@ -134,12 +134,15 @@ impl<'s> Walker<'s> {
                 }
             }
         }
-        let body = body.map(|b| self.text(b)).unwrap_or("");
-        let lower = body.to_ascii_lowercase();
+        // What the code reads: docstrings and comments that mention the count do not.
+        let written = body.map(|b| self.text(b)).unwrap_or("");
+        let code = code_only(written);
+        let body = code.as_str();
+        let lower = written.to_ascii_lowercase();
         let handles_count = count_param
             .as_deref()
             .is_some_and(|p| contains_ident(body, p.trim_start_matches("**")))
-            || lower.contains("accum")
+            || body.to_ascii_lowercase().contains("accum")
             || lower.contains("reduction=\"sum\"")
             || lower.contains("reduction='sum'")
             || contains_ident(body, "num_items_in_batch");
@@ -265,7 +268,13 @@ impl<'s> Walker<'s> {
 
     /// `gradient_accumulation_steps=<number>` as a keyword argument.
     pub(super) fn note_accumulation_setting(&mut self, value: Node) {
-        if let Some(v) = super::parse_number(self.text(value)) {
+        // A number, or a module constant bound to one (`gradient_accumulation_steps=GRAD_ACC`).
+        let text = self.text(value);
+        let number = super::parse_number(text).or_else(|| {
+            let v = self.env.get(&(0, text.to_string()))?;
+            v.terms.is_empty().then_some(v.constant)
+        });
+        if let Some(v) = number {
             self.facts.accumulation_settings.push(Mention {
                 value: v,
                 span: value.byte_range(),
@@ -303,4 +312,47 @@ fn ident_around(bytes: &[u8], at: usize) -> Range<usize> {
         .get(at..)
         .map_or(at, |b| at + b.iter().take_while(|c| ident(c)).count());
     start..end
+}
+
+/// The code of `text` with its comments and string literals blanked (same length).
+fn code_only(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    out[i] = b' ';
+                    i += 1;
+                }
+            }
+            q @ (b'"' | b'\'') => {
+                let triple = bytes.get(i..i + 3) == Some(&[q, q, q][..]);
+                let close: &[u8] = if triple { &[q, q, q] } else { &[q] };
+                let start = i;
+                i += close.len();
+                while i < bytes.len() && !bytes[i..].starts_with(close) {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                    }
+                    if !triple && bytes.get(i) == Some(&b'\n') {
+                        break;
+                    }
+                    i += 1;
+                }
+                let end = (i + close.len()).min(bytes.len());
+                for b in &mut out[start..end] {
+                    if *b != b'\n' {
+                        *b = b' ';
+                    }
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
