@@ -28,11 +28,15 @@ import itertools
 import sys
 import types
 
-BATCHES = 32
+BATCHES = 64
 
 
 class Broken(Exception):
     """The program broke the protocol."""
+
+
+class Enough(Exception):
+    """The program runs on (a loop bounded by a large literal): what ran so far is checked."""
 
 
 # ---- the record ------------------------------------------------------------------------------
@@ -44,8 +48,8 @@ class Record:
 
     def add(self, *event):
         self.events.append(event)
-        if len(self.events) > 20_000:
-            raise Broken(f"the loop did not end on the stand-ins' {BATCHES} batches")
+        if len(self.events) > 200_000:
+            raise Enough()
 
 
 REC = Record()
@@ -74,16 +78,18 @@ def default_for(path):
     name = path.lower().rsplit(".", 1)[-1]
     if "epoch" in name:
         return 2
-    if any(w in name for w in ("budget", "total", "max_", "max", "num_samples")):
+    if any(w in name for w in ("budget", "total", "num_samples")):
         return 64
+    if "max" in name:
+        return 8
     return 4
 
 
 KNOBS = Knobs()
 
 
-def knob(path):
-    v = KNOBS.value(path)
+def knob(path, default=None):
+    v = KNOBS.value(path, default)
     if v is None:
         return None
     if isinstance(v, Knob):
@@ -129,13 +135,22 @@ class Knob(int):
     def __next__(self):
         return Batch()
 
+    def __len__(self):
+        return BATCHES
+
+    def __fspath__(self):
+        return CONFIG_FILE
+
+    def keys(self):
+        return ["input_ids"]
+
     def __bool__(self):
         KNOBS.tested.add(self._path)
         return int(self) != 0
 
     def _num(self):
         KNOBS.numeric.add(self._path)
-        return int(self)
+        return int.__int__(self)
 
     def __gt__(self, o):
         KNOBS.tested.add(self._path)
@@ -170,6 +185,9 @@ class Knob(int):
     def __float__(self):
         return float(self._num())
 
+    def __int__(self):
+        return self._num()
+
 
 def _arith(op):
     def f(self, other):
@@ -186,20 +204,110 @@ for _op in ("__mod__", "__rmod__", "__truediv__", "__rtruediv__", "__floordiv__"
 # ---- tensors, models, loaders ----------------------------------------------------------------
 
 
+class Anything:
+    """What an unknown library call returns: callable, subscriptable, iterable as a loader,
+    usable as a number, a tensor or a context."""
+
+    def __init__(self, name="value"):
+        self._name = name
+
+    def __call__(self, *a, **k):
+        return Anything(self._name)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in ("loss", "logits"):
+            return Tensor()
+        if name == "zero_grad":
+            return lambda *a, **k: REC.add("zero_grad", "model")
+        # Read like a module: what a recognised name stands for (`torch.amp.GradScaler`).
+        known = named(self._name, name)
+        if not isinstance(known, Anything):
+            return known
+        return Anything(f"{self._name}.{name}")
+
+    def __getitem__(self, key):
+        return Anything(self._name)
+
+    def __iter__(self):
+        return iter(Loader())
+
+    def __next__(self):
+        return Batch()
+
+    def __len__(self):
+        return BATCHES
+
+    def __index__(self):
+        return 4
+
+    __int__ = __index__
+
+    def __float__(self):
+        return 4.0
+
+    def __bool__(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+    def __fspath__(self):
+        return CONFIG_FILE
+
+    def keys(self):
+        return ["input_ids"]
+
+    def values(self):
+        return [Tensor()]
+
+    def items(self):
+        return [("loss", Tensor())]
+
+    def _tensor(self, *a):
+        # With a number it is a count; with a tensor, a tensor.
+        if a and isinstance(a[0], (int, float)) and not isinstance(a[0], bool):
+            return 4
+        return Tensor()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _tensor
+    __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __pow__ = __neg__ = _tensor
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _tensor
+
+    def __format__(self, spec):
+        return format(4.0, spec) if spec else self._name
+
+    def __lt__(self, o):
+        return False
+
+    __gt__ = __le__ = __ge__ = __lt__
+
+
+CONFIG_FILE = ""
+
+
 class Tensor:
     """A value that may be a loss: `scale` is what its gradient weighs (1 for a mean loss)."""
 
-    def __init__(self, scale=1.0, scaler=None):
+    def __init__(self, scale=1.0, scaler=None, parts=1):
         self.scale = scale
         self.scaler = scaler
+        # How many losses were added up: dividing by their number averages them.
+        self.parts = parts
 
-    def _with(self, scale):
-        return Tensor(scale, self.scaler)
+    def _with(self, scale, parts=1):
+        return Tensor(scale, self.scaler, parts)
 
     def backward(self, *a, **k):
         REC.add("backward", self.scale, self.scaler)
 
     def __truediv__(self, o):
+        if self.parts > 1 and not isinstance(o, Tensor) and _number(o) == self.parts:
+            return self._with(self.scale)
         return self._with(_scaled(self.scale, o, lambda a, b: a / b))
 
     def __mul__(self, o):
@@ -213,7 +321,8 @@ class Tensor:
         # Losses added up (a weighted sum of means is a mean): the scale they share.
         if isinstance(o, Tensor) and o.scale != self.scale:
             return self._with(None)
-        return self._with(self.scale)
+        parts = self.parts + o.parts if isinstance(o, Tensor) else self.parts
+        return self._with(self.scale, parts)
 
     __radd__ = __add__
     __sub__ = __add__
@@ -228,8 +337,14 @@ class Tensor:
     def __iter__(self):
         return iter([self, Tensor()])
 
+    def __next__(self):
+        return Batch()
+
     def __float__(self):
         return 1.0
+
+    def __format__(self, spec):
+        return format(1.0, spec) if spec else "tensor"
 
     def __bool__(self):
         return True
@@ -249,9 +364,43 @@ class Tensor:
         if name in ("size", "numel", "dim"):
             return lambda *a: 16
         if name == "shape":
-            return (4, 4)
-        # `.mean()`, `.sum()`, `.cuda()`, `.to(...)`, `.view(...)`, `.detach()`: the same value.
-        return lambda *a, **k: self
+            return (16, 16)
+        if name == "device":
+            return "cpu"
+        # `.mean()`, `.sum()`, `.cuda()`, `.to(...)`, `.view(...)`, `.T`: the same value.
+        return self
+
+    def __call__(self, *a, **k):
+        return self
+
+    def keys(self):
+        return ["input_ids"]
+
+    def values(self):
+        return [self]
+
+    def items(self):
+        return [("loss", self)]
+
+    def __matmul__(self, o):
+        return self
+
+    __rmatmul__ = __matmul__
+    __pow__ = __matmul__
+    __rtruediv__ = __matmul__
+
+    def __len__(self):
+        return 16
+
+    def __index__(self):
+        return 16
+
+
+def _number(other):
+    try:
+        return float(other)
+    except (TypeError, ValueError):
+        return None
 
 
 def _scaled(scale, other, op):
@@ -272,13 +421,27 @@ class Output(Tensor):
     """What a model returns: a mean loss that also has `.loss` and `.logits`."""
 
 
-class Model:
+class ModelMeta(type):
+    """`Model.from_pretrained(...)`, `GPT.from_config(...)`: a model."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: cls()
+
+
+class Model(metaclass=ModelMeta):
     def __init__(self, *a, **k):
         pass
 
-    @classmethod
-    def from_pretrained(cls, *a, **k):
-        return cls()
+    def __iter__(self):
+        return iter(Loader())
+
+    def __len__(self):
+        return BATCHES
+
+    def __getitem__(self, key):
+        return Anything()
 
     def __call__(self, *a, **k):
         REC.add("forward")
@@ -295,11 +458,13 @@ class Model:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return lambda *a, **k: self
+        if name in ("train", "eval", "cuda", "to", "float", "half", "requires_grad_"):
+            return lambda *a, **k: self
+        return Anything(f"model.{name}")
 
 
-class Batch:
-    """A batch that unpacks into two tensors and reads as a mapping."""
+class Batch(Tensor):
+    """A batch: a tensor that unpacks into its parts and reads as a mapping."""
 
     def __call__(self, *a, **k):
         return Output()
@@ -310,16 +475,20 @@ class Batch:
     def items(self):
         return [(k, Tensor()) for k in self.keys()]
 
+    def values(self):
+        return [Tensor()]
+
     def __getitem__(self, key):
         return Tensor()
 
     def __iter__(self):
-        return iter([Tensor(), Tensor()])
+        return iter([Tensor() for _ in range(ARITY)])
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *a, **k: self
+    def __len__(self):
+        return ARITY
+
+
+ARITY = 2
 
 
 class Loader:
@@ -358,7 +527,7 @@ class Criterion:
 
 class Optimizer:
     def __init__(self, *a, **k):
-        self.param_groups = [{"lr": 1.0}]
+        self.param_groups = [{"lr": 1.0, "params": [Tensor()]}]
 
     def step(self, *a, **k):
         REC.add("step", id(self))
@@ -384,6 +553,12 @@ class Scheduler:
 
     def get_last_lr(self):
         return [1.0]
+
+    def __getattr__(self, name):
+        # A noise scheduler's `add_noise`, a scheduler's state: nothing the protocol reads.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Anything(f"scheduler.{name}")
 
 
 class GradScaler:
@@ -413,7 +588,11 @@ class GradScaler:
         if self.enabled and id(opt) in self.stepped:
             raise RuntimeError("step() has already been called since the last update().")
         self.stepped.add(id(opt))
-        opt.step()
+        # The optimizer steps, whatever stands for it.
+        if isinstance(opt, (Optimizer, Prepared)):
+            opt.step()
+        else:
+            REC.add("step", id(opt))
 
     def update(self, *a, **k):
         self.unscaled.clear()
@@ -455,11 +634,14 @@ class Accelerator:
         REC.add("backward", scale, None)
 
     def prepare(self, *objs):
-        out = tuple(Prepared(o, self) if isinstance(o, Optimizer) else o for o in objs)
+        out = tuple(Prepared(o, self) if isinstance(o, (Optimizer, Scheduler)) else o for o in objs)
         return out[0] if len(out) == 1 else out
 
     def clip_grad_norm_(self, *a, **k):
         REC.add("clip")
+
+    def unwrap_model(self, model):
+        return model
 
     @property
     def state(self):
@@ -471,7 +653,7 @@ class Accelerator:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return lambda *a, **k: None
+        return Anything(f"accelerator.{name}")
 
 
 class Prepared:
@@ -516,7 +698,7 @@ class Engine:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return lambda *a, **k: None
+        return Anything(f"engine.{name}")
 
 
 def deepspeed_initialize(*a, config=None, **k):
@@ -537,17 +719,40 @@ class LightningModule(Model):
     def log(self, *a, **k):
         pass
 
-    def optimizers(self):
+    def _configured(self):
         if self._opt is None:
             made = self.configure_optimizers()
-            self._opt = made if isinstance(made, Optimizer) else Optimizer()
-        return self._opt
+            opt, sched = made, None
+            if isinstance(made, (tuple, list)) and len(made) == 2 and isinstance(made[0], list):
+                opt, sched = made[0][0], (made[1][0] if made[1] else None)
+            elif isinstance(made, dict):
+                opt, sched = made.get("optimizer"), made.get("lr_scheduler")
+            self._opt = opt if isinstance(opt, Optimizer) else Optimizer()
+            self._sched = sched if isinstance(sched, Scheduler) else Scheduler()
+        return self._opt, self._sched
+
+    def optimizers(self):
+        return self._configured()[0]
+
+    def lr_schedulers(self):
+        return self._configured()[1]
+
+    @property
+    def trainer(self):
+        return knob("trainer")
 
     def manual_backward(self, loss, *a, **k):
         REC.add("backward", loss.scale, None)
 
     def parameters(self, *a, **k):
         return iter([Tensor()])
+
+    @property
+    def hparams(self):
+        return knob("hparams")
+
+    def save_hyperparameters(self, *a, **k):
+        pass
 
 
 class Fabric:
@@ -560,10 +765,13 @@ class Fabric:
     def no_backward_sync(self, *a, **k):
         return contextlib.nullcontext()
 
+    def setup(self, *objs):
+        return objs[0] if len(objs) == 1 else objs
+
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return lambda *a, **k: None
+        return Anything(f"fabric.{name}")
 
 
 class Amp:
@@ -580,8 +788,19 @@ class Amp:
         return iter([Tensor()])
 
 
-def passthrough(iterable=None, *a, **k):
-    return iterable if iterable is not None else Loader()
+class Passthrough:
+    """`tqdm(loader)`, `enumerate`-like wrappers: the iterable itself."""
+
+    def __call__(self, iterable=None, *a, **k):
+        return iterable if iterable is not None else Loader()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: None
+
+
+passthrough = Passthrough()
 
 
 def null_context(*a, **k):
@@ -631,9 +850,9 @@ def named(path, name):
         return criterion_fn
     if name[:1].isupper():
         return Model
-    if name in ("load", "save", "manual_seed", "set_seed"):
+    if name in ("save", "manual_seed", "set_seed"):
         return lambda *a, **k: None
-    return Stub(f"{path}.{name}")
+    return Anything(f"{path}.{name}")
 
 
 class Stub(types.ModuleType):
@@ -662,7 +881,7 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, name, path=None, target=None):
         root = name.split(".")[0]
-        if root in sys.stdlib_module_names or root in self.own:
+        if root in sys.stdlib_module_names or root in self.own or root in ("org", "java"):
             return None
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
 
@@ -683,7 +902,15 @@ def standin(name, annotation=""):
     if "fabric" in n or "fabric" in a:
         return Fabric()
     if "scaler" in n:
-        return GradScaler() if KNOBS.value(f"<{name}>", 1) else None
+        if not KNOBS.value(f"<{name}>", 1):
+            return None
+        # A scaler is on when the run's 16-bit setting is (a `cfg.fp16` knob set to 0 turns
+        # it off).
+        off = any(
+            v == 0 and any(w in p.lower() for w in ("fp16", "amp", "half", "mixed"))
+            for p, v in KNOBS.values.items()
+        )
+        return GradScaler(enabled=not off)
     if n in ("optimizer", "opt", "optim") or "optimizer" in n:
         return Optimizer()
     if "sched" in n:
@@ -696,7 +923,7 @@ def standin(name, annotation=""):
         return Criterion()
     if n == "next_batch":
         return lambda: Batch()
-    if n in ("x", "y", "xb", "yb", "inputs", "labels", "targets", "images", "input_ids", "tokens", "logits"):
+    if n in ("x", "y", "xb", "yb", "inputs", "labels", "targets", "images", "input_ids", "tokens", "logits") or "loss" in n:
         return Tensor()
     if n == "device":
         return "cpu"
@@ -727,10 +954,22 @@ def micro_step(fn_node):
 def call(fn, fn_node):
     params = params_of(fn)
     times = BATCHES if fn_node is not None and micro_step(fn_node) else 1
+    # A function handed a scaler that runs no backward itself: its caller's backward scaled
+    # the gradients it receives.
+    scaled_elsewhere = fn_node is not None and any("scaler" in n.lower() for n, _ in params) and not any(
+        isinstance(x, ast.Attribute) and x.attr == "backward" for x in ast.walk(fn_node)
+    )
     for i in range(times):
+        if scaled_elsewhere:
+            REC.add("backward", 1.0, "caller")
         args = []
         for n, a in params:
-            if n in ("i", "step", "idx", "it", "batch_idx", "batch_index", "iteration"):
+            # The batch's index: `i`, `step`, `batch_idx`, `global_step`, `iteration`.
+            words = n.lower().split("_")
+            index = words[-1] in ("step", "idx", "iter", "index", "iteration") and not (
+                {"per", "num", "n"} & set(words)
+            )
+            if n in ("i", "it", "n") or index:
                 args.append(i)
             elif n in ("batch", "micro_batch", "mb"):
                 args.append(Batch())
@@ -750,6 +989,8 @@ def drive_lightning(cls, tree_cls):
     opt = module.optimizers()
     for i in range(BATCHES):
         loss = module.training_step(Batch(), i)
+        if isinstance(loss, dict):
+            loss = loss.get("loss")
         if loss is not None:
             REC.add("backward", None if loss.scale is None else loss.scale / factor, None)
         if (i + 1) % factor == 0:
@@ -778,6 +1019,9 @@ def stubbed_not_implemented(tree, module):
 
     def make(names):
         def stub(*a, **k):
+            # Unpacked (`model, optimizer, loader = build()`): `_unpack` picks by the names.
+            if names == ["x"]:
+                return Anything("built")
             made = [standin(x) for x in names]
             return made[0] if len(made) == 1 else tuple(made)
 
@@ -832,7 +1076,7 @@ def check(events):
     # mean gradient: the scales of their backwards add up to one.
     lengths = [n for n, _ in windows if n]
     if lengths:
-        usual = max(lengths)
+        usual = max(set(lengths), key=lambda n: (lengths.count(n), n))
         for n, m in windows:
             if n == usual and m is not None and abs(m - 1.0) > 1e-6:
                 raise Broken(f"an optimizer step applied {m:g} times the window's mean gradient")
@@ -845,20 +1089,61 @@ def run_once(path, tree, values):
     global KNOBS, REC
     KNOBS = Knobs(values)
     REC = Record()
-    run_file_with_stubs(path, tree)
+    try:
+        run_file_with_stubs(path, tree)
+    except Enough:
+        pass
     return REC.events, KNOBS
+
+
+def standin_open(file, *a, **k):
+    """`open(args.deepspeed_config)`: a path the program computes opens the stand-ins' config."""
+    if isinstance(file, (Anything, Knob)):
+        file = CONFIG_FILE
+    return open(file, *a, **k)
+
+
+def called_names(tree):
+    """Names the file calls (`helper(...)`, `self.helper(...)`): helpers, not entry points."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name):
+                out.add(f.id)
+            elif (
+                isinstance(f, ast.Attribute)
+                and isinstance(f.value, ast.Name)
+                and f.value.id in ("self", "cls")
+            ):
+                out.add(f.attr)
+    # A method called on an instance of a class of the file (`cb.on_batch_end(i)`).
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    instances = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Name) and n.value.func.id in classes
+        for t in n.targets if isinstance(t, ast.Name)
+    }
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            if isinstance(n.func.value, ast.Name) and n.func.value.id in instances:
+                out.add(n.func.attr)
+    return out
 
 
 def run_file_with_stubs(path, tree):
     source = compile(tree, path, "exec")
-    module = {"__name__": "__main__", "__file__": path}
+    module = {"__name__": "__main__", "__file__": path, "_unpack": unpack, "open": standin_open}
     stubbed_not_implemented(tree, module)
     exec(source, module)
     for name, factory in module["_stub_factories"].items():
         module[name] = factory
+    helpers = called_names(tree)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if node.name.startswith("_") or node.name in module["_stubs"]:
+            if node.name.startswith("_") or node.name in module["_stubs"] or node.name in helpers:
                 continue
             call(module[node.name], node)
         elif isinstance(node, ast.ClassDef):
@@ -871,13 +1156,145 @@ def run_file_with_stubs(path, tree):
                 obj.__init__(*[standin(n, a) for n, a in params_of(obj.__init__)])
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and not item.name.startswith("_"):
-                    if item.name in ("configure_optimizers", "forward"):
+                    if item.name in ("configure_optimizers", "forward") or item.name in helpers:
                         continue
                     call(getattr(obj, item.name), item)
 
 
+def unpack(value, names):
+    """`a, b = value`: the value when it is a real sequence of that length, else a stand-in for
+    each name."""
+    if isinstance(value, (tuple, list)) and len(value) == len(names):
+        return value
+    if isinstance(value, dict) and len(value) == len(names):
+        return list(value)
+    if isinstance(value, (Batch, Tensor)):
+        return tuple(Tensor() for _ in names)
+    return tuple(standin(n) for n in names)
+
+
+class Unpacking(ast.NodeTransformer):
+    """Tuple targets unpack through `_unpack`, so a stand-in gives as many parts as the program
+    asks for: `x, y = next(it)`, `for i, (img, mask, meta) in enumerate(loader):`."""
+
+    def __init__(self):
+        self.k = 0
+
+    def names(self, t):
+        return [e.id if isinstance(e, ast.Name) else "_" for e in t.elts]
+
+    def wrapped(self, t, value):
+        names = ast.List([ast.Constant(n) for n in self.names(t)], ast.Load())
+        call = ast.Call(ast.Name("_unpack", ast.Load()), [value, names], [])
+        return ast.Assign([t], call)
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        t = node.targets[0]
+        if len(node.targets) == 1 and isinstance(t, ast.Tuple) and all(
+            isinstance(e, (ast.Name, ast.Starred)) for e in t.elts
+        ) and not any(isinstance(e, ast.Starred) for e in t.elts):
+            return ast.copy_location(self.wrapped(t, node.value), node)
+        return node
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        pre = []
+
+        def replace(t):
+            if isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
+                self.k += 1
+                tmp = f"_part{self.k}"
+                pre.append(self.wrapped(ast.Tuple(t.elts, ast.Store()), ast.Name(tmp, ast.Load())))
+                return ast.Name(tmp, ast.Store())
+            return t
+
+        target = node.target
+        if isinstance(target, ast.Tuple) and any(isinstance(e, ast.Tuple) for e in target.elts):
+            target.elts = [replace(e) for e in target.elts]
+        elif isinstance(target, ast.Tuple):
+            iterable = node.iter
+            # `for k, v in d.items()` and `for i, x in enumerate(...)` unpack real pairs.
+            real = isinstance(iterable, ast.Call) and (
+                (isinstance(iterable.func, ast.Name) and iterable.func.id in ("enumerate", "zip"))
+                or (isinstance(iterable.func, ast.Attribute) and iterable.func.attr == "items")
+            )
+            if not real:
+                node.target = replace(target)
+        node.body = pre + node.body
+        return node
+
+
+def batch_arity(tree):
+    """How many parts the program unpacks a batch into: the most common size of the tuples its
+    loops and `next()` calls unpack."""
+    sizes = []
+    for n in ast.walk(tree):
+        target = None
+        if isinstance(n, ast.For):
+            target = n.target
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Tuple):
+                target = target.elts[1]
+        elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+            f = n.value.func
+            if isinstance(f, ast.Name) and f.id == "next":
+                target = n.targets[0]
+        if isinstance(target, ast.Tuple):
+            sizes.append(len(target.elts))
+    arity = max(set(sizes), key=sizes.count) if sizes else 2
+    # `batch[3]`: a batch has at least four parts.
+    for n in ast.walk(tree):
+        if (
+            isinstance(n, ast.Subscript)
+            and isinstance(n.value, ast.Name)
+            and "batch" in n.value.id
+            and isinstance(n.slice, ast.Constant)
+            and isinstance(n.slice.value, int)
+        ):
+            arity = max(arity, n.slice.value + 1)
+    return arity
+
+
+class ParsedArgs:
+    """What `parser.parse_args()` gives, its numbers and switches read as knobs that start at
+    the parser's defaults."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        v = getattr(self._real, name)
+        if isinstance(v, bool) or (isinstance(v, int) and v >= 0):
+            return knob(f"args.{name}", int(v))
+        return v
+
+
+def patch_argparse():
+    import argparse
+
+    parse = argparse.ArgumentParser.parse_args
+    known = argparse.ArgumentParser.parse_known_args
+
+    def parse_args(self, *a, **k):
+        return ParsedArgs(parse(self, *a, **k))
+
+    def parse_known_args(self, *a, **k):
+        ns, rest = known(self, *a, **k)
+        return ParsedArgs(ns), rest
+
+    argparse.ArgumentParser.parse_args = parse_args
+    argparse.ArgumentParser.parse_known_args = parse_known_args
+
+
 def main(path):
     import os
+    import tempfile
+
+    patch_argparse()
+
+    global ARITY, CONFIG_FILE
 
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)
@@ -886,6 +1303,12 @@ def main(path):
     sys.argv = [path]
     with open(path) as f:
         tree = ast.parse(f.read(), path)
+    ARITY = batch_arity(tree)
+    tree = ast.fix_missing_locations(Unpacking().visit(tree))
+    # A config the program opens by a path it computes: a small DeepSpeed-like one.
+    handle, CONFIG_FILE = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(handle, "w") as f:
+        f.write('{"gradient_accumulation_steps": 4, "train_micro_batch_size_per_gpu": 4}')
     _, first = run_once(path, tree, {})
     tested = sorted(first.tested | {p for p in first.values})
     # Each tested knob: on and off (or one and four for a factor compared with one).
@@ -904,7 +1327,7 @@ def main(path):
             check(events)
         except Broken as e:
             print(f"{path}: under {values or 'the defaults'}: {e}")
-            print("  events: " + ", ".join(ev[0] for ev in events))
+            print("  events: " + ", ".join(ev[0] for ev in events[:60]))
             return 1
         runs += 1
     print(f"ok: {runs} runs")
@@ -928,8 +1351,9 @@ def scaler_params(tree):
 
 
 if __name__ == "__main__":
+    target = sys.argv[1]
     try:
-        sys.exit(main(sys.argv[1]))
+        sys.exit(main(target))
     except Broken as e:
-        print(f"{sys.argv[1]}: {e}")
+        print(f"{target}: {e}")
         sys.exit(1)

@@ -376,6 +376,9 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
                     push(out, f);
                 }
             }
+            // A program that unscales only under a steady test (`if cfg.fp16:`) runs its scaler
+            // only then: on a path where it does not unscale, nothing is scaled.
+            CallKind::Clip { framework: false } if scaler_off(rec, p, v) => {}
             CallKind::Clip { framework: false } => {
                 let start = cycle_start(i);
                 let scaled =
@@ -411,4 +414,18 @@ fn cancelled(rec: &Recorded, ev: usize) -> bool {
                 matches!(s.kind, CallKind::Step { .. }) && s.order > b.order && s.order < z.order
             })
     })
+}
+
+/// The window unscales only under steady tests that path `v` does not take.
+fn scaler_off(rec: &Recorded, p: &Paths, v: Valuation) -> bool {
+    let unscales: Vec<usize> = p
+        .events
+        .iter()
+        .copied()
+        .filter(|e| matches!(rec.calls[*e].kind, CallKind::Unscale { .. }))
+        .collect();
+    !unscales.is_empty()
+        && unscales
+            .iter()
+            .all(|e| p.runs(*e, v, true, true).is_none() && p.runs(*e, v, false, true).is_none())
 }

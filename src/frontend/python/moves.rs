@@ -73,13 +73,25 @@ fn to_boundary(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
     let moves_unscale = moved
         .iter()
         .any(|g| g.misstep == MisstepKind::UnscaleInWindow);
-    // Before the boundary's step; an `unscale_` also before the boundary's own clips.
-    let anchor_call = f.boundary.iter().copied().find(|e| match calls[*e].kind {
-        CallKind::Step { .. } => true,
-        CallKind::Clip { .. } => moves_unscale,
-        _ => false,
-    })?;
-    let (block, anchor) = boundary_statement(m, f, anchor_call)?;
+    // Before the boundary's step; an `unscale_` also before the boundary's own clips, on
+    // whichever path they run.
+    let first_step = f
+        .boundary
+        .iter()
+        .copied()
+        .find(|e| matches!(calls[*e].kind, CallKind::Step { .. }))?;
+    let (block, step_anchor) = boundary_statement(m, f, first_step)?;
+    let anchor = match moves_unscale {
+        false => step_anchor,
+        true => calls
+            .iter()
+            .filter(|c| !c.inlined && matches!(c.kind, CallKind::Clip { .. }))
+            .filter_map(|c| child_of(call_node(m, &c.call.span)?, block))
+            .filter(|n| n.start_byte() < step_anchor.start_byte())
+            .min_by_key(|n| n.start_byte())
+            .unwrap_or(step_anchor),
+    };
+    let anchor_call = first_step;
     let moved_ids: Vec<usize> = moved.iter().map(|g| g.ev).collect();
     let units = units_of(m, f, &moved_ids, block)?;
     // With a scaler the clip must come after an `unscale_`: one at the boundary already, one
