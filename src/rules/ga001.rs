@@ -60,7 +60,7 @@ impl Rule for UnscaledAccumulationLoss {
                 };
                 let reaches = if bw.in_helper {
                     format!(
-                        "loss reaches backward() in this helper, which the loop at {} calls on every micro-step,",
+                        "loss reaches backward() in this helper on every micro-step of the loop at {},",
                         super::line_of(cx.file, lp.header.start)
                     )
                 } else {

@@ -397,6 +397,9 @@ impl<'s> Walker<'s> {
     /// so (`micro_step`, `accum_steps`, `chunk`). A loop over tasks or layers that happens to run
     /// backwards is not accumulation.
     pub(super) fn micro_factor(&self, node: Node) -> Option<String> {
+        if node.ty() == "while_statement" {
+            return self.counted_window(node);
+        }
         if node.ty() != "for_statement" {
             return None;
         }
@@ -446,6 +449,54 @@ impl<'s> Walker<'s> {
             return None;
         }
         (names_micro_batches(var) || names_micro_batches(&n_text)).then_some(n_text)
+    }
+
+    /// A `while` loop that adds up what each pass takes (`seen += batch`) and breaks once it
+    /// reaches a total (`if seen >= total: break`): one pass per micro-batch, as many as
+    /// `ceil(total / batch)`, written so that a fix may use it.
+    fn counted_window(&self, node: Node) -> Option<String> {
+        let body = node.field("body")?;
+        let mut c = body.walk();
+        let statements: Vec<Node> = body.named_children(&mut c).collect();
+        let added = |name: &str| -> Option<String> {
+            statements.iter().find_map(|st| {
+                let a = st
+                    .named_child(0)
+                    .filter(|a| a.ty() == "augmented_assignment")?;
+                let right = a.field("right")?;
+                (self.text(a.field("left")?) == name
+                    && a.field("operator").map(|o| self.text(o)) == Some("+="))
+                .then(|| self.text(right).to_string())
+            })
+        };
+        statements.iter().find_map(|st| {
+            if st.ty() != "if_statement" {
+                return None;
+            }
+            let consequence = st.field("consequence")?;
+            let mut c = consequence.walk();
+            let breaks = consequence
+                .named_children(&mut c)
+                .any(|n| n.ty() == "break_statement");
+            let cond = unparen(st.field("condition")?);
+            if !breaks || cond.ty() != "comparison_operator" {
+                return None;
+            }
+            let mut cc = cond.walk();
+            let kids: Vec<Node> = cond.children(&mut cc).collect();
+            let [seen, op, total] = kids.as_slice() else {
+                return None;
+            };
+            if !matches!(self.text(*op), ">=" | ">" | "==") {
+                return None;
+            }
+            let step = added(self.text(*seen))?;
+            let total = self.text(*total);
+            Some(match step.trim() {
+                "1" => total.to_string(),
+                step => format!("-(-{total} // {step})"),
+            })
+        })
     }
 
     /// `if <true on micro-steps>: continue` as the loop's guard for the step that follows.

@@ -678,7 +678,7 @@ impl<'s> Walker<'s> {
                 .unwrap_or("");
             let framework = if bases.contains("LightningModule") {
                 Some(Framework::Lightning)
-            } else if bases.contains("Trainer") {
+            } else if self.hf_trainer_base(bases) {
                 Some(Framework::HfTrainer)
             } else {
                 None
@@ -731,6 +731,38 @@ impl<'s> Walker<'s> {
         });
         let id = self.scopes.len() - 1;
         self.push(node, Frame::Scope(id));
+    }
+
+    /// A base class list that names transformers' or TRL's trainer (`Trainer`,
+    /// `transformers.Trainer`, `SFTTrainer`), not a project's own (`BaseTrainer`, a `Trainer`
+    /// imported from the project).
+    fn hf_trainer_base(&self, bases: &str) -> bool {
+        bases
+            .trim_matches(['(', ')'])
+            .split(',')
+            .map(|b| b.trim())
+            .any(|b| {
+                let last = last_segment(b);
+                let known = matches!(
+                    last,
+                    "Trainer"
+                        | "Seq2SeqTrainer"
+                        | "SFTTrainer"
+                        | "DPOTrainer"
+                        | "GRPOTrainer"
+                        | "RewardTrainer"
+                        | "PPOTrainer"
+                        | "ORPOTrainer"
+                        | "KTOTrainer"
+                );
+                let from_library = match self.imports.get(last) {
+                    Some((module, _)) => module.contains("transformers") || module.contains("trl"),
+                    None => {
+                        !b.contains('.') || b.starts_with("transformers.") || b.starts_with("trl.")
+                    }
+                };
+                known && from_library
+            })
     }
 
     /// apex's `with amp.scale_loss(loss, optimizer) as scaled_loss:`: the alias is the loss

@@ -59,6 +59,13 @@ impl<'s> Walker<'s> {
                     // mean-reduced loss is; the window's division is still to come.
                     "/" if self.counts_data_here(right) => Prov::UNSCALED,
                     "/" | "//" => Prov::DividedBy(self.text(unparen(right)).to_string()),
+                    // A per-micro-batch mean times the data-parallel size (undoing DDP's
+                    // average over ranks) is still a per-micro-batch mean.
+                    "*" if is_world_size(self.text(right))
+                        && self.prov(left, depth + 1) == Prov::UNSCALED =>
+                    {
+                        Prov::UNSCALED
+                    }
                     // `loss * num_tokens`: normalised by a count (the division comes elsewhere).
                     "*" if super::is_count_like(self.text(right))
                         || super::is_count_like(self.text(left)) =>
@@ -604,4 +611,11 @@ pub(super) fn given_for<'a, A>(
     }
     let index = params.iter().position(|p| p == name)?;
     args.iter().filter(|a| keyword(a).is_none()).nth(index)
+}
+
+/// A number of data-parallel ranks: `world_size`, `dp_size`, `num_processes`.
+fn is_world_size(text: &str) -> bool {
+    ["world_size", "dp_size", "num_processes", "get_world_size"]
+        .iter()
+        .any(|w| text.contains(w))
 }
