@@ -2,7 +2,7 @@
 //! formula counts, and what the formula says about itself (per device, an upper bound).
 
 use super::Checker;
-use crate::expr::{device_count, DeviceCount, Role, Term};
+use crate::expr::{DeviceCount, Role, Term};
 use crate::facts::{Formula, FormulaKind, ScopeFacts};
 
 /// The model state a term of a memory formula counts.
@@ -43,7 +43,7 @@ pub fn component(t: &Term) -> Component {
 
 /// The kind of device count a per-device term is divided by.
 pub fn divisor(t: &Term) -> Option<DeviceCount> {
-    t.divided_by.as_deref().and_then(device_count)
+    t.divided_kind
 }
 
 /// Divided over data-parallel ranks (or every GPU), not only split by model parallelism.

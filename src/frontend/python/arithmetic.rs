@@ -45,18 +45,44 @@ impl<'s> Walker<'s> {
         });
     }
 
-    /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`).
+    /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`, `2**30`).
     pub(super) fn number(&self, node: Node) -> Option<f64> {
-        // Only arithmetic on literals is a number; lowering a nested container would copy its text.
-        let arithmetic = matches!(
-            node.ty(),
-            "integer" | "float" | "unary_operator" | "binary_operator" | "parenthesized_expression"
-        );
-        if !arithmetic || node.byte_range().len() > 64 {
+        if node.byte_range().len() > 64 {
             return None;
         }
-        let lin = self.lower(node, 0);
-        (lin.terms.is_empty() && lin.constant.is_finite()).then_some(lin.constant)
+        self.fold(node, 0).filter(|v| v.is_finite())
+    }
+
+    fn fold(&self, node: Node, depth: usize) -> Option<f64> {
+        if depth > 16 {
+            return None;
+        }
+        match node.ty() {
+            "integer" | "float" => parse_number(self.text(node)),
+            "parenthesized_expression" => self.fold(node.named_child(0)?, depth + 1),
+            "unary_operator" => {
+                let v = self.fold(node.field("argument")?, depth + 1)?;
+                match node.field("operator").map(|o| self.text(o))? {
+                    "-" => Some(-v),
+                    "+" => Some(v),
+                    _ => None,
+                }
+            }
+            "binary_operator" => {
+                let a = self.fold(node.field("left")?, depth + 1)?;
+                let b = self.fold(node.field("right")?, depth + 1)?;
+                match node.field("operator").map(|o| self.text(o))? {
+                    "+" => Some(a + b),
+                    "-" => Some(a - b),
+                    "*" => Some(a * b),
+                    "/" | "//" if b != 0.0 => Some(a / b),
+                    "**" => Some(a.powf(b)),
+                    "<<" if (0.0..64.0).contains(&b) => Some(a * 2f64.powf(b)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
     }
 
     /// `if dtype == "bf16": nbytes = 2` and `nbytes = 2 if dtype == "bf16" else 4`: one entry of
@@ -212,105 +238,6 @@ impl<'s> Walker<'s> {
             .copied()
     }
 
-    // ---- expressions ----------------------------------------------------------------------
-
-    pub(super) fn lower(&self, node: Node, depth: usize) -> Lin {
-        let span = node.byte_range();
-        if depth > MAX_EXPR_DEPTH {
-            return Lin::opaque(self.text(node), span, &[]);
-        }
-        match node.ty() {
-            "integer" | "float" => match parse_number(self.text(node)) {
-                Some(v) => Lin::constant(v, Some(span)),
-                None => Lin::opaque(self.text(node), span, &[]),
-            },
-            "parenthesized_expression" => match node.named_child(0) {
-                Some(inner) => self.lower(inner, depth + 1),
-                None => Lin::opaque("()", span, &[]),
-            },
-            "identifier" | "attribute" => self.name(node),
-            "unary_operator" => {
-                let arg = node
-                    .field("argument")
-                    .map(|a| self.lower(a, depth + 1))
-                    .unwrap_or_default();
-                let op = node.field("operator").map(|o| self.text(o));
-                if op == Some("-") {
-                    arg.negated()
-                } else {
-                    arg
-                }
-            }
-            "binary_operator" => self.binary(node, depth),
-            "call" => {
-                // Numeric wrappers are transparent: `int(x)`, `float(x)`, `math.ceil(x)`, `round(x, 1)`.
-                let func = node.field("function").map(|f| self.text(f)).unwrap_or("");
-                let transparent = matches!(
-                    func,
-                    "int"
-                        | "float"
-                        | "round"
-                        | "math.ceil"
-                        | "math.floor"
-                        | "ceil"
-                        | "floor"
-                        | "abs"
-                );
-                let first = node
-                    .field("arguments")
-                    .and_then(|a| a.named_child(0))
-                    .filter(|a| a.ty() != "keyword_argument");
-                match (transparent, first) {
-                    (true, Some(arg)) => self.lower(arg, depth + 1),
-                    _ => Lin::opaque(self.text(node), span, &[]),
-                }
-            }
-            _ => Lin::opaque(self.text(node), span, &[]),
-        }
-    }
-
-    pub(super) fn binary(&self, node: Node, depth: usize) -> Lin {
-        let span = node.byte_range();
-        let (Some(l), Some(r), Some(op)) = (
-            node.field("left"),
-            node.field("right"),
-            node.field("operator"),
-        ) else {
-            return Lin::opaque(self.text(node), span, &[]);
-        };
-        let a = self.lower(l, depth + 1);
-        let b = self.lower(r, depth + 1);
-        Lin::binary(self.text(op), a, b, self.text(node), span)
-    }
-
-    /// A name, replaced by its lowered value when it was assigned a linear value in scope.
-    pub(super) fn name(&self, node: Node) -> Lin {
-        let text = self.text(node);
-        let span = node.byte_range();
-        if let Some(value) = self.lookup(text) {
-            return Lin::read(text, span, Some(&value));
-        }
-        let scope = self.scope();
-        if self
-            .gpu_names
-            .iter()
-            .any(|(s, n)| n == text && (*s == scope || n.starts_with("self.")))
-        {
-            return Lin::symbol(text, span).with_role(Role::Gpu);
-        }
-        // A parameter count the function sizes by its dtype: in units of the model's size.
-        if let Some((_, _, bytes)) = self
-            .count_names
-            .iter()
-            .find(|(s, n, _)| *n == text && *s == scope)
-        {
-            return Lin::symbol(text, span)
-                .with_role(Role::Model)
-                .scale(1.0 / bytes, None, None);
-        }
-        Lin::symbol(text, span)
-    }
-
     /// `weights = n_b * 2  # bf16`: a part of the model's memory whose line names the dtype
     /// multiplies a parameter count by that dtype's bytes; the name it multiplies counts
     /// parameters in this function, and `n_b * 2` is the model's size.
@@ -356,39 +283,8 @@ impl<'s> Walker<'s> {
             return;
         }
         let scope = self.scope();
-        self.count_names.push((scope, self.text(count), bytes));
-    }
-
-    pub(super) fn lookup(&self, name: &str) -> Option<Lin> {
-        let mut scope = Some(self.scope());
-        if name.starts_with("self.") {
-            let class = self.scopes.get(self.scope()).and_then(|s| s.class)?;
-            return self.env.get(&(class, name.to_string())).cloned();
-        }
-        while let Some(s) = scope {
-            if let Some(v) = self.env.get(&(s, name.to_string())) {
-                return Some(v.clone());
-            }
-            scope = self.scopes.get(s).and_then(|sc| sc.parent);
-        }
-        None
-    }
-
-    pub(super) fn bind(&mut self, name: &str, value: &Lin) {
-        let key_scope = if name.starts_with("self.") {
-            match self.scopes.get(self.scope()).and_then(|s| s.class) {
-                Some(c) => c,
-                None => return,
-            }
-        } else {
-            self.scope()
-        };
-        let key = (key_scope, name.to_string());
-        if value.is_bindable() {
-            self.env.insert(key, value.clone());
-        } else {
-            self.env.remove(&key);
-        }
+        self.program
+            .name_role(scope, self.text(count), Role::Model, 1.0 / bytes);
     }
 
     pub(super) fn comparison(&mut self, node: Node) {
@@ -406,33 +302,10 @@ impl<'s> Walker<'s> {
                 });
             }
         }
-        let a = self.lower(kids[0], 0);
-        let b = self.lower(kids[2], 0);
-        self.record_formula(
-            FormulaKind::Compare { other: b.clone() },
-            &a,
-            kids[0].byte_range(),
-        );
-        self.record_formula(FormulaKind::Compare { other: a }, &b, kids[2].byte_range());
-    }
-
-    /// Keep only what could be memory arithmetic: something sized by the model.
-    pub(super) fn record_formula(&mut self, kind: FormulaKind, lin: &Lin, span: Range<usize>) {
-        if lin.is_sized() {
-            let inference = self.stack.iter().any(|(_, f)| match f {
-                Frame::With(_, no_grad) => *no_grad,
-                Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
-                _ => false,
-            });
-            self.facts.formulas.push(Formula {
-                kind,
-                lin: lin.clone(),
-                span,
-                scope: self.scope(),
-                guard: self.guard(),
-                inference,
-            });
-        }
+        let a = self.value_of(kids[0], 0);
+        let b = self.value_of(kids[2], 0);
+        self.pend(PendingKind::Compare { other: b }, a, kids[0].byte_range());
+        self.pend(PendingKind::Compare { other: a }, b, kids[2].byte_range());
     }
 
     // ---- calls and evidence ------------------------------------------------------------------

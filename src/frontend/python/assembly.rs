@@ -139,10 +139,8 @@ impl<'s> Walker<'s> {
         };
         let mut assembled = loops::assemble(&recorded);
         for lp in &mut assembled.loops {
-            lp.factor_value = parse_number(&lp.factor).or_else(|| {
-                let v = self.env.get(&(0, lp.factor.clone()))?;
-                v.terms.is_empty().then_some(v.constant)
-            });
+            lp.factor_value = parse_number(&lp.factor)
+                .or_else(|| self.module_numbers.get(lp.factor.as_str()).copied());
         }
         // A schedule whose length divides by a loop's factor, whatever the factor is called,
         // counts optimizer steps.

@@ -598,10 +598,7 @@ impl<'s> Walker<'s> {
     pub(super) fn is_factor(&self, text: &str) -> bool {
         let text = text.trim();
         // A factor known to be 1 divides nothing.
-        let value = parse_number(text).or_else(|| {
-            let v = self.env.get(&(0, text.to_string()))?;
-            v.terms.is_empty().then_some(v.constant)
-        });
+        let value = parse_number(text).or_else(|| self.module_numbers.get(text).copied());
         if value.is_some_and(|v| v <= 1.0) {
             return false;
         }

@@ -22,15 +22,18 @@ mod schedules;
 mod statements;
 mod token_means;
 mod trainer_loss;
+mod values;
 
 use super::loops::{
     self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
 };
 use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
+use crate::expr::program::Program;
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
 use crate::frontend::fields::{PyField, PyKind};
 use std::cell::RefCell;
+use values::{Pending, PendingKind};
 /// The walk's maps are keyed by short names and offsets it looks up at every node: foldhash,
 /// as SipHash's defence against crafted keys costs time and protects nothing here.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -219,8 +222,11 @@ struct Walker<'s> {
     loops: Vec<LoopInfo>,
     guards: Vec<Guard>,
     accumulate_blocks: usize,
-    /// Lowered values of names, per scope: the latest assignment wins (walk order is source order).
-    env: HashMap<(usize, String), Lin>,
+    /// The file's memory arithmetic as written, valued once the walk is done.
+    program: Program<'s>,
+    pending: Vec<Pending>,
+    /// Module-level names bound to a number, as the walk has seen them so far.
+    module_numbers: HashMap<&'s str, f64>,
     /// How each name's value was produced, per scope, in source order.
     /// By name: the scope, the position and what was assigned.
     loss_defs: HashMap<&'s str, Vec<(usize, usize, Prov)>>,
@@ -240,10 +246,6 @@ struct Walker<'s> {
     local_counts: HashMap<(usize, String), Option<usize>>,
     /// Comparisons of a factor with one stored in names (`accumulating = n > 1`).
     above_one_names: HashMap<(usize, String), (String, bool)>,
-    /// Names that count parameters in a function (`n_b` in `weights = n_b * 2  # bf16`).
-    count_names: Vec<(usize, &'s str, f64)>,
-    /// Names whose value is the device's memory (`total = torch.cuda.get_device_properties(0).total_memory`).
-    gpu_names: Vec<(usize, String)>,
     /// Names bound to optimizers (`opt = torch.optim.AdamW(...)`).
     optimizer_names: Vec<String>,
     /// Names bound to a `GradScaler`.
@@ -382,7 +384,9 @@ impl<'s> Walker<'s> {
             loops: Vec::new(),
             guards: Vec::new(),
             accumulate_blocks: 0,
-            env: HashMap::default(),
+            program: Program::new(src),
+            pending: Vec::new(),
+            module_numbers: HashMap::default(),
             loss_defs: HashMap::default(),
             returns: HashMap::default(),
             instances: HashMap::default(),
@@ -391,8 +395,6 @@ impl<'s> Walker<'s> {
             above_one_names: HashMap::default(),
             local_counts: HashMap::default(),
             modulo_names: HashMap::default(),
-            gpu_names: Vec::new(),
-            count_names: Vec::new(),
             optimizer_names: Vec::new(),
             scheduler_names: Vec::new(),
             scaler_names: Vec::new(),
@@ -548,8 +550,11 @@ impl<'s> Walker<'s> {
                         .unwrap_or_default(),
                 });
                 self.push(node, Frame::Loop(id));
-                if let Some(left) = node.field("left").filter(|_| self.loop_model) {
-                    self.note_assigned_names(left);
+                if let Some(left) = node.field("left") {
+                    if self.loop_model {
+                        self.note_assigned_names(left);
+                    }
+                    self.bind_unknown(left);
                 }
             }
             "if_statement" => self.continue_guard(node),
@@ -719,6 +724,7 @@ impl<'s> Walker<'s> {
             self.params_of(node)
         };
         self.note_definition(node, Some(parent).filter(|_| !is_class));
+        self.program_scope(node, parent, class);
         self.scopes.push(Scope {
             name,
             class,
@@ -859,6 +865,7 @@ impl<'s> Walker<'s> {
     // ---- assembling loops ----------------------------------------------------------------------
 
     fn finish(mut self, tree: &Tree) -> Facts {
+        self.value_formulas();
         let (accelerate_divides, calls) = self.assemble_loops(tree);
         if self.loop_model {
             self.facts.exports = self.exports();

@@ -65,6 +65,8 @@ impl<'s> Walker<'s> {
             self.define_pattern(left, right, node.start_byte());
         }
         if !simple_target {
+            let value = self.value_of(right, 0);
+            self.bind_value(left, value, node.byte_range());
             return;
         }
         if let Some(f) = (self.loop_model && right.ty() == "call")
@@ -142,10 +144,14 @@ impl<'s> Walker<'s> {
             let prov = self.prov(right, 0);
             self.define(self.text(left), node.start_byte(), prov);
         }
-        let scope = self.scope();
-
         self.note_counts(&target, right);
-        let lin = self.lower(right, 0);
+        if self.scope() == 0 {
+            match self.number(right) {
+                Some(v) => self.module_numbers.insert(self.text(left), v),
+                None => self.module_numbers.remove(self.text(left)),
+            };
+        }
+        let value = self.value_of(right, 0);
         let rescaled = unparen(right);
         let factor = (rescaled.ty() == "binary_operator"
             && rescaled
@@ -153,20 +159,22 @@ impl<'s> Walker<'s> {
                 .is_some_and(|l| self.text(unparen(l)) == target))
         .then(|| self.factor(rescaled))
         .flatten();
-        self.note_checkpointed(&target, right, &lin, factor, node.byte_range());
-        self.facts.note_constant(&target, &lin, right.byte_range());
-        if lin.terms.iter().all(|t| t.opaque) && reads_device_memory(rtext) {
-            self.gpu_names.push((scope, target.clone()));
-        }
-        self.record_formula(
-            FormulaKind::Assign {
-                target: target.clone(),
-                role: role_of(&target),
+        self.note_checkpointed(&target, right, value, factor, node.byte_range());
+        self.pend(
+            PendingKind::Constant {
+                name: target.clone(),
             },
-            &lin,
+            value,
             right.byte_range(),
         );
-        self.bind(&target, &lin);
+        self.pend(
+            PendingKind::Assign {
+                target: target.clone(),
+            },
+            value,
+            right.byte_range(),
+        );
+        self.bind_value(left, value, node.byte_range());
     }
 
     pub(super) fn augmented(&mut self, node: Node) {
@@ -217,14 +225,27 @@ impl<'s> Walker<'s> {
             self.define(self.text(left), node.start_byte(), sum);
         }
         if left.ty() == "identifier" || left.ty() == "attribute" {
-            let current = self.name(left);
-            let rhs = self.lower(right, 0);
-            let lin = Lin::binary(&op, current, rhs, self.text(node), node.byte_range());
+            let scope = self.scope();
+            let current = self.program.add(
+                crate::expr::program::Node::Name(self.text(left)),
+                left.byte_range(),
+                scope,
+            );
+            let rhs = self.value_of(right, 0);
+            let op: &'s str = node
+                .field("operator")
+                .map(|o| self.text(o).trim_end_matches('='))
+                .unwrap_or("+");
+            let value = self.program.add(
+                crate::expr::program::Node::Bin(op, current, rhs),
+                node.byte_range(),
+                scope,
+            );
             let factor = self.factor(node);
-            self.note_checkpointed(&target, right, &lin, factor, node.byte_range());
+            self.note_checkpointed(&target, right, value, factor, node.byte_range());
             // A running sum (`total += part`) is not a statement of what training needs.
-            self.record_formula(FormulaKind::Expr, &lin, node.byte_range());
-            self.bind(&target, &lin);
+            self.pend(PendingKind::Expr, value, node.byte_range());
+            self.bind_value(left, value, node.byte_range());
         }
     }
 
@@ -277,15 +298,12 @@ impl<'s> Walker<'s> {
             self.returns.entry(scope).or_default().push(prov);
             self.invoke(value);
         }
-        let lin = self.lower(value, 0);
-        self.record_formula(
-            FormulaKind::Return {
-                role: role_of(&function),
-                function,
-            },
-            &lin,
-            value.byte_range(),
-        );
+        let lin = self.value_of(value, 0);
+        self.program.returns(scope, lin);
+        if crate::expr::is_memory_name(&function) || role_of(&function) != Role::Unknown {
+            self.note_checkpointed(&function, value, lin, None, node.byte_range());
+        }
+        self.pend(PendingKind::Return { function }, lin, value.byte_range());
     }
 }
 
@@ -296,7 +314,7 @@ impl Walker<'_> {
         &mut self,
         target: &str,
         right: Node,
-        lin: &Lin,
+        value: crate::expr::program::Id,
         factor: Option<f64>,
         span: Range<usize>,
     ) {
@@ -306,7 +324,7 @@ impl Walker<'_> {
         let guard = self.guard();
         let mut offloaded = guard.offload;
         let value = if guard.checkpointing {
-            Some(lin.clone())
+            Some(value)
         } else if right.ty() == "conditional_expression" {
             let mut c = right.walk();
             let kids: Vec<Node> = right.named_children(&mut c).collect();
@@ -314,22 +332,23 @@ impl Walker<'_> {
                 [then, cond, otherwise] if Topics::of(self.text(*cond)).checkpointing => {
                     offloaded |= Topics::of(self.text(*cond)).offload;
                     let negated = self.text(*cond).trim_start().starts_with("not ");
-                    Some(self.lower(if negated { *otherwise } else { *then }, 0))
+                    Some(self.value_of(if negated { *otherwise } else { *then }, 0))
                 }
                 _ => None,
             }
         } else {
             None
         };
-        if let Some(lin) = value {
-            self.facts.checkpointed.push(CheckpointedValue {
-                target: target.to_string(),
-                role: role_of(target),
-                lin,
-                factor,
+        if let Some(value) = value {
+            self.pend(
+                PendingKind::Checkpointed {
+                    target: target.to_string(),
+                    factor,
+                    offloaded,
+                },
+                value,
                 span,
-                offloaded,
-            });
+            );
         }
     }
 

@@ -270,10 +270,7 @@ impl<'s> Walker<'s> {
     pub(super) fn note_accumulation_setting(&mut self, value: Node) {
         // A number, or a module constant bound to one (`gradient_accumulation_steps=GRAD_ACC`).
         let text = self.text(value);
-        let number = super::parse_number(text).or_else(|| {
-            let v = self.env.get(&(0, text.to_string()))?;
-            v.terms.is_empty().then_some(v.constant)
-        });
+        let number = super::parse_number(text).or_else(|| self.module_numbers.get(text).copied());
         if let Some(v) = number {
             self.facts.accumulation_settings.push(Mention {
                 value: v,

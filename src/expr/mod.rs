@@ -3,295 +3,11 @@
 //! a division by a symbol or a call that is not a known numeric wrapper becomes an *opaque* term
 //! whose value is unknown, and rules stay silent about what they cannot know.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+mod names;
+pub mod program;
+
+pub use names::{device_count, is_memory_name, role_of, DeviceCount, Role};
 use std::ops::Range;
-
-/// What a name stands for in a memory formula, read from the name itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    /// Memory the GPU has: `gpu_memory_gb`, `available_memory_gb`, `vram`.
-    Gpu,
-    /// The model's weights as a size: `model_size_gb`, `model_params_gb`, `weights_mem`.
-    Model,
-    /// A parameter count: `n_params`, `num_parameters`.
-    ParamCount,
-    Grads,
-    Optimizer,
-    Activations,
-    Overhead,
-    KvCache,
-    /// A name that holds a total requirement: `total_memory`, `required_gb`, `fixed_memory_gb`.
-    Total,
-    /// A count of devices: `world_size`, `num_gpus`, `dp_size` (see [`device_count`]).
-    Devices,
-    /// What trains under an adapter: `trainable_params`, `lora_params_gb`.
-    Trainable,
-    Unknown,
-}
-
-impl Role {
-    /// Whether a named value of this role marks the terms it holds as one component of a sum.
-    fn is_component(self) -> bool {
-        matches!(
-            self,
-            Role::Model
-                | Role::Grads
-                | Role::Optimizer
-                | Role::Activations
-                | Role::Overhead
-                | Role::KvCache
-        )
-    }
-}
-
-/// The role of a (possibly dotted) name, from its last segment. Names repeat within a file and
-/// across a project (`model`, `loss`): each thread remembers the answers, up to a bound.
-pub fn role_of(name: &str) -> Role {
-    const REMEMBERED: usize = 1 << 16;
-    thread_local! {
-        // Names are short and repeat at almost every node: a fast hash, not SipHash.
-        static SEEN: RefCell<HashMap<Box<str>, Role, foldhash::fast::RandomState>> =
-            RefCell::new(HashMap::default());
-    }
-    SEEN.with(|seen| {
-        let Ok(mut seen) = seen.try_borrow_mut() else {
-            return role_of_name(name);
-        };
-        if let Some(&known) = seen.get(name) {
-            return known;
-        }
-        if seen.len() >= REMEMBERED {
-            seen.clear();
-        }
-        let role = role_of_name(name);
-        seen.insert(name.into(), role);
-        role
-    })
-}
-
-/// What a count of devices counts, from its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceCount {
-    /// Every process of the job: `world_size`, `num_gpus`, `torch.cuda.device_count()`.
-    Total,
-    /// The data-parallel degree: `dp_size`, `data_parallel_size`.
-    DataParallel,
-    /// The GPUs of one node: `gpus_per_node`, `local_world_size`.
-    PerNode,
-    /// A model-parallel degree: `tensor_parallel_size`, `pp_size`.
-    ModelParallel,
-}
-
-/// The kind of device count a (possibly dotted, possibly called) name is, if it is one.
-pub fn device_count(name: &str) -> Option<DeviceCount> {
-    let name = name
-        .trim()
-        .trim_start_matches('(')
-        .trim_end_matches(')')
-        .trim();
-    // `(tp * pp)`: a product of model-parallel degrees is one.
-    if name.contains('*') {
-        let kinds: Vec<Option<DeviceCount>> = name.split('*').map(device_count).collect();
-        return kinds
-            .iter()
-            .all(|k| *k == Some(DeviceCount::ModelParallel))
-            .then_some(DeviceCount::ModelParallel);
-    }
-    let name = name.trim_end_matches("()");
-    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
-    let n = last.trim_matches('_');
-    let has = |words: &[&str]| words.iter().any(|w| holds(n, w));
-    if has(&["per_node", "local_world", "local_size", "per_host"]) {
-        return Some(DeviceCount::PerNode);
-    }
-    if has(&["data_parallel"])
-        || matches!(
-            n,
-            "dp" | "dp_size" | "dp_degree" | "dp_world_size" | "dp_ranks" | "dp_group_size"
-        )
-    {
-        return Some(DeviceCount::DataParallel);
-    }
-    if has(&[
-        "tensor_parallel",
-        "pipeline_parallel",
-        "model_parallel",
-        "context_parallel",
-    ]) || matches!(
-        n,
-        "tp" | "pp" | "cp" | "tp_size" | "pp_size" | "cp_size" | "sp_size"
-    ) {
-        return Some(DeviceCount::ModelParallel);
-    }
-    matches!(
-        n,
-        "world_size"
-            | "world"
-            | "num_gpus"
-            | "n_gpus"
-            | "ngpus"
-            | "gpus"
-            | "total_gpus"
-            | "num_gpu"
-            | "n_gpu"
-            | "gpu_count"
-            | "num_devices"
-            | "n_devices"
-            | "ndevices"
-            | "device_count"
-            | "num_ranks"
-            | "nranks"
-            | "num_processes"
-            | "get_world_size"
-    )
-    .then_some(DeviceCount::Total)
-}
-
-/// Whether the short name `n` holds `w`: a plain window compare, cheaper on names than the
-/// general substring search (which prepares a searcher for every call).
-fn holds(n: &str, w: &str) -> bool {
-    n.as_bytes().windows(w.len()).any(|x| x == w.as_bytes())
-}
-
-fn role_of_name(name: &str) -> Role {
-    if device_count(name).is_some() {
-        return Role::Devices;
-    }
-    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
-    // `per_gpu_model_mem` is a model's memory on each GPU, not the GPU's memory.
-    let last = ["per_gpu_", "per_device_", "per_rank_"]
-        .iter()
-        .fold(last, |n, p| n.replace(p, ""));
-    let n = last.trim_matches('_');
-    let has = |words: &[&str]| words.iter().any(|w| holds(n, w));
-    // A unit or memory word makes a model/param name a size; "size" alone does not
-    // (`param_max_chunk_size` counts elements).
-    // Whole name segments only: `mb` inside `embedding` is not megabytes.
-    let sized = n.split('_').any(|seg| {
-        matches!(
-            seg,
-            "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint" | "vram"
-        ) || seg.starts_with("mem")
-    });
-    if has(&[
-        "kv_cache",
-        "kvcache",
-        "kv_mem",
-        "kv_gb",
-        "cache_gb",
-        "cache_mem",
-    ]) {
-        return Role::KvCache;
-    }
-    if has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]) {
-        return Role::Grads;
-    }
-    if has(&[
-        "optim",
-        "adam",
-        "opt_state",
-        "moment",
-        "_states",
-        "state_gb",
-        "state_mem",
-    ]) {
-        return Role::Optimizer;
-    }
-    if has(&["need", "required", "requirement", "fixed", "footprint"]) {
-        return Role::Total;
-    }
-    if has(&[
-        "activ", "batch", "sample", "token", "seq", "act_mem", "act_gb", "logit",
-    ]) {
-        return Role::Activations;
-    }
-    if has(&[
-        "overhead",
-        "margin",
-        "buffer",
-        "reserve",
-        "safety",
-        "cuda",
-        "misc",
-        "workspace",
-        "headroom",
-        "fragment",
-        "context",
-    ]) {
-        return Role::Overhead;
-    }
-    if has(&[
-        "gpu",
-        "vram",
-        "available",
-        "free",
-        "device_mem",
-        "capacity",
-        "budget",
-        "hbm",
-        "total_mem",
-        "max_mem",
-        "card",
-    ]) {
-        return Role::Gpu;
-    }
-    if has(&["trainable", "lora", "adapter"]) {
-        return Role::Trainable;
-    }
-    if (has(&["model", "weight", "param"]) && sized) || n == "model_size" {
-        return Role::Model;
-    }
-    // Bare `params`/`parameters` usually hold the parameters themselves, not their count.
-    if matches!(
-        n,
-        "n_params"
-            | "num_params"
-            | "nparams"
-            | "param_count"
-            | "num_parameters"
-            | "n_parameters"
-            | "total_params"
-            | "model_params"
-            | "num_model_params"
-            | "parameter_count"
-    ) {
-        return Role::ParamCount;
-    }
-    if has(&[
-        "total",
-        "peak",
-        "estimate",
-        "usage",
-        "train_mem",
-        "training_mem",
-    ]) {
-        return Role::Total;
-    }
-    Role::Unknown
-}
-
-/// A name for memory that model states or activations take (`activation_gb`,
-/// `optimizer_mem`): a role word and a unit or memory word.
-pub fn is_memory_name(name: &str) -> bool {
-    let n = name.rsplit('.').next().unwrap_or(name);
-    let unit = n.split('_').any(|seg| {
-        ["gb", "gib", "mb", "mib", "bytes", "footprint"]
-            .iter()
-            .any(|u| seg.eq_ignore_ascii_case(u))
-            || seg.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mem"))
-    });
-    let has = |w: &str| {
-        n.as_bytes()
-            .windows(w.len())
-            .any(|win| win.eq_ignore_ascii_case(w.as_bytes()))
-    };
-    unit && [
-        "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
-    ]
-    .iter()
-    .any(|w| has(w))
-}
 
 /// One symbol with its coefficient.
 #[derive(Clone, Debug, PartialEq)]
@@ -317,8 +33,16 @@ pub struct Term {
     /// A per-device share (`params_gb / world_size`): the count it is divided by, as written
     /// (the last one). Such a term is opaque to rules that judge whole-model sums.
     pub divided_by: Option<String>,
+    /// What that last divisor counts, when known.
+    pub divided_kind: Option<DeviceCount>,
     /// Every device count it was divided by, in order (`/ (tp * pp)` then `/ num_gpus`).
     pub device_divisors: Vec<DeviceCount>,
+    /// For a count of devices known by how it was derived (`int(os.environ["WORLD_SIZE"])`,
+    /// `nodes * gpus_per_node`), what it counts; otherwise its name says.
+    pub devices: Option<DeviceCount>,
+    /// The role was read from what the value is derived from (a `numel()` sum, the device's
+    /// `total_memory`), not from a name: the symbol is the expression until a name holds it.
+    pub derived: bool,
 }
 
 /// How much of an opaque term's text is kept as its symbol.
@@ -361,7 +85,10 @@ impl Lin {
                 opaque: false,
                 value: None,
                 divided_by: None,
+                divided_kind: None,
                 device_divisors: Vec::new(),
+                devices: None,
+                derived: false,
             }],
             roles_seen: vec![role],
             ..Lin::default()
@@ -527,6 +254,11 @@ impl Lin {
             if t.coef == 1.0 && lin.constant == 0.0 {
                 t.symbol_span = span.clone();
                 t.span = span;
+                // A derived value takes the first name that holds it.
+                if t.derived {
+                    t.symbol = name.to_string();
+                    t.derived = false;
+                }
             }
         }
         lin
@@ -538,15 +270,43 @@ impl Lin {
             && self.constant == 0.0
     }
 
+    /// A count of devices derived from what it counts, not named for it.
+    pub fn devices(text: &str, span: Range<usize>, kind: DeviceCount) -> Lin {
+        let mut lin = Lin::derived(text, span, Role::Devices);
+        if let Some(t) = lin.terms.first_mut() {
+            t.devices = Some(kind);
+        }
+        lin
+    }
+
+    /// A value whose role is known from what it is derived from, written as `text`.
+    pub fn derived(text: &str, span: Range<usize>, role: Role) -> Lin {
+        let cut = crate::source::floor_char_boundary(text, OPAQUE_TEXT.min(text.len()));
+        let mut lin = Lin::named(&text[..cut], span, role);
+        if let Some(t) = lin.terms.first_mut() {
+            t.derived = true;
+        }
+        lin
+    }
+
+    /// What a single count of devices counts: derived, or read from its name.
+    pub fn device_kind(&self) -> Option<DeviceCount> {
+        match self.terms.as_slice() {
+            [t] if t.role == Role::Devices => t.devices.or_else(|| device_count(&t.symbol)),
+            _ => None,
+        }
+    }
+
     /// Each term divided by a device count: a per-device share.
     fn shared_by(mut self, devices: &Lin, span: Range<usize>) -> Lin {
         let by = devices.terms.first().map(|t| t.symbol.clone());
-        let kind = by.as_deref().and_then(device_count);
+        let kind = devices.device_kind();
         let single = self.terms.len() == 1;
         for t in &mut self.terms {
             t.opaque = true;
             t.literal = None;
             t.divided_by = by.clone();
+            t.divided_kind = kind;
             t.device_divisors.extend(kind);
             if single {
                 t.span = span.clone();

@@ -1,0 +1,321 @@
+//! What a name says about the value it holds: a weak signal, read where nothing better is known
+//! (how a value is derived and used decides first; see [`super::program`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// What a name stands for in a memory formula, read from the name itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Memory the GPU has: `gpu_memory_gb`, `available_memory_gb`, `vram`.
+    Gpu,
+    /// The model's weights as a size: `model_size_gb`, `model_params_gb`, `weights_mem`.
+    Model,
+    /// A parameter count: `n_params`, `num_parameters`.
+    ParamCount,
+    Grads,
+    Optimizer,
+    Activations,
+    Overhead,
+    KvCache,
+    /// A name that holds a total requirement: `total_memory`, `required_gb`, `fixed_memory_gb`.
+    Total,
+    /// A count of devices: `world_size`, `num_gpus`, `dp_size` (see [`device_count`]).
+    Devices,
+    /// What trains under an adapter: `trainable_params`, `lora_params_gb`.
+    Trainable,
+    Unknown,
+}
+
+impl Role {
+    /// Whether a named value of this role marks the terms it holds as one component of a sum.
+    pub fn is_component(self) -> bool {
+        matches!(
+            self,
+            Role::Model
+                | Role::Grads
+                | Role::Optimizer
+                | Role::Activations
+                | Role::Overhead
+                | Role::KvCache
+        )
+    }
+}
+
+/// The role of a (possibly dotted) name, from its last segment. Names repeat within a file and
+/// across a project (`model`, `loss`): each thread remembers the answers, up to a bound.
+pub fn role_of(name: &str) -> Role {
+    const REMEMBERED: usize = 1 << 16;
+    thread_local! {
+        // Names are short and repeat at almost every node: a fast hash, not SipHash.
+        static SEEN: RefCell<HashMap<Box<str>, Role, foldhash::fast::RandomState>> =
+            RefCell::new(HashMap::default());
+    }
+    SEEN.with(|seen| {
+        let Ok(mut seen) = seen.try_borrow_mut() else {
+            return role_of_name(name);
+        };
+        if let Some(&known) = seen.get(name) {
+            return known;
+        }
+        if seen.len() >= REMEMBERED {
+            seen.clear();
+        }
+        let role = role_of_name(name);
+        seen.insert(name.into(), role);
+        role
+    })
+}
+
+/// What a count of devices counts, from its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceCount {
+    /// Every process of the job: `world_size`, `num_gpus`, `torch.cuda.device_count()`.
+    Total,
+    /// The data-parallel degree: `dp_size`, `data_parallel_size`.
+    DataParallel,
+    /// The GPUs of one node: `gpus_per_node`, `local_world_size`.
+    PerNode,
+    /// A model-parallel degree: `tensor_parallel_size`, `pp_size`.
+    ModelParallel,
+}
+
+/// The kind of device count a (possibly dotted, possibly called) name is, if it is one.
+pub fn device_count(name: &str) -> Option<DeviceCount> {
+    let name = name
+        .trim()
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .trim();
+    // `(tp * pp)`: a product of model-parallel degrees is one.
+    if name.contains('*') {
+        let kinds: Vec<Option<DeviceCount>> = name.split('*').map(device_count).collect();
+        return kinds
+            .iter()
+            .all(|k| *k == Some(DeviceCount::ModelParallel))
+            .then_some(DeviceCount::ModelParallel);
+    }
+    let name = name.trim_end_matches("()");
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let n = last.trim_matches('_');
+    let has = |words: &[&str]| words.iter().any(|w| holds(n, w));
+    if has(&["per_node", "local_world", "local_size", "per_host"]) {
+        return Some(DeviceCount::PerNode);
+    }
+    if has(&["data_parallel"])
+        || matches!(
+            n,
+            "dp" | "dp_size" | "dp_degree" | "dp_world_size" | "dp_ranks" | "dp_group_size"
+        )
+    {
+        return Some(DeviceCount::DataParallel);
+    }
+    if has(&[
+        "tensor_parallel",
+        "pipeline_parallel",
+        "model_parallel",
+        "context_parallel",
+    ]) || matches!(
+        n,
+        "tp" | "pp" | "cp" | "tp_size" | "pp_size" | "cp_size" | "sp_size"
+    ) {
+        return Some(DeviceCount::ModelParallel);
+    }
+    matches!(
+        n,
+        "world_size"
+            | "world"
+            | "num_gpus"
+            | "n_gpus"
+            | "ngpus"
+            | "gpus"
+            | "total_gpus"
+            | "num_gpu"
+            | "n_gpu"
+            | "gpu_count"
+            | "num_devices"
+            | "n_devices"
+            | "ndevices"
+            | "device_count"
+            | "num_ranks"
+            | "nranks"
+            | "num_processes"
+            | "get_world_size"
+    )
+    .then_some(DeviceCount::Total)
+}
+
+/// Whether the short name `n` holds `w`: a plain window compare, cheaper on names than the
+/// general substring search (which prepares a searcher for every call).
+fn holds(n: &str, w: &str) -> bool {
+    n.as_bytes().windows(w.len()).any(|x| x == w.as_bytes())
+}
+
+fn role_of_name(name: &str) -> Role {
+    if device_count(name).is_some() {
+        return Role::Devices;
+    }
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    // `per_gpu_model_mem` is a model's memory on each GPU, not the GPU's memory.
+    let last = ["per_gpu_", "per_device_", "per_rank_"]
+        .iter()
+        .fold(last, |n, p| n.replace(p, ""));
+    let n = last.trim_matches('_');
+    let has = |words: &[&str]| words.iter().any(|w| holds(n, w));
+    // A unit or memory word makes a model/param name a size; "size" alone does not
+    // (`param_max_chunk_size` counts elements).
+    // Whole name segments only: `mb` inside `embedding` is not megabytes.
+    let sized = n.split('_').any(|seg| {
+        matches!(
+            seg,
+            "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint" | "vram"
+        ) || seg.starts_with("mem")
+    });
+    if has(&[
+        "kv_cache",
+        "kvcache",
+        "kv_mem",
+        "kv_gb",
+        "cache_gb",
+        "cache_mem",
+    ]) {
+        return Role::KvCache;
+    }
+    if has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]) {
+        return Role::Grads;
+    }
+    if has(&[
+        "optim",
+        "adam",
+        "opt_state",
+        "moment",
+        "_states",
+        "state_gb",
+        "state_mem",
+    ]) {
+        return Role::Optimizer;
+    }
+    if has(&["need", "required", "requirement", "fixed", "footprint"]) {
+        return Role::Total;
+    }
+    if has(&[
+        "activ", "batch", "sample", "token", "seq", "act_mem", "act_gb", "logit",
+    ]) {
+        return Role::Activations;
+    }
+    if has(&[
+        "overhead",
+        "margin",
+        "buffer",
+        "reserve",
+        "safety",
+        "cuda",
+        "misc",
+        "workspace",
+        "headroom",
+        "fragment",
+        "context",
+    ]) {
+        return Role::Overhead;
+    }
+    if has(&[
+        "gpu",
+        "vram",
+        "available",
+        "free",
+        "device_mem",
+        "capacity",
+        "budget",
+        "hbm",
+        "total_mem",
+        "max_mem",
+        "card",
+    ]) {
+        return Role::Gpu;
+    }
+    if has(&["trainable", "lora", "adapter"]) {
+        return Role::Trainable;
+    }
+    if (has(&["model", "weight", "param"]) && sized) || n == "model_size" {
+        return Role::Model;
+    }
+    // Bare `params`/`parameters` usually hold the parameters themselves, not their count.
+    if matches!(
+        n,
+        "n_params"
+            | "num_params"
+            | "nparams"
+            | "param_count"
+            | "num_parameters"
+            | "n_parameters"
+            | "total_params"
+            | "model_params"
+            | "num_model_params"
+            | "parameter_count"
+    ) {
+        return Role::ParamCount;
+    }
+    if has(&[
+        "total",
+        "peak",
+        "estimate",
+        "usage",
+        "train_mem",
+        "training_mem",
+    ]) {
+        return Role::Total;
+    }
+    Role::Unknown
+}
+
+/// A name for memory that model states or activations take (`activation_gb`,
+/// `optimizer_mem`): a role word and a unit or memory word.
+pub fn is_memory_name(name: &str) -> bool {
+    let n = name.rsplit('.').next().unwrap_or(name);
+    let unit = n.split('_').any(|seg| {
+        ["gb", "gib", "mb", "mib", "bytes", "footprint"]
+            .iter()
+            .any(|u| seg.eq_ignore_ascii_case(u))
+            || seg.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mem"))
+    });
+    let has = |w: &str| {
+        n.as_bytes()
+            .windows(w.len())
+            .any(|win| win.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    unit && [
+        "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
+    ]
+    .iter()
+    .any(|w| has(w))
+}
+
+/// A name for a count in billions (`PARAMS_B`, `n_params_b`, `model_size_bn`, `billions`): one
+/// unit of it is 10^9 parameters.
+pub fn billions(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let segs: Vec<&str> = last.split('_').filter(|s| !s.is_empty()).collect();
+    let Some((tail, head)) = segs.split_last() else {
+        return false;
+    };
+    let about_params = head
+        .iter()
+        .any(|s| s.starts_with("param") || matches!(*s, "n" | "num" | "model"));
+    matches!(*tail, "billion" | "billions") || (matches!(*tail, "b" | "bn") && about_params)
+}
+
+/// A count of nodes (`nodes`, `num_nodes`, `nnodes`): times the GPUs of a node, every GPU.
+pub fn is_node_count(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    matches!(
+        last.trim_matches('_'),
+        "nodes"
+            | "num_nodes"
+            | "nnodes"
+            | "n_nodes"
+            | "node_count"
+            | "num_machines"
+            | "nhosts"
+            | "num_hosts"
+    )
+}

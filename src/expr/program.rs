@@ -1,0 +1,751 @@
+//! Memory arithmetic as written, valued once the file is read. A frontend records each
+//! expression it may need as a small graph (numbers, names, operators, calls, containers, and the
+//! *sources* whose meaning is known from what they call), the bindings of every scope in source
+//! order, and what each function returns. Valuing waits for the end of the walk, so that:
+//! - a name is the latest value assigned to it before it is read, wherever its function sits;
+//! - a local helper's return is valued at each call site with the arguments bound, and a
+//!   helper's own formulas are valued once per call site (see [`Valuer::frames`]);
+//! - a bundle of components (a dict or a tuple) is read by key or position;
+//! - a value's role comes first from where it comes from (a `numel()` sum counts parameters,
+//!   `total_memory` is the device's memory, `WORLD_SIZE` counts devices), and only then from the
+//!   words of its name.
+
+use super::names::{billions, is_node_count};
+use super::{role_of, DeviceCount, Lin, Role};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ops::Range;
+
+pub type Id = u32;
+
+/// Where a value is known to come from, whatever it is called.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Source {
+    /// A count of the model's parameters (`sum(p.numel() for p in model.parameters())`,
+    /// `model.num_parameters()`); `trainable` when only those with gradients are counted.
+    Params { trainable: bool },
+    /// The device's memory in bytes: `get_device_properties(0).total_memory`, `mem_get_info()`.
+    DeviceMemory,
+    /// A count of devices: `dist.get_world_size()`, `int(os.environ["WORLD_SIZE"])`.
+    Devices(DeviceCount),
+}
+
+#[derive(Clone, Debug)]
+pub enum Key<'s> {
+    Str(&'s str),
+    Index(i64),
+}
+
+#[derive(Clone, Debug)]
+pub enum Node<'s> {
+    Num(f64),
+    /// A name, read in the node's scope at the node's position.
+    Name(&'s str),
+    Neg(Id),
+    /// `a op b` for `+ - * / // ** % << >>`.
+    Bin(&'s str, Id, Id),
+    /// A call of what may be a helper of the file (`estimate(n, 80)`, `self._grads()`).
+    Call {
+        callee: &'s str,
+        args: Vec<Id>,
+        keywords: Vec<(&'s str, Id)>,
+    },
+    /// `min(...)`, `max(...)`: the one argument that is not a constant, when there is one.
+    Extreme(Vec<Id>),
+    Item(Id, Key<'s>),
+    Dict(Vec<(&'s str, Id)>),
+    Seq(Vec<Id>),
+    /// `a if test else b`.
+    Choice(Id, Id),
+    /// `sum(...)` of a sequence, or of a bundle's values.
+    Sum(Id),
+    Source(Source),
+    Opaque,
+}
+
+struct Entry<'s> {
+    node: Node<'s>,
+    span: Range<usize>,
+    scope: usize,
+}
+
+/// A function, class or the module, as valuing sees it.
+#[derive(Debug, Default)]
+pub struct ScopeDef<'s> {
+    pub name: &'s str,
+    pub parent: Option<usize>,
+    /// The class whose `self.x` a method reads.
+    pub class: Option<usize>,
+    pub is_class: bool,
+    /// Parameters (without `self`), with their default values.
+    pub params: Vec<(&'s str, Option<Id>)>,
+    pub returns: Vec<Id>,
+}
+
+/// The file's expressions, bindings and functions.
+#[derive(Default)]
+pub struct Program<'s> {
+    src: &'s str,
+    entries: Vec<Entry<'s>>,
+    scopes: Vec<ScopeDef<'s>>,
+    /// Per scope and name, in source order: where the binding takes effect and its value.
+    bindings: HashMap<(usize, &'s str), Vec<(usize, Id)>>,
+    /// What a statement says a name holds in a scope without binding it (`weights = n_b * 2  #
+    /// bf16` makes `n_b` a parameter count there): the role, and the coefficient one unit of
+    /// the name carries in that role.
+    roles: HashMap<(usize, &'s str), (Role, f64)>,
+    /// Functions by name (not methods), and methods by class and name.
+    functions: HashMap<&'s str, Vec<usize>>,
+    methods: HashMap<(usize, &'s str), usize>,
+    /// Calls of names that may be helpers: where a helper's formulas are valued.
+    calls: Vec<Id>,
+}
+
+/// How many helpers deep valuing follows calls.
+const MAX_CALL_DEPTH: u8 = 3;
+/// How many call sites of one helper its formulas are valued for.
+const MAX_FRAMES: usize = 8;
+/// Beyond this many terms a sum is not memory arithmetic anyone reads: it is kept opaque.
+const MAX_TERMS: usize = 64;
+/// Valuing recursion deeper than this (long chains of names) gives up on the value.
+const MAX_DEPTH: usize = 192;
+
+impl<'s> Program<'s> {
+    pub fn new(src: &'s str) -> Self {
+        Program {
+            src,
+            scopes: vec![ScopeDef::default()],
+            ..Program::default()
+        }
+    }
+
+    pub fn add(&mut self, node: Node<'s>, span: Range<usize>, scope: usize) -> Id {
+        if matches!(node, Node::Call { .. }) {
+            self.calls.push(self.entries.len() as Id);
+        }
+        self.entries.push(Entry { node, span, scope });
+        (self.entries.len() - 1) as Id
+    }
+
+    /// Register a scope; ids follow the order of calls, the module being 0.
+    pub fn add_scope(&mut self, def: ScopeDef<'s>) -> usize {
+        let id = self.scopes.len();
+        if !def.is_class {
+            match def.parent.and_then(|p| self.scopes.get(p)) {
+                Some(p) if p.is_class => {
+                    self.methods.insert((def.parent.unwrap_or(0), def.name), id);
+                }
+                _ => self.functions.entry(def.name).or_default().push(id),
+            }
+        }
+        self.scopes.push(def);
+        id
+    }
+
+    /// `name` holds `value` from byte `at` on (the end of the statement that binds it).
+    pub fn bind(&mut self, scope: usize, name: &'s str, at: usize, value: Id) {
+        self.bindings
+            .entry((scope, name))
+            .or_default()
+            .push((at, value));
+    }
+
+    pub fn returns(&mut self, scope: usize, value: Id) {
+        if let Some(s) = self.scopes.get_mut(scope) {
+            s.returns.push(value);
+        }
+    }
+
+    /// What `name` holds in `scope`, read from a statement that does not bind it.
+    pub fn name_role(&mut self, scope: usize, name: &'s str, role: Role, coef: f64) {
+        self.roles.insert((scope, name), (role, coef));
+    }
+
+    pub fn span(&self, id: Id) -> Range<usize> {
+        self.entries
+            .get(id as usize)
+            .map_or(0..0, |e| e.span.clone())
+    }
+
+    pub fn is_function(&self, scope: usize) -> bool {
+        self.scopes
+            .get(scope)
+            .is_some_and(|s| !s.is_class && s.parent.is_some())
+    }
+
+    fn text(&self, span: &Range<usize>) -> &'s str {
+        self.src.get(span.clone()).unwrap_or("")
+    }
+
+    /// The function a call in `scope` names: a method of the enclosing class for `self.f`, the
+    /// nearest function of that name otherwise.
+    fn resolve(&self, callee: &str, scope: usize) -> Option<usize> {
+        if let Some(method) = callee
+            .strip_prefix("self.")
+            .or_else(|| callee.strip_prefix("cls."))
+        {
+            let class = self.class_of(scope)?;
+            return self.methods.get(&(class, method)).copied();
+        }
+        if callee.contains('.') {
+            return None;
+        }
+        let candidates = self.functions.get(callee)?;
+        let mut s = Some(scope);
+        while let Some(cur) = s {
+            if let Some(f) = candidates
+                .iter()
+                .find(|f| self.scopes.get(**f).and_then(|d| d.parent) == Some(cur))
+            {
+                return Some(*f);
+            }
+            s = self.scopes.get(cur).and_then(|d| d.parent);
+        }
+        None
+    }
+
+    fn class_of(&self, scope: usize) -> Option<usize> {
+        self.scopes.get(scope).and_then(|s| s.class)
+    }
+
+    pub fn valuer(&self) -> Valuer<'_, 's> {
+        Valuer {
+            p: self,
+            memo: RefCell::new(HashMap::new()),
+            busy: RefCell::new(Vec::new()),
+            depth: Cell::new(0),
+            frames: RefCell::new(HashMap::new()),
+        }
+    }
+}
+
+/// A value: a number (linear in its symbols), or a bundle of them.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Scalar(Lin),
+    /// A dict (or a dataclass) of values by key.
+    Bundle(Vec<(String, Value)>),
+    /// A tuple or a list.
+    Seq(Vec<Value>),
+}
+
+impl Value {
+    /// As one number: a bundle of components is their total (or the entry named for the total).
+    pub fn lin(self, text: &str, span: Range<usize>) -> Lin {
+        match self {
+            Value::Scalar(l) => l,
+            Value::Bundle(entries) => bundle_total(entries).unwrap_or_else(|| opaque(text, span)),
+            Value::Seq(_) => opaque(text, span),
+        }
+    }
+
+    fn scalar(self) -> Option<Lin> {
+        match self {
+            Value::Scalar(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// The total a bundle of memory components states: its entry named for the total, or the sum of
+/// the entries that are model-sized or named for a component.
+fn bundle_total(entries: Vec<(String, Value)>) -> Option<Lin> {
+    let mut total: Option<Lin> = None;
+    let mut parts: Vec<Lin> = Vec::new();
+    for (key, v) in entries {
+        let Some(lin) = v.scalar() else { continue };
+        let role = role_of(&key);
+        if role == Role::Total && lin.is_sized() {
+            total = Some(lin);
+        } else if lin.is_sized() || role.is_component() {
+            parts.push(lin);
+        }
+    }
+    if total.is_some() {
+        return total;
+    }
+    let mut parts = parts.into_iter();
+    let first = parts.next()?;
+    Some(parts.fold(first, Lin::plus))
+}
+
+fn opaque(text: &str, span: Range<usize>) -> Lin {
+    Lin::opaque(text, span, &[])
+}
+
+/// The arguments one call site gives a helper, valued where the call is.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub function: usize,
+    args: Vec<(String, Value)>,
+    depth: u8,
+}
+
+impl Frame {
+    fn arg(&self, name: &str) -> Option<&Value> {
+        self.args.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+}
+
+/// Values the program's expressions, remembering what it worked out.
+pub struct Valuer<'p, 's> {
+    p: &'p Program<'s>,
+    memo: RefCell<HashMap<Id, Value>>,
+    busy: RefCell<Vec<Id>>,
+    depth: Cell<usize>,
+    frames: RefCell<HashMap<usize, Vec<Frame>>>,
+}
+
+impl Valuer<'_, '_> {
+    /// The value of an expression: as written (`frame` = `None`), or in a helper valued for one
+    /// call site.
+    pub fn value(&self, id: Id, frame: Option<&Frame>) -> Value {
+        let Some(entry) = self.p.entries.get(id as usize) else {
+            return Value::Scalar(Lin::default());
+        };
+        if frame.is_none() {
+            if let Some(v) = self.memo.borrow().get(&id) {
+                return v.clone();
+            }
+            if self.busy.borrow().contains(&id) {
+                return Value::Scalar(opaque(self.p.text(&entry.span), entry.span.clone()));
+            }
+        }
+        if self.depth.get() > MAX_DEPTH {
+            return Value::Scalar(opaque(self.p.text(&entry.span), entry.span.clone()));
+        }
+        self.depth.set(self.depth.get() + 1);
+        if frame.is_none() {
+            self.busy.borrow_mut().push(id);
+        }
+        let v = self.compute(entry, frame);
+        if frame.is_none() {
+            self.busy.borrow_mut().retain(|b| *b != id);
+            self.memo.borrow_mut().insert(id, v.clone());
+        }
+        self.depth.set(self.depth.get() - 1);
+        v
+    }
+
+    /// [`Valuer::value`] as one number.
+    pub fn lin(&self, id: Id, frame: Option<&Frame>) -> Lin {
+        let span = self.p.span(id);
+        self.value(id, frame).lin(self.p.text(&span), span)
+    }
+
+    fn compute(&self, e: &Entry, frame: Option<&Frame>) -> Value {
+        let span = e.span.clone();
+        let text = self.p.text(&span);
+        let scalar = |id: Id| self.value(id, frame).scalar();
+        let v = match &e.node {
+            Node::Num(v) => Lin::constant(*v, Some(span)),
+            Node::Name(name) => return self.name(name, span, e.scope, frame),
+            Node::Neg(a) => match scalar(*a) {
+                Some(l) => l.negated(),
+                None => opaque(text, span),
+            },
+            Node::Bin(op, a, b) => match (scalar(*a), scalar(*b)) {
+                (Some(x), Some(y)) => binary(op, x, y, text, span),
+                _ => opaque(text, span),
+            },
+            Node::Extreme(args) => {
+                let lins: Vec<Lin> = args.iter().filter_map(|a| scalar(*a)).collect();
+                let mut varying = lins.into_iter().filter(|l| !l.is_constant());
+                match (varying.next(), varying.next()) {
+                    (Some(one), None) => one,
+                    _ => opaque(text, span),
+                }
+            }
+            Node::Call {
+                callee,
+                args,
+                keywords,
+            } => return self.call(callee, args, keywords, e, frame),
+            Node::Item(base, key) => {
+                return match (self.value(*base, frame), key) {
+                    (Value::Bundle(entries), Key::Str(k)) => entries
+                        .into_iter()
+                        .find(|(name, _)| name == k)
+                        .map(|(_, v)| v)
+                        .unwrap_or_else(|| Value::Scalar(opaque(text, span))),
+                    (Value::Seq(items), Key::Index(i)) => {
+                        let n = items.len() as i64;
+                        let at = if *i < 0 { n + i } else { *i };
+                        usize::try_from(at)
+                            .ok()
+                            .and_then(|at| items.into_iter().nth(at))
+                            .unwrap_or_else(|| Value::Scalar(opaque(text, span)))
+                    }
+                    _ => Value::Scalar(opaque(text, span)),
+                };
+            }
+            Node::Dict(pairs) => {
+                return Value::Bundle(
+                    pairs
+                        .iter()
+                        .map(|(k, v)| {
+                            let value = match self.value(*v, frame) {
+                                Value::Scalar(l) => Value::Scalar(l.through(role_of(k))),
+                                other => other,
+                            };
+                            (k.to_string(), value)
+                        })
+                        .collect(),
+                )
+            }
+            Node::Seq(items) => {
+                return Value::Seq(items.iter().map(|i| self.value(*i, frame)).collect())
+            }
+            Node::Choice(a, b) => match (scalar(*a), scalar(*b)) {
+                (Some(x), Some(y)) if same(&x, &y) => x,
+                (Some(x), Some(y)) => Lin::opaque(text, span, &[&x, &y]),
+                _ => opaque(text, span),
+            },
+            Node::Sum(base) => {
+                let items: Vec<Lin> = match self.value(*base, frame) {
+                    Value::Seq(items) => items.into_iter().filter_map(Value::scalar).collect(),
+                    Value::Bundle(entries) => entries
+                        .into_iter()
+                        .filter_map(|(_, v)| v.scalar())
+                        .collect(),
+                    Value::Scalar(_) => Vec::new(),
+                };
+                let mut items = items.into_iter();
+                match items.next() {
+                    Some(first) => capped(items.fold(first, Lin::plus), text, span),
+                    None => opaque(text, span),
+                }
+            }
+            Node::Source(source) => match source {
+                Source::Params { trainable } => {
+                    let role = if *trainable {
+                        Role::Trainable
+                    } else {
+                        Role::ParamCount
+                    };
+                    Lin::derived(text, span, role)
+                }
+                Source::DeviceMemory => Lin::derived(text, span, Role::Gpu),
+                Source::Devices(kind) => Lin::devices(text, span, *kind),
+            },
+            Node::Opaque => opaque(text, span),
+        };
+        Value::Scalar(v)
+    }
+
+    /// A name read at `span` in `scope`: the latest value bound to it before the read (in its
+    /// own scope; anywhere in an enclosing one, which a function reads when it runs), a
+    /// parameter's argument or literal default, or a symbol.
+    fn name(&self, name: &str, span: Range<usize>, scope: usize, frame: Option<&Frame>) -> Value {
+        let p = self.p;
+        let at = span.start;
+        if name.starts_with("self.") {
+            if let Some(list) = p
+                .class_of(scope)
+                .and_then(|class| p.bindings.get(&(class, name)))
+            {
+                let chosen = list.iter().rev().find(|(a, _)| *a <= at).or(list.last());
+                if let Some((_, v)) = chosen {
+                    return self.read(name, span, scope, self.value(*v, None));
+                }
+            }
+            return Value::Scalar(self.symbol(name, span, scope));
+        }
+        let mut cur = Some(scope);
+        let mut own = true;
+        while let Some(s) = cur {
+            let def = p.scopes.get(s);
+            if let Some(list) = p.bindings.get(&(s, name)) {
+                let chosen = if own {
+                    list.iter().rev().find(|(a, _)| *a <= at)
+                } else {
+                    list.last()
+                };
+                if let Some((_, v)) = chosen {
+                    let inner = frame.filter(|f| f.function == s);
+                    return self.read(name, span, scope, self.value(*v, inner));
+                }
+            }
+            if let Some((_, default)) = def
+                .filter(|d| !d.is_class)
+                .and_then(|d| d.params.iter().find(|(n, _)| *n == name))
+            {
+                if let Some(arg) = frame.filter(|f| f.function == s).and_then(|f| f.arg(name)) {
+                    return self.read(name, span, scope, arg.clone());
+                }
+                // What the function uses when called without it.
+                if let Some(d) = default {
+                    if let Value::Scalar(l) = self.value(*d, None) {
+                        if l.is_constant() {
+                            return self.read(name, span, scope, Value::Scalar(l));
+                        }
+                    }
+                }
+                return Value::Scalar(self.symbol(name, span, scope));
+            }
+            own = false;
+            // A class body's names are not visible from its methods.
+            cur = def.and_then(|d| d.parent);
+            while let Some(c) = cur.filter(|c| p.scopes.get(*c).is_some_and(|d| d.is_class)) {
+                cur = p.scopes.get(c).and_then(|d| d.parent);
+            }
+        }
+        Value::Scalar(self.symbol(name, span, scope))
+    }
+
+    /// What reading `name` gives once its value is known.
+    fn read(&self, name: &str, span: Range<usize>, scope: usize, value: Value) -> Value {
+        let lin = match value {
+            Value::Scalar(l) => l,
+            bundle => return bundle,
+        };
+        if !lin.is_bindable() {
+            return Value::Scalar(self.symbol(name, span, scope));
+        }
+        if lin.is_constant() && billions(name) {
+            let mut known = Lin::known(name, span, lin.constant * 1e9)
+                .with_role(Role::ParamCount)
+                .scale(1e-9, None, None);
+            known.roles_seen.push(Role::ParamCount);
+            return Value::Scalar(known);
+        }
+        let mut read = Lin::read(name, span, Some(&lin));
+        self.apply_role(name, scope, &mut read);
+        Value::Scalar(read)
+    }
+
+    /// A name with no known value: its role from what a statement said of it, else its words.
+    fn symbol(&self, name: &str, span: Range<usize>, scope: usize) -> Lin {
+        let mut lin = Lin::symbol(name, span);
+        self.apply_role(name, scope, &mut lin);
+        if billions(name) && lin.terms.iter().all(|t| t.role == Role::Unknown) {
+            lin = lin.with_role(Role::ParamCount).scale(1e-9, None, None);
+        }
+        lin
+    }
+
+    fn apply_role(&self, name: &str, scope: usize, lin: &mut Lin) {
+        let Some(&(role, coef)) = self.p.roles.get(&(scope, name)) else {
+            return;
+        };
+        if let [t] = lin.terms.as_mut_slice() {
+            if t.role == Role::Unknown {
+                t.role = role;
+                t.part = role;
+                t.coef *= coef;
+            }
+        }
+    }
+
+    fn call(
+        &self,
+        callee: &str,
+        args: &[Id],
+        keywords: &[(&str, Id)],
+        e: &Entry,
+        frame: Option<&Frame>,
+    ) -> Value {
+        let span = e.span.clone();
+        let text = self.p.text(&span);
+        let depth = frame.map_or(0, |f| f.depth);
+        let Some(function) = self
+            .p
+            .resolve(callee, e.scope)
+            .filter(|_| depth < MAX_CALL_DEPTH)
+        else {
+            return Value::Scalar(opaque(text, span));
+        };
+        let inner = self.frame(function, args, keywords, frame, depth + 1);
+        let returns = &self.p.scopes[function].returns;
+        let mut values = returns.iter().map(|r| self.value(*r, Some(&inner)));
+        let Some(first) = values.next() else {
+            return Value::Scalar(opaque(text, span));
+        };
+        // A helper that returns different things on different paths has no one value here;
+        // each of its returns is judged where it is written.
+        for other in values {
+            let agree = match (&first, &other) {
+                (Value::Scalar(a), Value::Scalar(b)) => same(a, b),
+                _ => false,
+            };
+            if !agree {
+                return Value::Scalar(opaque(text, span));
+            }
+        }
+        first
+    }
+
+    /// The arguments of one call of `function`, valued where the call is.
+    fn frame(
+        &self,
+        function: usize,
+        args: &[Id],
+        keywords: &[(&str, Id)],
+        caller: Option<&Frame>,
+        depth: u8,
+    ) -> Frame {
+        let params = &self.p.scopes[function].params;
+        let mut bound: Vec<(String, Value)> = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            if let Some((name, _)) = params.get(i) {
+                bound.push((name.to_string(), self.value(*a, caller)));
+            }
+        }
+        for (k, a) in keywords {
+            if params.iter().any(|(n, _)| n == k) {
+                bound.push((k.to_string(), self.value(*a, caller)));
+            }
+        }
+        Frame {
+            function,
+            args: bound,
+            depth,
+        }
+    }
+
+    /// Each call site of a helper, its arguments valued: the helper's own formulas are valued
+    /// once for each (and once as written). Call sites inside other helpers are valued for
+    /// each of their callers' frames in turn.
+    pub fn frames(&self, function: usize) -> Vec<Frame> {
+        self.frames_at(function, 1)
+    }
+
+    fn frames_at(&self, function: usize, depth: u8) -> Vec<Frame> {
+        if depth > MAX_CALL_DEPTH || !self.p.is_function(function) {
+            return Vec::new();
+        }
+        if let Some(known) = self.frames.borrow().get(&function) {
+            return known.clone();
+        }
+        // Recursion finds no frame while its own are worked out.
+        self.frames.borrow_mut().insert(function, Vec::new());
+        let mut out: Vec<Frame> = Vec::new();
+        for &c in &self.p.calls {
+            let Some(Entry {
+                node:
+                    Node::Call {
+                        callee,
+                        args,
+                        keywords,
+                    },
+                scope,
+                ..
+            }) = self.p.entries.get(c as usize)
+            else {
+                continue;
+            };
+            if self.p.resolve(callee, *scope) != Some(function) {
+                continue;
+            }
+            let mut callers: Vec<Option<Frame>> = vec![None];
+            if *scope != function {
+                callers.extend(self.frames_at(*scope, depth + 1).into_iter().map(Some));
+            }
+            for caller in callers {
+                if out.len() >= MAX_FRAMES {
+                    break;
+                }
+                out.push(self.frame(function, args, keywords, caller.as_ref(), depth));
+            }
+        }
+        self.frames.borrow_mut().insert(function, out.clone());
+        out
+    }
+}
+
+/// Two values that state the same thing (the same symbols, coefficients and constant).
+fn same(a: &Lin, b: &Lin) -> bool {
+    a.constant == b.constant
+        && a.terms.len() == b.terms.len()
+        && a.terms
+            .iter()
+            .zip(&b.terms)
+            .all(|(x, y)| x.symbol == y.symbol && x.coef == y.coef && x.role == y.role)
+}
+
+/// `a op b`, where products and ratios of device counts are device counts too
+/// (`nodes * gpus_per_node` is every GPU; `world_size // (tp * pp)` the data-parallel degree).
+fn binary(op: &str, a: Lin, b: Lin, text: &str, span: Range<usize>) -> Lin {
+    let kind = |l: &Lin| {
+        l.device_kind().or_else(|| match l.terms.as_slice() {
+            [t] if l.constant == 0.0 && t.coef == 1.0 && is_node_count(&t.symbol) => {
+                Some(DeviceCount::PerNode)
+            }
+            _ => None,
+        })
+    };
+    match (op, kind(&a), kind(&b)) {
+        ("*", Some(x), Some(y)) => {
+            let product = if x == DeviceCount::ModelParallel && y == DeviceCount::ModelParallel {
+                DeviceCount::ModelParallel
+            } else {
+                DeviceCount::Total
+            };
+            return Lin::devices(text, span, product);
+        }
+        ("/" | "//", Some(DeviceCount::Total), Some(DeviceCount::ModelParallel)) => {
+            return Lin::devices(text, span, DeviceCount::DataParallel);
+        }
+        _ => {}
+    }
+    capped(Lin::binary(op, a, b, text, span.clone()), text, span)
+}
+
+fn capped(lin: Lin, text: &str, span: Range<usize>) -> Lin {
+    if lin.terms.len() > MAX_TERMS {
+        opaque(text, span)
+    } else {
+        lin
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `def f(n): return n * 2` and `f(x)`: the helper's return, valued with `n` bound.
+    #[test]
+    fn a_helper_is_valued_at_its_call_site() {
+        let src = "def f(n): return n * 2\ny = f(model_size_gb)";
+        let mut p = Program::new(src);
+        let f = p.add_scope(ScopeDef {
+            name: "f",
+            parent: Some(0),
+            params: vec![("n", None)],
+            ..ScopeDef::default()
+        });
+        let n = p.add(Node::Name("n"), 17..18, f);
+        let two = p.add(Node::Num(2.0), 21..22, f);
+        let ret = p.add(Node::Bin("*", n, two), 17..22, f);
+        p.returns(f, ret);
+        let arg = p.add(Node::Name("model_size_gb"), 29..42, 0);
+        let call = p.add(
+            Node::Call {
+                callee: "f",
+                args: vec![arg],
+                keywords: vec![],
+            },
+            27..43,
+            0,
+        );
+        let v = p.valuer().lin(call, None);
+        assert_eq!(v.terms.len(), 1);
+        assert_eq!(v.terms[0].symbol, "model_size_gb");
+        assert_eq!(v.terms[0].role, Role::Model);
+        assert_eq!(v.terms[0].coef, 2.0);
+        let frames = p.valuer().frames(f);
+        assert_eq!(frames.len(), 1);
+    }
+
+    #[test]
+    fn nodes_times_gpus_per_node_counts_every_gpu() {
+        let lin = binary(
+            "*",
+            Lin::symbol("nodes", 0..5),
+            Lin::symbol("gpus_per_node", 8..21),
+            "nodes * gpus_per_node",
+            0..21,
+        );
+        assert_eq!(lin.device_kind(), Some(DeviceCount::Total));
+    }
+}

@@ -1,0 +1,584 @@
+//! Python expressions into the program of [`crate::expr::program`]: what each expression is made
+//! of, which calls say what their value is (a `numel()` sum, the device's memory, a world size),
+//! and the statements that bind names. The formulas memory rules read are valued in
+//! [`Walker::value_formulas`], once the whole file is known.
+
+use super::*;
+use crate::expr::program::{Id, Key, Node as V, ScopeDef, Source};
+use crate::expr::DeviceCount;
+use crate::frontend::fields::{PyField, PyKind};
+
+/// How many items of a dict, tuple or list are read: larger ones are data, not arithmetic.
+const MAX_ITEMS: usize = 64;
+
+/// A formula to value once the file is read.
+pub(super) struct Pending {
+    pub kind: PendingKind,
+    pub value: Id,
+    pub span: Range<usize>,
+    pub scope: usize,
+    pub guard: Topics,
+    pub inference: bool,
+}
+
+pub(super) enum PendingKind {
+    Assign {
+        target: String,
+    },
+    Return {
+        function: String,
+    },
+    /// One side of a comparison, and the other side.
+    Compare {
+        other: Id,
+    },
+    Expr,
+    /// A memory value set in the branch taken when checkpointing is on (see
+    /// [`CheckpointedValue`]).
+    Checkpointed {
+        target: String,
+        factor: Option<f64>,
+        offloaded: bool,
+    },
+    /// `name = value`, kept when the value is a number the name says is a parameter count or
+    /// the GPU's memory.
+    Constant {
+        name: String,
+    },
+}
+
+impl<'s> Walker<'s> {
+    /// The program node of an expression.
+    pub(super) fn value_of(&mut self, node: Node, depth: usize) -> Id {
+        let scope = self.scope();
+        let span = node.byte_range();
+        if depth > MAX_EXPR_DEPTH {
+            return self.program.add(V::Opaque, span, scope);
+        }
+        let v = match node.ty() {
+            "integer" | "float" => match parse_number(self.text(node)) {
+                Some(v) => V::Num(v),
+                None => V::Opaque,
+            },
+            "parenthesized_expression" => match node.named_child(0) {
+                Some(inner) => return self.value_of(inner, depth + 1),
+                None => V::Opaque,
+            },
+            "identifier" => V::Name(self.text(node)),
+            "attribute" => {
+                let text = self.text(node);
+                if reads_device_memory(text) && text.contains('(') {
+                    V::Source(Source::DeviceMemory)
+                } else if node.field("object").is_some_and(|o| o.ty() == "call") {
+                    // `estimate(n).total`: a field of what a helper returns.
+                    let (Some(object), Some(attr)) =
+                        (node.field("object"), node.field("attribute"))
+                    else {
+                        return self.program.add(V::Opaque, span, scope);
+                    };
+                    let base = self.value_of(object, depth + 1);
+                    V::Item(base, Key::Str(self.text(attr)))
+                } else {
+                    V::Name(text)
+                }
+            }
+            "unary_operator" => {
+                let op = node.field("operator").map(|o| self.text(o));
+                match (op, node.field("argument")) {
+                    (Some("-"), Some(a)) => V::Neg(self.value_of(a, depth + 1)),
+                    (Some("+"), Some(a)) => return self.value_of(a, depth + 1),
+                    _ => V::Opaque,
+                }
+            }
+            "binary_operator" => {
+                match (
+                    node.field("left"),
+                    node.field("right"),
+                    node.field("operator"),
+                ) {
+                    (Some(l), Some(r), Some(op)) => {
+                        let a = self.value_of(l, depth + 1);
+                        let b = self.value_of(r, depth + 1);
+                        V::Bin(self.text(op), a, b)
+                    }
+                    _ => V::Opaque,
+                }
+            }
+            "call" => return self.call_value(node, depth),
+            "subscript" => self.subscript_value(node, depth),
+            "dictionary" => {
+                let mut c = node.walk();
+                let pairs: Vec<Node> = node.named_children(&mut c).collect();
+                if pairs.len() > MAX_ITEMS {
+                    V::Opaque
+                } else {
+                    let mut entries = Vec::new();
+                    for pair in pairs {
+                        let (Some(k), Some(v)) = (pair.field("key"), pair.field("value")) else {
+                            continue;
+                        };
+                        if k.ty() != "string" {
+                            continue;
+                        }
+                        let key = self.text(k).trim_matches(['"', '\'']);
+                        entries.push((key, self.value_of(v, depth + 1)));
+                    }
+                    V::Dict(entries)
+                }
+            }
+            "tuple" | "list" | "expression_list" => {
+                let mut c = node.walk();
+                let items: Vec<Node> = node.named_children(&mut c).collect();
+                if items.len() > MAX_ITEMS {
+                    V::Opaque
+                } else {
+                    V::Seq(
+                        items
+                            .into_iter()
+                            .map(|i| self.value_of(i, depth + 1))
+                            .collect(),
+                    )
+                }
+            }
+            "conditional_expression" => {
+                let mut c = node.walk();
+                let kids: Vec<Node> = node.named_children(&mut c).collect();
+                match kids.as_slice() {
+                    [then, _, otherwise] => {
+                        let a = self.value_of(*then, depth + 1);
+                        let b = self.value_of(*otherwise, depth + 1);
+                        V::Choice(a, b)
+                    }
+                    _ => V::Opaque,
+                }
+            }
+            _ => V::Opaque,
+        };
+        self.program.add(v, span, scope)
+    }
+
+    fn call_value(&mut self, node: Node, depth: usize) -> Id {
+        let scope = self.scope();
+        let span = node.byte_range();
+        let callee = node.field("function").map(|f| self.text(f)).unwrap_or("");
+        let last = last_segment(callee);
+        let args_node = node.field("arguments");
+        let mut positional: Vec<Node> = Vec::new();
+        let mut keywords: Vec<(&'s str, Node)> = Vec::new();
+        if let Some(a) = args_node {
+            let mut c = a.walk();
+            for arg in a.named_children(&mut c) {
+                match arg.ty() {
+                    "keyword_argument" => {
+                        if let (Some(k), Some(v)) = (arg.field("name"), arg.field("value")) {
+                            keywords.push((self.text(k), v));
+                        }
+                    }
+                    "comment" => {}
+                    _ => positional.push(arg),
+                }
+            }
+        }
+        let text = self.text(node);
+        let source = |s| V::Source(s);
+        let v = match last {
+            // Numeric wrappers say nothing of the value.
+            "int" | "float" | "round" | "ceil" | "floor" | "abs"
+                if matches!(callee, "int" | "float" | "round" | "abs")
+                    || callee.starts_with("math.") =>
+            {
+                match positional.first() {
+                    Some(a) => return self.value_of(*a, depth + 1),
+                    None => V::Opaque,
+                }
+            }
+            "sum" if callee == "sum" => match positional.first() {
+                Some(a) => self.sum_value(*a, depth),
+                None => V::Opaque,
+            },
+            "max" | "min" if callee == last => V::Extreme(
+                positional
+                    .iter()
+                    .map(|a| self.value_of(*a, depth + 1))
+                    .collect(),
+            ),
+            "num_parameters" | "get_num_params" | "num_params" if callee.contains('.') => {
+                source(Source::Params {
+                    trainable: text.contains("trainable=True"),
+                })
+            }
+            "get_nb_trainable_parameters" => {
+                let t = self.program.add(
+                    V::Source(Source::Params { trainable: true }),
+                    span.clone(),
+                    scope,
+                );
+                let all = self.program.add(
+                    V::Source(Source::Params { trainable: false }),
+                    span.clone(),
+                    scope,
+                );
+                V::Seq(vec![t, all])
+            }
+            "mem_get_info" => {
+                let free = self
+                    .program
+                    .add(V::Source(Source::DeviceMemory), span.clone(), scope);
+                let total = self
+                    .program
+                    .add(V::Source(Source::DeviceMemory), span.clone(), scope);
+                V::Seq(vec![free, total])
+            }
+            "get_world_size"
+            | "device_count"
+            | "xrt_world_size"
+            | "process_count"
+            | "get_local_world_size"
+            | "local_device_count"
+            | "get_data_parallel_world_size" => match crate::expr::device_count(last) {
+                Some(kind) => source(Source::Devices(kind)),
+                None if last.starts_with("local") => source(Source::Devices(DeviceCount::PerNode)),
+                None => source(Source::Devices(DeviceCount::Total)),
+            },
+            "get" | "getenv" if callee.contains("environ") || callee.ends_with("getenv") => {
+                match positional
+                    .first()
+                    .and_then(|a| environment_count(self.text(*a)))
+                {
+                    Some(kind) => source(Source::Devices(kind)),
+                    None => V::Opaque,
+                }
+            }
+            _ if reads_device_memory(text) && !callee.starts_with("self.") => {
+                source(Source::DeviceMemory)
+            }
+            // `Breakdown(weights=w, grads=g)`: a dataclass of components, read by field.
+            _ if starts_upper(last) && positional.is_empty() && !keywords.is_empty() => {
+                let entries = keywords
+                    .iter()
+                    .map(|(k, v)| (*k, self.value_of(*v, depth + 1)))
+                    .collect();
+                V::Dict(entries)
+            }
+            _ => {
+                let args = positional
+                    .iter()
+                    .map(|a| self.value_of(*a, depth + 1))
+                    .collect();
+                let keywords = keywords
+                    .iter()
+                    .map(|(k, v)| (*k, self.value_of(*v, depth + 1)))
+                    .collect();
+                V::Call {
+                    callee,
+                    args,
+                    keywords,
+                }
+            }
+        };
+        self.program.add(v, span, scope)
+    }
+
+    /// `sum(p.numel() for p in model.parameters())` counts parameters (those with gradients when
+    /// it filters on `requires_grad`); `sum(parts.values())` and `sum([a, b])` add their items.
+    fn sum_value(&mut self, arg: Node, depth: usize) -> V<'s> {
+        let text = self.text(arg);
+        if matches!(arg.ty(), "generator_expression" | "list_comprehension") {
+            let counts = text.contains("numel") && text.contains("parameters");
+            return if counts {
+                V::Source(Source::Params {
+                    trainable: text.contains("requires_grad"),
+                })
+            } else {
+                V::Opaque
+            };
+        }
+        // `parts.values()`
+        if arg.ty() == "call" {
+            let f = arg.field("function");
+            if let Some(object) = f
+                .filter(|f| f.ty() == "attribute")
+                .filter(|f| {
+                    f.field("attribute")
+                        .is_some_and(|a| self.text(a) == "values")
+                })
+                .and_then(|f| f.field("object"))
+            {
+                return V::Sum(self.value_of(object, depth + 1));
+            }
+        }
+        V::Sum(self.value_of(arg, depth + 1))
+    }
+
+    fn subscript_value(&mut self, node: Node, depth: usize) -> V<'s> {
+        let (Some(base), Some(key)) = (node.field("value"), node.field("subscript")) else {
+            return V::Opaque;
+        };
+        let base_text = self.text(base);
+        if base_text.ends_with("environ") {
+            return match environment_count(self.text(key)) {
+                Some(kind) => V::Source(Source::Devices(kind)),
+                None => V::Opaque,
+            };
+        }
+        let key = match key.ty() {
+            "string" => Key::Str(self.text(key).trim_matches(['"', '\''])),
+            "integer" => match self.text(key).parse::<i64>() {
+                Ok(i) => Key::Index(i),
+                Err(_) => return V::Opaque,
+            },
+            "unary_operator" => match self.text(key).replace(' ', "").parse::<i64>() {
+                Ok(i) => Key::Index(i),
+                Err(_) => return V::Opaque,
+            },
+            _ => return V::Opaque,
+        };
+        V::Item(self.value_of(base, depth + 1), key)
+    }
+
+    /// Register a function or class with the program (same ids as the walk's scopes).
+    pub(super) fn program_scope(&mut self, node: Node, parent: usize, class: Option<usize>) {
+        let is_class = node.ty() == "class_definition";
+        let name = node.field("name").map(|n| self.text(n)).unwrap_or("");
+        let mut params = Vec::new();
+        if let (false, Some(list)) = (is_class, node.field("parameters")) {
+            let mut c = list.walk();
+            let kids: Vec<Node> = list.named_children(&mut c).collect();
+            for p in kids {
+                let (name, default) = match p.ty() {
+                    "identifier" => (Some(p), None),
+                    "typed_parameter" => {
+                        (p.named_child(0).filter(|n| n.ty() == "identifier"), None)
+                    }
+                    "default_parameter" | "typed_default_parameter" => {
+                        (p.field("name"), p.field("value"))
+                    }
+                    _ => (None, None),
+                };
+                let Some(name) = name else { continue };
+                let default = default
+                    .filter(|d| matches!(d.ty(), "integer" | "float"))
+                    .and_then(|d| parse_number(self.text(d)))
+                    .map(|v| self.program.add(V::Num(v), p.byte_range(), parent));
+                params.push((self.text(name), default));
+            }
+            if params
+                .first()
+                .is_some_and(|(n, _)| *n == "self" || *n == "cls")
+            {
+                params.remove(0);
+            }
+        }
+        self.program.add_scope(ScopeDef {
+            name,
+            parent: Some(parent),
+            class,
+            is_class,
+            params,
+            ..ScopeDef::default()
+        });
+    }
+
+    /// `target = value` (names and tuples of names) from the end of `statement` on.
+    pub(super) fn bind_value(&mut self, left: Node, value: Id, statement: Range<usize>) {
+        match left.ty() {
+            "identifier" | "attribute" => {
+                let name = self.text(left);
+                let scope = scope_of_name(self, name);
+                self.program.bind(scope, name, statement.end, value);
+            }
+            "pattern_list" | "tuple_pattern" | "list_pattern" => {
+                let mut c = left.walk();
+                let targets: Vec<Node> = left.named_children(&mut c).collect();
+                for (i, t) in targets.into_iter().enumerate() {
+                    let item = self.program.add(
+                        V::Item(value, Key::Index(i as i64)),
+                        t.byte_range(),
+                        self.scope(),
+                    );
+                    self.bind_value(t, item, statement.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A loop's or a `with`'s target holds something unknown from here on.
+    pub(super) fn bind_unknown(&mut self, left: Node) {
+        let v = self.program.add(V::Opaque, left.byte_range(), self.scope());
+        self.bind_value(left, v, left.byte_range());
+    }
+
+    pub(super) fn pend(&mut self, kind: PendingKind, value: Id, span: Range<usize>) {
+        let inference = self.stack.iter().any(|(_, f)| match f {
+            Frame::With(_, no_grad) => *no_grad,
+            Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
+            _ => false,
+        });
+        self.pending.push(Pending {
+            kind,
+            value,
+            span,
+            scope: self.scope(),
+            guard: self.guard(),
+            inference,
+        });
+    }
+
+    /// Value every pending formula: as written, and in each helper once per call site (a helper
+    /// whose parameters' roles only its callers say). Kept: what is sized by the model.
+    pub(super) fn value_formulas(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let program = std::mem::take(&mut self.program);
+        let valuer = program.valuer();
+        for p in &pending {
+            let written = valuer.lin(p.value, None);
+            let open = written
+                .terms
+                .iter()
+                .any(|t| t.opaque || t.role == Role::Unknown);
+            let per_call = matches!(
+                p.kind,
+                PendingKind::Assign { .. }
+                    | PendingKind::Return { .. }
+                    | PendingKind::Compare { .. }
+                    | PendingKind::Expr
+            );
+            let mut valued = vec![(written, None)];
+            if open && per_call && program.is_function(p.scope) {
+                for frame in valuer.frames(p.scope) {
+                    let lin = valuer.lin(p.value, Some(&frame));
+                    if !valued.iter().any(|(l, _)| l == &lin) {
+                        valued.push((lin, Some(frame)));
+                    }
+                }
+            }
+            for (lin, frame) in valued {
+                self.settle(p, lin, &valuer, frame.as_ref());
+            }
+        }
+        self.program = program;
+    }
+
+    /// One valued formula into the facts.
+    fn settle(
+        &mut self,
+        p: &Pending,
+        lin: Lin,
+        valuer: &crate::expr::program::Valuer,
+        frame: Option<&crate::expr::program::Frame>,
+    ) {
+        let kind = match &p.kind {
+            PendingKind::Assign { target } => {
+                let role = role_of(target);
+                // A model state assigned to a name for it is counted as that state (`grads = 4
+                // * n / world`); a budget is not a component, whatever it is called.
+                let state = matches!(role, Role::Model | Role::Grads | Role::Optimizer);
+                let lin = if state && !lin.terms.iter().any(|t| t.role == Role::Gpu) {
+                    lin.through(role)
+                } else {
+                    lin
+                };
+                self.push_formula(
+                    FormulaKind::Assign {
+                        target: target.clone(),
+                        role,
+                    },
+                    lin,
+                    p,
+                );
+                return;
+            }
+            PendingKind::Return { function } => {
+                let bundle = matches!(
+                    valuer.value(p.value, frame),
+                    crate::expr::program::Value::Bundle(_)
+                );
+                FormulaKind::Return {
+                    function: function.clone(),
+                    role: if bundle {
+                        Role::Total
+                    } else {
+                        role_of(function)
+                    },
+                }
+            }
+            PendingKind::Compare { other } => FormulaKind::Compare {
+                other: valuer.lin(*other, frame),
+            },
+            PendingKind::Expr => FormulaKind::Expr,
+            PendingKind::Checkpointed {
+                target,
+                factor,
+                offloaded,
+            } => {
+                self.facts.checkpointed.push(CheckpointedValue {
+                    target: target.clone(),
+                    role: role_of(target),
+                    lin,
+                    factor: *factor,
+                    span: p.span.clone(),
+                    offloaded: *offloaded,
+                });
+                return;
+            }
+            PendingKind::Constant { name } => {
+                self.facts.note_constant(name, &lin, p.span.clone());
+                return;
+            }
+        };
+        self.push_formula(kind, lin, p);
+    }
+
+    fn push_formula(&mut self, kind: FormulaKind, lin: Lin, p: &Pending) {
+        if !lin.is_sized() {
+            return;
+        }
+        self.facts.formulas.push(Formula {
+            kind,
+            lin,
+            span: p.span.clone(),
+            scope: p.scope,
+            guard: p.guard,
+            inference: p.inference,
+        });
+    }
+}
+
+/// The device count an environment variable holds (`"WORLD_SIZE"`, `'LOCAL_WORLD_SIZE'`).
+fn environment_count(key: &str) -> Option<DeviceCount> {
+    let k = key.trim_matches(['"', '\'']).to_ascii_uppercase();
+    match k.as_str() {
+        "WORLD_SIZE" | "SLURM_NTASKS" | "OMPI_COMM_WORLD_SIZE" | "PMI_SIZE" => {
+            Some(DeviceCount::Total)
+        }
+        "LOCAL_WORLD_SIZE" | "SLURM_NTASKS_PER_NODE" | "OMPI_COMM_WORLD_LOCAL_SIZE" => {
+            Some(DeviceCount::PerNode)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `MEMLINT_DUMP=file.py cargo test dump_formulas -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn dump_formulas() {
+        let Ok(path) = std::env::var("MEMLINT_DUMP") else {
+            return;
+        };
+        let text = std::fs::read_to_string(path).expect("readable");
+        let facts = super::extract(&text).expect("parses");
+        for f in &facts.formulas {
+            println!("{:?} @{:?} {:?}", f.kind, &text[f.span.clone()], f.guard);
+            for t in &f.lin.terms {
+                println!(
+                    "    {} role={:?} part={:?} coef={} opaque={} value={:?} div={:?}",
+                    t.symbol, t.role, t.part, t.coef, t.opaque, t.value, t.divided_by
+                );
+            }
+            println!("    + {}", f.lin.constant);
+        }
+    }
+}
