@@ -93,6 +93,9 @@ pub struct Formula {
     pub scope: usize,
     /// What the conditions it is written under test (`if cpu_offload:` ... `else:` both count).
     pub guard: Topics,
+    /// An assigned value that a later line of its function reads again: a part of a larger
+    /// sum, not a total of its own.
+    pub feeds: bool,
 }
 
 /// What a memory calculator may branch on. A formula written under such a test, or in a function

@@ -6,7 +6,7 @@
 mod names;
 pub mod program;
 
-pub use names::{device_count, is_memory_name, role_of, DeviceCount, Role};
+pub use names::{billions, device_count, is_memory_name, part_of, role_of, DeviceCount, Role};
 use std::ops::Range;
 
 /// One symbol with its coefficient.
@@ -55,6 +55,8 @@ pub struct Lin {
     pub constant: f64,
     /// Span of the single literal this expression is, when it is one (for fixes).
     pub const_literal: Option<Range<usize>>,
+    /// The name this constant was read from, when the expression is that one name.
+    pub const_name: Option<String>,
     /// Roles of every name read while lowering, substituted ones included.
     pub roles_seen: Vec<Role>,
 }
@@ -149,6 +151,7 @@ impl Lin {
         self.terms.extend(other.terms);
         self.constant += other.constant;
         self.const_literal = None;
+        self.const_name = None;
         self.roles_seen.extend(other.roles_seen);
         self
     }
@@ -182,6 +185,7 @@ impl Lin {
         }
         self.constant *= k;
         self.const_literal = None;
+        self.const_name = None;
         self
     }
 
@@ -242,14 +246,27 @@ impl Lin {
         let Some(value) = value.filter(|v| !v.hides_role(role)) else {
             return Lin::symbol(name, span);
         };
+        // A name for the model's size (`model_gb = n_params * 2 / 1e9`) is the unit other
+        // formulas count copies of the weights in: it is read as that size.
+        let counts = !value.terms.is_empty()
+            && value
+                .terms
+                .iter()
+                .all(|t| t.role == Role::ParamCount && !t.opaque);
+        if role == Role::Model && counts {
+            return Lin::symbol(name, span);
+        }
         if value.terms.is_empty() {
             return if role == Role::Unknown {
-                value.clone()
+                Lin {
+                    const_name: Some(name.to_string()),
+                    ..value.clone()
+                }
             } else {
                 Lin::known(name, span, value.constant)
             };
         }
-        let mut lin = value.clone().through(role);
+        let mut lin = value.clone().through(part_of(name));
         if let [t] = lin.terms.as_mut_slice() {
             if t.coef == 1.0 && lin.constant == 0.0 {
                 t.symbol_span = span.clone();
@@ -314,6 +331,7 @@ impl Lin {
         }
         self.constant = 0.0;
         self.const_literal = None;
+        self.const_name = None;
         self.roles_seen.push(Role::Devices);
         self
     }

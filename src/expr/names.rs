@@ -236,23 +236,34 @@ fn role_of_name(name: &str) -> Role {
     if has(&["trainable", "lora", "adapter"]) {
         return Role::Trainable;
     }
-    if (has(&["model", "weight", "param"]) && sized) || n == "model_size" {
+    // A rate per parameter or element (`BYTES_PER_PARAM`, `bytes_per_elem`) is a multiplier.
+    let rate = has(&[
+        "per_param",
+        "bytes_per",
+        "per_elem",
+        "per_weight",
+        "per_value",
+        "bpp",
+    ]);
+    if ((has(&["model", "weight", "param"]) && sized) || n == "model_size") && !rate {
         return Role::Model;
     }
     // Bare `params`/`parameters` usually hold the parameters themselves, not their count.
-    if matches!(
-        n,
-        "n_params"
-            | "num_params"
-            | "nparams"
-            | "param_count"
-            | "num_parameters"
-            | "n_parameters"
-            | "total_params"
-            | "model_params"
-            | "num_model_params"
-            | "parameter_count"
-    ) {
+    if !rate
+        && matches!(
+            n,
+            "n_params"
+                | "num_params"
+                | "nparams"
+                | "param_count"
+                | "num_parameters"
+                | "n_parameters"
+                | "total_params"
+                | "model_params"
+                | "num_model_params"
+                | "parameter_count"
+        )
+    {
         return Role::ParamCount;
     }
     if has(&[
@@ -318,4 +329,39 @@ pub fn is_node_count(name: &str) -> bool {
             | "nhosts"
             | "num_hosts"
     )
+}
+
+/// The component of a memory total a name holding a value labels it as (`weights`, `grads_gb`,
+/// `optim`, `"activations"` as a dict key): read for names bound to values, whose role their
+/// value gives. Bare component words count here (`params = n * 2` is the weights), where as an
+/// unbound symbol `params` says nothing of its size.
+pub fn part_of(name: &str) -> Role {
+    let role = role_of(name);
+    if role.is_component() || role == Role::Trainable {
+        return role;
+    }
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let segs: Vec<&str> = last.split('_').filter(|s| !s.is_empty()).collect();
+    let seg = |words: &[&str]| segs.iter().any(|s| words.contains(s));
+    if seg(&[
+        "state", "states", "master", "opt", "adam", "momentum", "moments",
+    ]) {
+        return Role::Optimizer;
+    }
+    if seg(&["act", "acts", "activation", "activations"]) {
+        return Role::Activations;
+    }
+    if seg(&[
+        "weights",
+        "weight",
+        "params",
+        "parameters",
+        "param",
+        "model",
+        "w",
+    ]) && role == Role::Unknown
+    {
+        return Role::Model;
+    }
+    Role::Unknown
 }

@@ -11,7 +11,7 @@
 //!   words of its name.
 
 use super::names::{billions, is_node_count};
-use super::{role_of, DeviceCount, Lin, Role};
+use super::{part_of, role_of, DeviceCount, Lin, Role};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -165,6 +165,14 @@ impl<'s> Program<'s> {
         self.entries
             .get(id as usize)
             .map_or(0..0, |e| e.span.clone())
+    }
+
+    /// Every name read, with its scope and where.
+    pub fn reads(&self) -> impl Iterator<Item = (&'s str, usize, usize)> + '_ {
+        self.entries.iter().filter_map(|e| match e.node {
+            Node::Name(n) => Some((n, e.scope, e.span.start)),
+            _ => None,
+        })
     }
 
     pub fn is_function(&self, scope: usize) -> bool {
@@ -385,7 +393,7 @@ impl Valuer<'_, '_> {
                         .iter()
                         .map(|(k, v)| {
                             let value = match self.value(*v, frame) {
-                                Value::Scalar(l) => Value::Scalar(l.through(role_of(k))),
+                                Value::Scalar(l) => Value::Scalar(l.through(part_of(k))),
                                 other => other,
                             };
                             (k.to_string(), value)

@@ -40,6 +40,32 @@ impl Scan<'_> {
             })
     }
 
+    /// A value sized by the model whatever it is called: a parameter count from `numel()` sums
+    /// or `num_parameters()` (the sources the frontend reads), or a name for billions of
+    /// parameters (`PARAMS_B`, `n_params_billion`).
+    pub(super) fn derived_size(&self) -> bool {
+        let lower = self.lower;
+        [
+            "numel",
+            "num_parameters",
+            "get_num_params",
+            "num_params(",
+            "get_nb_trainable",
+        ]
+        .iter()
+        .any(|w| contains(lower, w.as_bytes()))
+            || contains(lower, b"billion")
+            || ["_b", "_bn"].iter().any(|suffix| {
+                memchr::memmem::find_iter(lower, suffix.as_bytes()).any(|at| {
+                    let end = at + suffix.len();
+                    !lower.get(end).is_some_and(|b| is_ident(*b)) && {
+                        let (start, end) = identifier_at(lower, at, false);
+                        self.text.get(start..end).is_some_and(crate::expr::billions)
+                    }
+                })
+            })
+    }
+
     /// MEM007-MEM010 read bytes per parameter: a parameter count multiplied or divided
     /// (`4 * total_params + 16 * total_params / total_gpus`), or bound to a name that is
     /// (`x = n_params`).

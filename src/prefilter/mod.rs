@@ -204,7 +204,7 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
-        || ((wanted.memory || wanted.states) && scan.sized_name(wanted.states))
+        || ((wanted.memory || wanted.states) && (scan.sized_name(true) || scan.derived_size()))
         || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model())
         || (wanted.trainer_loss && scan.trainer_loss())

@@ -1,60 +1,18 @@
 //! MEM001 missing-optimizer-state: a training-memory formula whose model-size terms add up to less
 //! than params + grads + the optimizer's states. Documentation: `rules/MEM001.toml`.
 
+use super::requirement::requirement;
+use super::states::in_bytes;
 use super::{fmt_num, Checker, Rule};
 use crate::context::OptimizerChoice;
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
-use crate::expr::{Lin, Role, Term};
-use crate::facts::{Formula, FormulaKind};
+use crate::expr::{Role, Term};
+use crate::facts::{Formula, Precision};
 
 pub struct MissingOptimizerState;
 
 /// Relative slack before a formula counts as short of the minimum.
 pub const TOLERANCE: f64 = 0.05;
-
-/// The side of a formula that states what training needs, as (terms, sign they carry there).
-pub struct Requirement<'a> {
-    pub terms: Vec<&'a Term>,
-}
-
-/// Which part of a formula is the memory training requires: the subtracted part of a budget
-/// (`gpu - model * 2`), the model side of a fit check (`model * 2 > gpu`), or a total
-/// (`required_gb = model * 2 + ...`). `None` when the formula is none of these.
-pub fn requirement(f: &Formula) -> Option<Requirement<'_>> {
-    let lin = &f.lin;
-    let has_gpu = |l: &Lin, sign: f64| {
-        l.terms
-            .iter()
-            .any(|t| t.role == Role::Gpu && t.coef * sign > 0.0)
-    };
-    let sized = |t: &&Term| matches!(t.role, Role::Model | Role::ParamCount);
-    let model_terms: Vec<&Term> = lin.terms.iter().filter(sized).collect();
-    if model_terms.is_empty() {
-        return None;
-    }
-    // A budget: the GPU's memory minus what training needs.
-    if has_gpu(lin, 1.0) && model_terms.iter().all(|t| t.coef < 0.0) {
-        return Some(Requirement {
-            terms: lin.terms.iter().filter(|t| t.coef < 0.0).collect(),
-        });
-    }
-    let positive =
-        model_terms.iter().all(|t| t.coef > 0.0) && !lin.terms.iter().any(|t| t.role == Role::Gpu);
-    match &f.kind {
-        FormulaKind::Compare { other } if positive && has_gpu(other, 1.0) => Some(Requirement {
-            terms: lin.terms.iter().collect(),
-        }),
-        FormulaKind::Assign {
-            role: Role::Total, ..
-        }
-        | FormulaKind::Return {
-            role: Role::Total, ..
-        } if positive => Some(Requirement {
-            terms: lin.terms.iter().collect(),
-        }),
-        _ => None,
-    }
-}
 
 impl Rule for MissingOptimizerState {
     fn code(&self) -> &'static str {
@@ -77,13 +35,12 @@ impl Rule for MissingOptimizerState {
                 continue;
             }
             let Some(req) = requirement(f) else { continue };
-            // Anything whose size is unknown, or counted per parameter, is not judged here.
+            // Anything whose size is unknown is not judged here.
             if req.terms.iter().any(|t| {
                 (t.opaque
                     && t.role != Role::Unknown
                     && t.role != Role::Overhead
                     && t.role != Role::Activations)
-                    || t.role == Role::ParamCount
                     || t.part == Role::Optimizer
             }) {
                 continue;
@@ -100,10 +57,11 @@ impl Rule for MissingOptimizerState {
                         )
                 })
                 .collect();
-            let k: f64 = counted.iter().map(|t| t.coef.abs()).sum();
-            if k <= 0.0 {
-                continue;
-            }
+            let per_param: Vec<&&Term> = req
+                .terms
+                .iter()
+                .filter(|t| t.role == Role::ParamCount)
+                .collect();
             // Judge against the optimizer needing the least: a script that may pick SGD is
             // not wrong to budget for SGD.
             let Some(least) = optimizers.iter().min_by(|a, b| {
@@ -113,6 +71,27 @@ impl Rule for MissingOptimizerState {
             }) else {
                 continue;
             };
+            let several = optimizers.len() > 1;
+            if !per_param.is_empty() {
+                // Sizes and bytes per parameter in one sum: units that cannot be added here.
+                if !counted.is_empty() {
+                    continue;
+                }
+                if let Some(d) = judge_bytes(cx, f, &per_param, least, several) {
+                    let mut symbols: Vec<_> =
+                        per_param.iter().map(|t| t.symbol_span.clone()).collect();
+                    symbols.sort_by_key(|r| (r.start, r.end));
+                    if !reported.contains(&symbols) {
+                        reported.push(symbols);
+                        out.push(d);
+                    }
+                }
+                continue;
+            }
+            let k: f64 = counted.iter().map(|t| t.coef.abs()).sum();
+            if k <= 0.0 || (req.loose() && k <= 1.0 + TOLERANCE) {
+                continue;
+            }
             let states = least.row.state_multiplier_min();
             let expected = 2.0 + states;
             // State sizes carry block scales and rounding (8-bit AdamW: 2.031 B/param); a formula
@@ -126,17 +105,88 @@ impl Rule for MissingOptimizerState {
                 continue;
             }
             reported.push(symbols);
-            out.push(diagnostic(
-                cx,
-                f,
-                &counted,
-                k,
-                expected,
-                least,
-                optimizers.len() > 1,
-            ));
+            out.push(diagnostic(cx, f, &counted, k, expected, least, several));
         }
     }
+}
+
+/// A need counted in bytes per parameter (`n_params * 4`, `PARAMS_B * 6`): at least the
+/// weights, gradients and the optimizer's states at 16 bits each (4 bytes per element when the
+/// run trains in fp32 only).
+fn judge_bytes(
+    cx: &Checker<'_>,
+    f: &Formula,
+    terms: &[&&Term],
+    opt: &OptimizerChoice,
+    several: bool,
+) -> Option<Diagnostic> {
+    let b: f64 = terms.iter().map(|t| in_bytes(t.coef).abs()).sum();
+    let fp32 = !cx.training.precision.is_empty()
+        && cx.training.precision.iter().all(|p| *p == Precision::Fp32);
+    let (element, state_bytes) = if fp32 {
+        (4.0, opt.row.bytes_per_param_fp32)
+    } else {
+        (2.0, opt.row.bytes_per_param_bf16)
+    };
+    let expected = element * 2.0 + state_bytes;
+    // Up to 4 bytes may be the weights alone (a loading check, an export's size): judged
+    // once gradients are counted, or once the weights are known to take 2 bytes.
+    let grads = terms.iter().any(|t| t.part == Role::Grads);
+    let pure16 = !cx.training.precision.is_empty()
+        && cx
+            .training
+            .precision
+            .iter()
+            .all(|p| *p == Precision::Pure16);
+    let beyond_weights = b > 4.0 + 1e-9 || grads || (pure16 && b > 2.0 + 1e-9);
+    if b <= 0.0 || b >= expected * (1.0 - TOLERANCE) || !beyond_weights {
+        return None;
+    }
+    let which = if several {
+        " (the lightest optimizer seen)"
+    } else {
+        ""
+    };
+    let dtype = if fp32 { "fp32" } else { "16 bits" };
+    let message = format!(
+        "memory formula counts {} bytes per parameter; {}{which} needs at least {} ({} weights + {} gradients + {} for its states, in {dtype}) ({})",
+        fmt_num(b),
+        opt.row.display,
+        fmt_num(expected),
+        fmt_num(element),
+        fmt_num(element),
+        fmt_num(state_bytes),
+        opt.origin.describe(),
+    );
+    let help = format!(
+        "count weights, gradients and {} states per parameter: {} bytes in pure 16-bit training, {} with fp32 weights or mixed precision",
+        opt.row.display,
+        fmt_num(4.0 + opt.row.bytes_per_param_bf16),
+        fmt_num(8.0 + opt.row.bytes_per_param_fp32),
+    );
+    let span = match terms {
+        [t] => t.span.clone(),
+        _ => f.span.clone(),
+    };
+    let fix = match terms {
+        [t] if (expected - expected.round()).abs() < 1e-9 => t
+            .literal
+            .clone()
+            .filter(|l| {
+                crate::config::parse_number(cx.file.slice(l)).is_some_and(|v| (v - b).abs() < 1e-9)
+            })
+            .map(|l| Fix {
+                applicability: Applicability::Unsafe,
+                message: format!("count {} bytes per parameter", fmt_num(expected)),
+                edits: vec![Edit::replace(l, fmt_num(expected))],
+            }),
+        _ => None,
+    };
+    Some(
+        Diagnostic::new("MEM001", span, message)
+            .with_help(help)
+            .with_fix(fix),
+    )
 }
 
 fn diagnostic(

@@ -1,7 +1,7 @@
 //! MEM006 missing-gradient-term: a training-memory formula that counts optimizer states but no
 //! gradients. Documentation: `rules/MEM006.toml`.
 
-use super::mem001::requirement;
+use super::requirement::requirement;
 use super::{Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::expr::{Role, Term};
@@ -15,13 +15,24 @@ impl Rule for MissingGradientTerm {
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         let training = cx.training;
-        if !training.trains || training.inference || training.lora || training.frozen {
+        // Offloads move gradients with the states (ZeRO-Offload keeps them on the host).
+        if !training.trains
+            || training.inference
+            || training.lora
+            || training.frozen
+            || !training.offload.is_empty()
+        {
             return;
         }
         // A total built on a reported formula is the same omission: report the first.
         let mut reported: Vec<std::ops::Range<usize>> = Vec::new();
         for f in &cx.facts.formulas {
-            if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Grads) {
+            // A per-device share is judged against its stage by MEM008.
+            if f.inference
+                || f.lin.saw(Role::KvCache)
+                || f.lin.saw(Role::Grads)
+                || super::states::per_device(f)
+            {
                 continue;
             }
             let Some(req) = requirement(f) else { continue };

@@ -2,7 +2,7 @@
 //! gradients or optimizer states to every parameter of the model. Documentation:
 //! `rules/MEM007.toml`.
 
-use super::mem001::requirement;
+use super::requirement::requirement;
 use super::states::{component, in_bytes, says_upper_bound, scope, sharded, Component, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::Diagnostic;

@@ -2,7 +2,7 @@
 //! model state at 16 bits, as if mixed precision halved the fp32 estimate. Documentation:
 //! `rules/MEM009.toml`.
 
-use super::mem001::requirement;
+use super::requirement::requirement;
 use super::states::{
     bytes_per_param, component, in_bytes, per_device, says_upper_bound, Component, Reported,
 };

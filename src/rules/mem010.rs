@@ -2,7 +2,7 @@
 //! run, while a GPU-memory estimate still counts them on the GPU, or nothing checks the host
 //! memory the offload needs. Documentation: `rules/MEM010.toml`.
 
-use super::mem001::requirement;
+use super::requirement::requirement;
 use super::states::{
     bytes_per_param, component, in_bytes, says_upper_bound, scope, target, Component, Reported,
 };

@@ -165,7 +165,10 @@ impl<'s> Walker<'s> {
         let args_node = node.field("arguments");
         let mut positional: Vec<Node> = Vec::new();
         let mut keywords: Vec<(&'s str, Node)> = Vec::new();
-        if let Some(a) = args_node {
+        if let Some(a) = args_node.filter(|a| a.ty() == "generator_expression") {
+            // `sum(p.numel() for p in ...)`: the generator is the one argument.
+            positional.push(a);
+        } else if let Some(a) = args_node {
             let mut c = a.walk();
             for arg in a.named_children(&mut c) {
                 match arg.ty() {
@@ -431,7 +434,17 @@ impl<'s> Walker<'s> {
         let pending = std::mem::take(&mut self.pending);
         let program = std::mem::take(&mut self.program);
         let valuer = program.valuer();
+        let mut reads: HashMap<(usize, &str), Vec<usize>> = HashMap::default();
+        for (name, scope, at) in program.reads() {
+            reads.entry((scope, name)).or_default().push(at);
+        }
         for p in &pending {
+            let feeds = match &p.kind {
+                PendingKind::Assign { target } => reads
+                    .get(&(p.scope, target.as_str()))
+                    .is_some_and(|at| at.iter().any(|a| *a > p.span.end)),
+                _ => false,
+            };
             let written = valuer.lin(p.value, None);
             let open = written
                 .terms
@@ -454,7 +467,7 @@ impl<'s> Walker<'s> {
                 }
             }
             for (lin, frame) in valued {
-                self.settle(p, lin, &valuer, frame.as_ref());
+                self.settle(p, lin, &valuer, frame.as_ref(), feeds);
             }
         }
         self.program = program;
@@ -467,15 +480,17 @@ impl<'s> Walker<'s> {
         lin: Lin,
         valuer: &crate::expr::program::Valuer,
         frame: Option<&crate::expr::program::Frame>,
+        feeds: bool,
     ) {
         let kind = match &p.kind {
             PendingKind::Assign { target } => {
                 let role = role_of(target);
                 // A model state assigned to a name for it is counted as that state (`grads = 4
                 // * n / world`); a budget is not a component, whatever it is called.
-                let state = matches!(role, Role::Model | Role::Grads | Role::Optimizer);
+                let part = crate::expr::part_of(target);
+                let state = matches!(part, Role::Model | Role::Grads | Role::Optimizer);
                 let lin = if state && !lin.terms.iter().any(|t| t.role == Role::Gpu) {
-                    lin.through(role)
+                    lin.through(part)
                 } else {
                     lin
                 };
@@ -486,6 +501,7 @@ impl<'s> Walker<'s> {
                     },
                     lin,
                     p,
+                    feeds,
                 );
                 return;
             }
@@ -527,10 +543,10 @@ impl<'s> Walker<'s> {
                 return;
             }
         };
-        self.push_formula(kind, lin, p);
+        self.push_formula(kind, lin, p, false);
     }
 
-    fn push_formula(&mut self, kind: FormulaKind, lin: Lin, p: &Pending) {
+    fn push_formula(&mut self, kind: FormulaKind, lin: Lin, p: &Pending, feeds: bool) {
         if !lin.is_sized() {
             return;
         }
@@ -541,6 +557,7 @@ impl<'s> Walker<'s> {
             scope: p.scope,
             guard: p.guard,
             inference: p.inference,
+            feeds,
         });
     }
 }

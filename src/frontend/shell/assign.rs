@@ -114,6 +114,7 @@ impl<'s> Walker<'s> {
                 inference: false,
                 scope: 0,
                 guard: Topics::default(),
+                feeds: false,
             });
         }
     }
