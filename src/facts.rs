@@ -96,6 +96,109 @@ pub struct Formula {
     /// An assigned value that a later line of its function reads again: a part of a larger
     /// sum, not a total of its own.
     pub feeds: bool,
+    /// Written under tests of the ZeRO stage that say which stages reach it (`if stage == 2:`,
+    /// the `else` of `if zero_stage >= 2:`): the stages as bits 0-3, and the innermost test.
+    pub stages: Option<(u8, Range<usize>)>,
+}
+
+/// Every ZeRO stage, as bits of a stage mask.
+pub const ALL_STAGES: u8 = 0b1111;
+
+/// The stages a test of the ZeRO stage lets through (`zero_stage == 2`, `stage >= 2`, `stage
+/// in (2, 3)`, `stage > 1 and not offload`, `if stage:`), as bits 0-3. `None` when it tests the
+/// stage in a way not read here.
+pub fn stage_mask(test: &str) -> Option<u8> {
+    let t = test.trim();
+    if let Some((a, b)) = split_word(t, " or ") {
+        return Some(stage_mask(a)? | stage_mask(b)?);
+    }
+    if let Some((a, b)) = split_word(t, " and ") {
+        return match (stage_mask(a), stage_mask(b)) {
+            (Some(x), Some(y)) => Some(x & y),
+            (Some(x), None) if !mentions_stage(b) => Some(x),
+            (None, Some(y)) if !mentions_stage(a) => Some(y),
+            _ => None,
+        };
+    }
+    if let Some(rest) = t.strip_prefix("not ") {
+        return stage_mask(rest).map(|m| !m & ALL_STAGES);
+    }
+    let t = t.trim_start_matches('(').trim_end_matches(')').trim();
+    if !mentions_stage(t) {
+        return None;
+    }
+    for op in ["==", "!=", ">=", "<=", ">", "<", " not in ", " in "] {
+        let Some((left, right)) = t.split_once(op) else {
+            continue;
+        };
+        let (name_left, value) = if mentions_stage(left) {
+            (true, right.trim())
+        } else {
+            (false, left.trim())
+        };
+        let op = if name_left { op } else { flip(op) };
+        if op.trim().ends_with("in") {
+            let mut mask = 0u8;
+            for v in value
+                .trim_matches(['(', ')', '[', ']', '{', '}'])
+                .split(',')
+                .filter(|v| !v.trim().is_empty())
+            {
+                mask |= 1 << stage_number(v)?;
+            }
+            return Some(if op.trim() == "not in" {
+                !mask & ALL_STAGES
+            } else {
+                mask
+            });
+        }
+        let n = stage_number(value)?;
+        let mask = (0..4u8).fold(0u8, |m, s| {
+            let keep = match op {
+                "==" => s == n,
+                "!=" => s != n,
+                ">=" => s >= n,
+                "<=" => s <= n,
+                ">" => s > n,
+                _ => s < n,
+            };
+            if keep {
+                m | (1 << s)
+            } else {
+                m
+            }
+        });
+        return Some(mask);
+    }
+    // `if zero_stage:`: any stage but 0.
+    let word = t.rsplit('.').next().unwrap_or(t);
+    (word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && mentions_stage(word))
+        .then_some(ALL_STAGES & !1)
+}
+
+fn split_word<'a>(t: &'a str, word: &str) -> Option<(&'a str, &'a str)> {
+    t.split_once(word)
+}
+
+fn flip(op: &str) -> &str {
+    match op {
+        ">=" => "<=",
+        "<=" => ">=",
+        ">" => "<",
+        "<" => ">",
+        other => other,
+    }
+}
+
+fn mentions_stage(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("stage") || t.contains("zero")
+}
+
+/// `2`, `"2"`, `ZeroStage.TWO` is not read.
+fn stage_number(text: &str) -> Option<u8> {
+    let v: u8 = text.trim().trim_matches(['"', '\'']).parse().ok()?;
+    (v <= 3).then_some(v)
 }
 
 /// What a memory calculator may branch on. A formula written under such a test, or in a function

@@ -3,13 +3,12 @@
 //! `rules/MEM008.toml`; which states each stage shards: `rules/knowledge/sharding.toml`.
 
 use super::states::{
-    bytes_per_param, component, divisor, per_device, scope, sharded as is_sharded, Component,
-    Reported,
+    component, divisor, in_bytes, per_device, scope, sharded as is_sharded, Component, Reported,
 };
 use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
-use crate::expr::{DeviceCount, Term};
+use crate::expr::{DeviceCount, Role, Term};
 use crate::facts::{Formula, Sharding};
 use crate::knowledge::{knowledge, StageRow};
 
@@ -59,22 +58,33 @@ impl Rule for ShardingDivisor {
                 }
                 continue;
             }
-            // A calculator that branches on the stage computes every stage: not one to judge.
+            // A formula under a test of the stage is judged for the stages that reach it; one
+            // outside such tests in a calculator that branches on the stage is not judged.
             let facts = scope(cx, f);
-            if f.guard.stage || facts.is_some_and(|s| s.tests.stage) {
-                continue;
-            }
-            let (sharding, why) = match facts.and_then(|s| s.named_stage()) {
-                Some(n) => (
-                    Sharding::Stage(n),
-                    format!(
-                        "the function `{}` is named for it",
-                        facts.map_or("", |s| s.name.as_str())
-                    ),
+            let (sharding, why) = match &f.stages {
+                Some((mask, test)) => (
+                    Judged::Stages(*mask),
+                    format!("the test `{}` it is written under", cx.file.slice(test)),
                 ),
-                None => match stages.as_slice() {
-                    [one] => (one.value, format!("seen at {}", one.at)),
-                    _ => continue,
+                None if f.guard.stage || facts.is_some_and(|s| s.tests.stage) => continue,
+                None => match facts.and_then(|s| s.named_stage()) {
+                    Some(n) => (
+                        Judged::Stages(1 << n),
+                        format!(
+                            "the function `{}` is named for it",
+                            facts.map_or("", |s| s.name.as_str())
+                        ),
+                    ),
+                    None => match stages.as_slice() {
+                        [one] => (
+                            match one.value {
+                                Sharding::Stage(n) => Judged::Stages(1 << n),
+                                _ => Judged::Hybrid,
+                            },
+                            format!("seen at {}", one.at),
+                        ),
+                        _ => continue,
+                    },
                 },
             };
             if let Some(d) = judge(cx, f, sharding, &why) {
@@ -84,6 +94,13 @@ impl Rule for ShardingDivisor {
             }
         }
     }
+}
+
+/// What a formula is judged against: the stages that reach it, or FSDP's hybrid sharding.
+#[derive(Clone, Copy)]
+enum Judged {
+    Stages(u8),
+    Hybrid,
 }
 
 /// A state divided by the model-parallel size and then by every GPU of the job: the GPU count
@@ -110,7 +127,7 @@ fn model_parallel_twice(f: &Formula) -> Option<(&Term, Diagnostic)> {
     ))
 }
 
-fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option<Diagnostic> {
+fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Diagnostic> {
     let training = cx.training;
     let terms: Vec<_> = f
         .lin
@@ -139,9 +156,9 @@ fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option
             );
         }
     }
-    let n = match sharding {
-        Sharding::Stage(n) => n,
-        Sharding::Hybrid => {
+    let mask = match judged {
+        Judged::Stages(mask) => mask,
+        Judged::Hybrid => {
             let t = terms
                 .iter()
                 .find(|t| divisor(t) == Some(DeviceCount::Total))?;
@@ -157,21 +174,24 @@ fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option
                 .with_help("divide by the GPUs of one node"),
             );
         }
-        _ => return None,
     };
-    let row = knowledge().stage(n)?;
-    // Named states: each must be divided exactly when the stage shards it.
+    let rows: Vec<&StageRow> = (0..4u8)
+        .filter(|s| mask & (1 << s) != 0)
+        .filter_map(|s| knowledge().stage(s))
+        .collect();
+    // Named states: the formula runs at every stage that reaches it, so each state must be
+    // divided exactly when each of those stages shards it.
     for t in &terms {
-        let (state, sharded) = match component(t) {
-            Component::Weights => ("the parameters", row.params),
-            Component::Grads => ("the gradients", row.grads),
-            Component::States => ("the optimizer states", row.optimizer_states),
+        let (state, shards): (&str, fn(&StageRow) -> bool) = match component(t) {
+            Component::Weights => ("the parameters", |r| r.params),
+            Component::Grads => ("the gradients", |r| r.grads),
+            Component::States => ("the optimizer states", |r| r.optimizer_states),
             _ => continue,
         };
         let divided = is_sharded(t);
-        if divided == sharded {
+        let Some(row) = rows.iter().find(|r| shards(r) != divided) else {
             continue;
-        }
+        };
         let message = if divided {
             format!(
                 "divides {state} by `{}`, but {} keeps {state} whole on every GPU ({why})",
@@ -186,13 +206,44 @@ fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option
         };
         return Some(Diagnostic::new("MEM008", t.span.clone(), message).with_help(help(row)));
     }
-    // A parameter count times bytes: what stays whole must be no more than the stage keeps.
-    let whole = bytes_per_param(f, false);
-    let shared = bytes_per_param(f, true);
+    judge_bytes(f, &rows, why)
+}
+
+/// A parameter count times bytes: what stays whole must be what the stages keep whole, no more
+/// (states counted on every GPU) and no less (the weights of stages 1 and 2 divided too).
+fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic> {
+    // One named state on its own (`states = states / world`) is not all a GPU keeps.
+    let mut parts: Vec<Component> = f
+        .lin
+        .terms
+        .iter()
+        .filter(|t| t.role == Role::ParamCount)
+        .map(component)
+        .collect();
+    parts.dedup();
+    if let [one] = parts.as_slice() {
+        if matches!(
+            one,
+            Component::Weights | Component::Grads | Component::States
+        ) {
+            return None;
+        }
+    }
+    let bytes = |divided: bool| -> f64 {
+        f.lin
+            .terms
+            .iter()
+            .filter(|t| t.role == Role::ParamCount && is_sharded(t) == divided)
+            // Divided by the model-parallel degree alone, a term is still whole here.
+            .filter(|t| divided || !t.opaque || t.divided_by.is_some())
+            .map(|t| in_bytes(t.coef))
+            .sum()
+    };
+    let (whole, shared) = (bytes(false), bytes(true));
     if shared <= 0.0 {
         return None;
     }
-    if !row.optimizer_states {
+    if let Some(row) = rows.iter().find(|r| !r.optimizer_states) {
         return Some(
             Diagnostic::new(
                 "MEM008",
@@ -200,7 +251,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option
                 format!(
                     "divides {} bytes per parameter by the device count, but {} keeps every model state whole on every GPU ({why})",
                     fmt_num(shared),
-                    row.display
+                    row.display,
                 ),
             )
             .with_help(help(row)),
@@ -212,38 +263,68 @@ fn judge(cx: &Checker<'_>, f: &Formula, sharding: Sharding, why: &str) -> Option
     } else {
         4.0
     };
-    let kept = match (row.params, row.grads) {
+    let kept = |r: &StageRow, w: f64| match (r.params, r.grads) {
         (true, _) => 0.0,
-        (false, true) => weight_bytes,
-        (false, false) => 2.0 * weight_bytes,
+        (false, true) => w,
+        (false, false) => 2.0 * w,
     };
-    if whole <= kept * 1.05 {
-        return None;
+    if let Some(row) = rows.iter().find(|r| whole > kept(r, weight_bytes) * 1.05) {
+        let kept_words = kept_words(row, kept(row, weight_bytes), true);
+        return Some(
+            Diagnostic::new(
+                "MEM008",
+                f.span.clone(),
+                format!(
+                    "counts {} bytes per parameter whole on every GPU and {} divided by the device count, but {} keeps {kept_words} ({why})",
+                    fmt_num(whole),
+                    fmt_num(shared),
+                    row.display,
+                ),
+            )
+            .with_help(help(row)),
+        );
     }
-    let kept_words = match (row.params, row.grads) {
+    // Below stage 3 the weights stay on every GPU, at least 2 bytes each in 16 bits (and the
+    // gradients too at stage 1). A size of the weights counted apart keeps them.
+    let sized_whole = f
+        .lin
+        .terms
+        .iter()
+        .any(|t| t.role == Role::Model && !is_sharded(t));
+    let short = |r: &&&StageRow| kept(r, 2.0) > 0.0 && whole < kept(r, 2.0) * 0.95;
+    if let Some(row) = rows.iter().find(short).filter(|_| !sized_whole) {
+        let kept_words = kept_words(row, kept(row, 2.0), false);
+        return Some(
+            Diagnostic::new(
+                "MEM008",
+                f.span.clone(),
+                format!(
+                    "divides {} bytes per parameter by the device count and keeps {} whole, but {} keeps {kept_words} on every GPU: dividing them promises memory the GPU does not have ({why})",
+                    fmt_num(shared),
+                    fmt_num(whole),
+                    row.display,
+                ),
+            )
+            .with_help(help(row)),
+        );
+    }
+    None
+}
+
+/// What a stage keeps whole, `only` that when too much was kept.
+fn kept_words(row: &StageRow, kept: f64, only: bool) -> String {
+    let only = if only { "only " } else { "" };
+    match (row.params, row.grads) {
         (true, _) => "nothing whole".to_string(),
         (false, true) => format!(
-            "only the weights whole ({} bytes per parameter)",
+            "{only}the weights whole ({} bytes per parameter)",
             fmt_num(kept)
         ),
         (false, false) => format!(
-            "only the weights and gradients whole ({} bytes per parameter)",
+            "{only}the weights and gradients whole ({} bytes per parameter)",
             fmt_num(kept)
         ),
-    };
-    Some(
-        Diagnostic::new(
-            "MEM008",
-            f.span.clone(),
-            format!(
-                "counts {} bytes per parameter whole on every GPU and {} divided by the device count, but {} keeps {kept_words} ({why})",
-                fmt_num(whole),
-                fmt_num(shared),
-                row.display
-            ),
-        )
-        .with_help(help(row)),
-    )
+    }
 }
 
 fn help(row: &StageRow) -> String {

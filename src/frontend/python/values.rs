@@ -18,6 +18,7 @@ pub(super) struct Pending {
     pub span: Range<usize>,
     pub scope: usize,
     pub guard: Topics,
+    pub stages: Option<(u8, Range<usize>)>,
     pub inference: bool,
 }
 
@@ -372,7 +373,18 @@ impl<'s> Walker<'s> {
                 params.remove(0);
             }
         }
-        self.program.add_scope(ScopeDef {
+        // In a function for memory (`per_gpu_bytes(n, ...)`, `model_state_gib(params)`), the
+        // parameter a count-like name holds is the parameter count its arithmetic sizes.
+        let counts: Vec<&'s str> = if sizes_memory(name) {
+            params
+                .iter()
+                .map(|(p, _)| *p)
+                .filter(|p| counts_parameters(p))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let id = self.program.add_scope(ScopeDef {
             name,
             parent: Some(parent),
             class,
@@ -380,6 +392,9 @@ impl<'s> Walker<'s> {
             params,
             ..ScopeDef::default()
         });
+        for p in counts {
+            self.program.name_role(id, p, Role::ParamCount, 1.0);
+        }
     }
 
     /// `target = value` (names and tuples of names) from the end of `statement` on.
@@ -418,14 +433,40 @@ impl<'s> Walker<'s> {
             Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
             _ => false,
         });
+        let stages = self.stage_test();
         self.pending.push(Pending {
             kind,
             value,
             span,
             scope: self.scope(),
             guard: self.guard(),
+            stages,
             inference,
         });
+    }
+
+    /// The ZeRO stages the tests around the statement let through, and the innermost test;
+    /// `None` when no test reads the stage, or one reads it in a way not understood.
+    fn stage_test(&self) -> Option<(u8, Range<usize>)> {
+        let mut mask = crate::facts::ALL_STAGES;
+        let mut innermost = None;
+        for (_, f) in &self.stack {
+            let Frame::Branch(c, taken) = f else { continue };
+            let Some((_, span)) = self.cond_spans.get(*c) else {
+                continue;
+            };
+            if !self.topics(span).stage {
+                continue;
+            }
+            let m = crate::facts::stage_mask(self.src.get(span.clone())?)?;
+            mask &= if *taken {
+                m
+            } else {
+                !m & crate::facts::ALL_STAGES
+            };
+            innermost = Some(span.clone());
+        }
+        innermost.map(|span| (mask, span))
     }
 
     /// Value every pending formula: as written, and in each helper once per call site (a helper
@@ -558,8 +599,29 @@ impl<'s> Walker<'s> {
             guard: p.guard,
             inference: p.inference,
             feeds,
+            stages: p.stages.clone(),
         });
     }
+}
+
+/// A function named for memory: bytes, a unit or a memory word among its words.
+fn sizes_memory(name: &str) -> bool {
+    name.to_ascii_lowercase().split('_').any(|w| {
+        matches!(
+            w,
+            "bytes" | "mem" | "memory" | "gb" | "gib" | "mb" | "mib" | "vram" | "footprint"
+        )
+    })
+}
+
+/// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,
+/// `params`, `num_parameters`).
+fn counts_parameters(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "n" | "p" | "psi" | "num" | "count" | "params" | "parameters" | "nparams"
+    ) || (n.contains("param") && role_of(name) == Role::Unknown && !n.contains("per_"))
 }
 
 /// The device count an environment variable holds (`"WORLD_SIZE"`, `'LOCAL_WORLD_SIZE'`).

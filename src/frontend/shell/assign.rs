@@ -115,6 +115,7 @@ impl<'s> Walker<'s> {
                 scope: 0,
                 guard: Topics::default(),
                 feeds: false,
+                stages: None,
             });
         }
     }
