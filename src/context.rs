@@ -118,6 +118,26 @@ impl Located {
         Located::new(evidence, &|at| file.site(at))
     }
 
+    /// Say how the evidence reached the file it is joined to (`ds.json:5, which
+    /// `preflight.py:8` opens`).
+    pub fn via(mut self, route: &str) -> Located {
+        let sites = &mut self.sites;
+        for list in [
+            &mut self.optimizer_sites,
+            &mut sites.lora,
+            &mut sites.precision,
+            &mut sites.shards,
+            &mut sites.offload,
+            &mut sites.checkpointing,
+            &mut sites.model_parallel,
+        ] {
+            for s in list.iter_mut() {
+                s.push_str(route);
+            }
+        }
+        self
+    }
+
     pub fn join(&mut self, other: &Located) {
         self.evidence.extend(&other.evidence);
         self.optimizer_sites

@@ -257,7 +257,8 @@ impl Lin {
             return Lin::symbol(name, span);
         }
         if value.terms.is_empty() {
-            return if role == Role::Unknown {
+            // A running total starts at zero: nothing to count, whatever it is called.
+            return if role == Role::Unknown || value.constant == 0.0 {
                 Lin {
                     const_name: Some(name.to_string()),
                     ..value.clone()

@@ -674,11 +674,14 @@ fn same(a: &Lin, b: &Lin) -> bool {
 /// `a op b`, where products and ratios of device counts are device counts too
 /// (`nodes * gpus_per_node` is every GPU; `world_size // (tp * pp)` the data-parallel degree).
 fn binary(op: &str, a: Lin, b: Lin, text: &str, span: Range<usize>) -> Lin {
+    // A count of nodes times the GPUs of each is every GPU, whether the count of nodes is a
+    // symbol or a constant read from a name (`NODES = 4`).
     let kind = |l: &Lin| {
         l.device_kind().or_else(|| match l.terms.as_slice() {
             [t] if l.constant == 0.0 && t.coef == 1.0 && is_node_count(&t.symbol) => {
                 Some(DeviceCount::PerNode)
             }
+            [] if l.const_name.as_deref().is_some_and(is_node_count) => Some(DeviceCount::PerNode),
             _ => None,
         })
     };

@@ -121,6 +121,14 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
                 span,
             })
         }
+        // accelerate's `mixed_precision: bf16` (config key, `--mixed_precision` flag,
+        // `Accelerator(mixed_precision="bf16")`): autocast with fp32 master weights.
+        "mixed_precision" if matches!(v.as_str(), "bf16" | "fp16" | "fp8") => {
+            ev.precision.push(Mention {
+                value: Precision::Amp,
+                span,
+            })
+        }
         "lora_r" | "lora_rank" | "use_lora" | "lora" | "use_peft" | "peft" | "adapter"
         | "finetuning_type" | "lora_alpha" | "qlora"
             if !matches!(

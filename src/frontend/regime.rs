@@ -99,15 +99,10 @@ pub fn flag(k: &str, v: &str, span: Range<usize>, ev: &mut Evidence) {
                 span,
             })
         }
-        "tensor_model_parallel_size"
-        | "tensor_parallel_size"
-        | "pipeline_model_parallel_size"
-        | "pipeline_parallel_size"
-        | "context_parallel_size"
-        | "sequence_parallel_size"
-        | "tp_size"
-        | "pp_size"
-        | "cp_size" => {
+        // `--tensor-model-parallel-size 4`, `TP=4`, `pp_degree: 2`: any model-parallel degree.
+        _ if crate::expr::device_count(k) == Some(crate::expr::DeviceCount::ModelParallel)
+            || k == "sequence_parallel_size" =>
+        {
             if let Some(n) = number().filter(|n| *n > 1.0 && n.fract() == 0.0) {
                 ev.model_parallel.push(Mention {
                     value: n as u32,

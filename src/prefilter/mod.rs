@@ -378,8 +378,8 @@ mod tests {
         ));
         assert!(yes("MB = 1e-6\nfree_mib = free * MB\n"));
         assert!(!yes("x = f(a, inf=1e9) / 2**30\n"));
-        // For the first memory rules, a parameter count counts as a constant, a config key, or
-        // on its way to state bytes; the second wave reads it multiplied or divided.
+        // A parameter count counts as a constant, a config key, or multiplied or divided; a
+        // count from `numel()` or `num_parameters()` whatever it is called.
         let memory = |t: &str| {
             needs_parse(
                 py,
@@ -390,13 +390,16 @@ mod tests {
                 },
             )
         };
-        assert!(!yes(
+        assert!(yes(
             "total_params = 0\nfor p in ps:\n    total_params += p.numel()\n"
         ));
-        assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
+        assert!(yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
+        assert!(yes("PARAMS_B = 8\n"));
+        assert!(!yes("batch_size_b = 8\n"));
         assert!(yes("cfg = {\"num_params\": 7e9}\n"));
         assert!(yes("optimizer_state_bytes = n_params * 8\n"));
-        assert!(!memory("flops = 6 * tokens * num_params\n"));
+        assert!(memory("flops = 6 * tokens * num_params\n"));
+        assert!(!memory("flops = 6 * tokens * steps\n"));
         assert!(yes("flops = 6 * tokens * num_params\n"));
         // Batch keys where a config holds them.
         assert!(!yes("effective_batch_size = input_ids.shape[0]\n"));

@@ -6,7 +6,7 @@ use super::files::{located, ContextFiles, Fid, Files, Unit};
 use super::memory::memory_case;
 use super::pins::{old_transformers, pinned_project, project_root};
 use super::runs::{launch_run, recipe_run, standalone_run, Run};
-use crate::context::{ConfigUse, ExternalConfig, LaunchView, Located, ProjectView};
+use crate::context::{ConfigRef, ConfigUse, ExternalConfig, LaunchView, Located, ProjectView};
 use std::path::{Path, PathBuf};
 
 /// Join the units of one lint run, reading only what is loaded: the units, and the files read
@@ -70,7 +70,8 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 joined[s].join(&located(&files, run.origin, None));
                 for (f, c) in &run.configs {
                     if *f != run.script.unwrap_or(run.origin) {
-                        joined[s].join(&located(&files, *f, Some(*c)));
+                        let route = route(&mut files, run, *f);
+                        joined[s].join(&located(&files, *f, Some(*c)).via(&route));
                     }
                 }
             }
@@ -84,7 +85,8 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         if let (Fid::Unit(u), None, None) = (run.origin, run.invocation, run.recipe) {
             for (f, c) in &run.configs {
                 if *f != run.origin {
-                    joined[u].join(&located(&files, *f, Some(*c)));
+                    let route = route(&mut files, run, *f);
+                    joined[u].join(&located(&files, *f, Some(*c)).via(&route));
                 }
             }
             views[u].own_run = Some(run.info.clone());
@@ -133,6 +135,8 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
             views[u].estimates.push(found);
         }
     }
+    join_siblings(&mut files, &runs, &mut joined);
+    join_lone_accelerate_config(&files, units, &runs, &mut joined);
     for (u, unit) in units.iter().enumerate() {
         if old_transformers(&unit.facts).is_some() {
             if let Some(root) = project_root(&unit.abs) {
@@ -162,4 +166,118 @@ pub struct Joined {
     pub views: Vec<ProjectView>,
     /// Files outside the units that runs reached (read for context, or not readable), sorted.
     pub outside: Vec<PathBuf>,
+}
+
+/// How a config reached a run, for messages: the launcher word that names it, or the script's
+/// line that opens it by a literal path.
+fn route(files: &mut Files, run: &Run, config: Fid) -> String {
+    if let Some((_, _, at)) = run.named.iter().find(|(f, _, _)| *f == config) {
+        return format!(", which {} names", files.site(run.origin, at.start));
+    }
+    let script = run.script.unwrap_or(run.origin);
+    let opened: Vec<(String, usize)> = files
+        .facts(script)
+        .opened_paths
+        .iter()
+        .map(|(p, span)| (p.clone(), span.start))
+        .collect();
+    for (path, at) in opened {
+        if files.resolve(&path, script) == Some(config) {
+            return format!(", which {} opens", files.site(script, at));
+        }
+    }
+    String::new()
+}
+
+/// A launcher that runs a pre-flight script beside the training command
+/// (`python check_memory.py` then `deepspeed train.py --deepspeed ds.json`): the script given no
+/// config of its own checks the run its sibling command starts, so it reads that command's
+/// configs.
+fn join_siblings(files: &mut Files, runs: &[Run], joined: &mut [Located]) {
+    for run in runs {
+        let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) else {
+            continue;
+        };
+        if run.configs.iter().any(|(f, _)| Some(*f) != run.script) {
+            continue;
+        }
+        for sibling in runs {
+            let named_elsewhere = sibling.origin == run.origin
+                && sibling.invocation.is_some()
+                && sibling.invocation != run.invocation
+                && sibling.script != run.script;
+            if !named_elsewhere {
+                continue;
+            }
+            let Some(k) = sibling.invocation else {
+                continue;
+            };
+            let at = files
+                .facts(sibling.origin)
+                .invocations
+                .get(k)
+                .map_or(0, |i| i.span.start);
+            let command = files.site(sibling.origin, at);
+            for (f, c) in &sibling.configs {
+                if Some(*f) == sibling.script {
+                    continue;
+                }
+                let route = format!(", which the sibling command at {command} is given");
+                if let Some(l) = joined.get_mut(s) {
+                    l.join(&located(files, *f, Some(*c)).via(&route));
+                }
+            }
+        }
+    }
+}
+
+/// An accelerate config (`compute_environment:`, `distributed_type:`) that no command names,
+/// alone of its kind among the files linted: what `accelerate launch` runs the project's
+/// accelerate scripts with.
+fn join_lone_accelerate_config(
+    files: &Files,
+    units: &[&Unit],
+    runs: &[Run],
+    joined: &mut [Located],
+) {
+    let named: std::collections::HashSet<Fid> = runs
+        .iter()
+        .filter(|r| r.invocation.is_some() || r.recipe.is_some())
+        .flat_map(|r| r.configs.iter().map(|(f, _)| *f))
+        .collect();
+    let accelerate: Vec<(Fid, ConfigRef)> = (0..units.len())
+        .map(Fid::Unit)
+        .flat_map(|f| {
+            files
+                .configs_of(f)
+                .into_iter()
+                .filter(|c| matches!(c, ConfigRef::Root(_)))
+                .map(move |c| (f, c))
+        })
+        .filter(|(f, c)| {
+            files.config(*f, *c).is_some_and(|root| {
+                root.get("compute_environment").is_some() || root.get("distributed_type").is_some()
+            })
+        })
+        .collect();
+    let [(config, c)] = accelerate.as_slice() else {
+        return;
+    };
+    if named.contains(config) {
+        return;
+    }
+    let route = ", the project's only accelerate config".to_string();
+    for (u, unit) in units.iter().enumerate() {
+        let uses_accelerate = unit
+            .facts
+            .evidence
+            .frameworks
+            .iter()
+            .any(|m| m.value == crate::facts::Framework::Accelerate);
+        if uses_accelerate {
+            if let Some(l) = joined.get_mut(u) {
+                l.join(&located(files, *config, Some(*c)).via(&route));
+            }
+        }
+    }
 }

@@ -211,6 +211,12 @@ impl<'s> Walker<'s> {
                     trainable: text.contains("trainable=True"),
                 })
             }
+            // `for p in model.parameters(): total += p.numel()`: each parameter's count.
+            "numel" if self.iterates_parameters(callee.trim_end_matches(".numel")) => {
+                source(Source::Params {
+                    trainable: self.under_test_of("requires_grad"),
+                })
+            }
             "get_nb_trainable_parameters" => {
                 let t = self.program.add(
                     V::Source(Source::Params { trainable: true }),
@@ -281,6 +287,32 @@ impl<'s> Walker<'s> {
             }
         };
         self.program.add(v, span, scope)
+    }
+
+    /// `name` is the target of a loop around here over a model's parameters.
+    fn iterates_parameters(&self, name: &str) -> bool {
+        self.stack.iter().any(|(_, f)| match f {
+            Frame::Loop(l) => self.loops.get(*l).is_some_and(|lp| {
+                let header = self.src.get(lp.header.clone()).unwrap_or("");
+                lp.iterates.contains("parameters")
+                    && header.split(" in ").next().is_some_and(|targets| {
+                        targets.split([' ', ',', '(', ')']).any(|w| w == name)
+                    })
+            }),
+            _ => false,
+        })
+    }
+
+    /// A test around here reads `word` (`if p.requires_grad:`).
+    fn under_test_of(&self, word: &str) -> bool {
+        self.stack.iter().any(|(_, f)| match f {
+            Frame::Branch(c, true) => self
+                .cond_spans
+                .get(*c)
+                .and_then(|(_, span)| self.src.get(span.clone()))
+                .is_some_and(|t| t.contains(word)),
+            _ => false,
+        })
     }
 
     /// `sum(p.numel() for p in model.parameters())` counts parameters (those with gradients when
