@@ -2,6 +2,7 @@
 //! gradients. Documentation: `rules/MEM006.toml`.
 
 use super::requirement::requirement;
+use super::states::in_bytes;
 use super::{Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::expr::{Role, Term};
@@ -52,12 +53,13 @@ impl Rule for MissingGradientTerm {
                 continue;
             };
             // A weights term counted twice or more may already hold the gradients
-            // (`model_gb * 2 + optimizer_gb`); a parameter count times bytes cannot say.
-            if !counts_states
-                || weights.opaque
-                || weights.role != Role::Model
-                || weights.coef.abs() > 1.5
-            {
+            // (`model_gb * 2 + optimizer_gb`); so may an unlabelled count times bytes, or more
+            // bytes than fp32 weights take.
+            let one_copy = match weights.role {
+                Role::Model => weights.coef.abs() <= 1.5,
+                _ => weights.part == Role::Model && in_bytes(weights.coef).abs() <= 4.0 + 1e-9,
+            };
+            if !counts_states || weights.opaque || !one_copy {
                 continue;
             }
             if reported.contains(&weights.symbol_span) {
@@ -69,16 +71,22 @@ impl Rule for MissingGradientTerm {
             let message = format!(
                 "memory formula counts the weights (`{text}`) and optimizer states but no gradients: every trainable parameter also holds a gradient of its size"
             );
-            // The gradient term mirrors the weights term: same size, same sign.
-            let fix = Fix {
+            // The gradient term mirrors the weights term: same size, same sign. Only where the
+            // weights are written in the formula itself, so the copy reads what they read.
+            let formula = cx.file.slice(&f.span).trim_start();
+            let written_here = weights.span.start >= f.span.start
+                && weights.span.end <= f.span.end
+                && !formula.starts_with(['{', '['])
+                && !formula.starts_with("dict(");
+            let fix = written_here.then(|| Fix {
                 applicability: Applicability::Unsafe,
                 message: format!("add the gradients: `{sign} {text}`"),
                 edits: vec![Edit::insert(f.span.end, format!(" {sign} {text}"))],
-            };
+            });
             out.push(
                 Diagnostic::new("MEM006", weights.span.clone(), message)
                     .with_help("add a gradients term the size of the trainable weights (in the gradient dtype, usually the weights')")
-                    .with_fix(Some(fix)),
+                    .with_fix(fix),
             );
         }
     }
