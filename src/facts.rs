@@ -287,6 +287,8 @@ pub struct CheckpointedValue {
     pub span: Range<usize>,
     /// The same test also names offloading (`if ckpt and offload_activations:`).
     pub offloaded: bool,
+    /// Returned from a function named for the value (`return 0` in `activation_memory_gb`).
+    pub returned: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

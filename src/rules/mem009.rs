@@ -3,9 +3,7 @@
 //! `rules/MEM009.toml`.
 
 use super::requirement::requirement;
-use super::states::{
-    bytes_per_param, component, in_bytes, per_device, says_upper_bound, Component, Reported,
-};
+use super::states::{component, in_bytes, per_device, says_upper_bound, Component, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::expr::Role;
@@ -75,16 +73,25 @@ impl Rule for MixedPrecisionHalving {
             if requirement(f).is_none() && !total {
                 continue;
             }
-            // States counted apart (`optimizer_gb`) are another rule's to judge.
+            // States counted as sizes of the weights (`optimizer_gb = model_gb * 2`) are another
+            // rule's to judge; counted in bytes per parameter, labelled or not, they add up here.
             if f.lin.terms.iter().any(|t| {
-                matches!(
-                    component(t),
-                    Component::States | Component::Grads | Component::Weights
-                )
+                t.role == Role::Model
+                    && matches!(
+                        component(t),
+                        Component::States | Component::Grads | Component::Weights
+                    )
             }) {
                 continue;
             }
-            let b = bytes_per_param(f, false).abs();
+            let b: f64 = f
+                .lin
+                .terms
+                .iter()
+                .filter(|t| t.role == Role::ParamCount && !t.opaque)
+                .map(|t| in_bytes(t.coef))
+                .sum::<f64>()
+                .abs();
             if b < all_half * 0.95 || b >= expected * 0.95 || !reported.first(f) {
                 continue;
             }

@@ -26,9 +26,13 @@ impl Rule for CheckpointingMisattributed {
             .any(|c| c.value == Checkpointing::Offloaded);
         for v in &cx.facts.checkpointed {
             let message = if activations(v) && zeroed(v) && !offloads && !v.offloaded {
+                let what = if v.returned {
+                    format!("`{}` returns 0", v.target)
+                } else {
+                    format!("sets `{}` to 0", v.target)
+                };
                 format!(
-                    "sets `{}` to 0 when checkpointing: checkpointing still keeps each layer's input (about 2 x seq x batch x hidden bytes per layer in 16 bits) and one layer's activations while it is recomputed",
-                    v.target
+                    "{what} when checkpointing: checkpointing still keeps each layer's input (about 2 x seq x batch x hidden bytes per layer in 16 bits) and one layer's activations while it is recomputed"
                 )
             } else if let Some(k) = shrunk(v) {
                 format!(

@@ -356,6 +356,7 @@ impl Walker<'_> {
                     target: target.to_string(),
                     factor,
                     offloaded,
+                    returned: right.parent().is_some_and(|p| p.ty() == "return_statement"),
                 },
                 value,
                 span,

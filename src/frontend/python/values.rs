@@ -40,6 +40,7 @@ pub(super) enum PendingKind {
         target: String,
         factor: Option<f64>,
         offloaded: bool,
+        returned: bool,
     },
     /// `name = value`, kept when the value is a number the name says is a parameter count or
     /// the GPU's memory.
@@ -600,6 +601,7 @@ impl<'s> Walker<'s> {
                 target,
                 factor,
                 offloaded,
+                returned,
             } => {
                 self.facts.checkpointed.push(CheckpointedValue {
                     target: target.clone(),
@@ -608,6 +610,7 @@ impl<'s> Walker<'s> {
                     factor: *factor,
                     span: p.span.clone(),
                     offloaded: *offloaded,
+                    returned: *returned,
                 });
                 return;
             }
