@@ -67,7 +67,20 @@ struct Entry<'s> {
     node: Node<'s>,
     span: Range<usize>,
     scope: usize,
+    /// The branches the expression is written under (see [`Program::at_path`]).
+    path: u32,
 }
+
+/// A binding of a name: where it takes effect, its value and the branches it is made under.
+struct Bound {
+    at: usize,
+    value: Id,
+    path: u32,
+}
+
+/// The tests a statement is written under in its function, outermost first: each test's id
+/// and the arm (`true` for the body, `false` for `else`).
+pub type Path = Vec<(u32, bool)>;
 
 /// A function, class or the module, as valuing sees it.
 #[derive(Debug, Default)]
@@ -88,8 +101,12 @@ pub struct Program<'s> {
     src: &'s str,
     entries: Vec<Entry<'s>>,
     scopes: Vec<ScopeDef<'s>>,
-    /// Per scope and name, in source order: where the binding takes effect and its value.
-    bindings: HashMap<(usize, &'s str), Vec<(usize, Id)>>,
+    /// Per scope and name, in source order.
+    bindings: HashMap<(usize, &'s str), Vec<Bound>>,
+    /// Paths by id; the one new nodes and bindings are made under.
+    paths: Vec<Path>,
+    path_ids: HashMap<Path, u32>,
+    current: u32,
     /// What a statement says a name holds in a scope without binding it (`weights = n_b * 2  #
     /// bf16` makes `n_b` a parameter count there): the role, and the coefficient one unit of
     /// the name carries in that role.
@@ -115,15 +132,35 @@ impl<'s> Program<'s> {
         Program {
             src,
             scopes: vec![ScopeDef::default()],
+            paths: vec![Vec::new()],
             ..Program::default()
         }
+    }
+
+    /// The branches what is added next is written under.
+    pub fn at_path(&mut self, path: Path) {
+        self.current = match self.path_ids.get(&path) {
+            Some(id) => *id,
+            None => {
+                let id = self.paths.len() as u32;
+                self.path_ids.insert(path.clone(), id);
+                self.paths.push(path);
+                id
+            }
+        };
     }
 
     pub fn add(&mut self, node: Node<'s>, span: Range<usize>, scope: usize) -> Id {
         if matches!(node, Node::Call { .. }) {
             self.calls.push(self.entries.len() as Id);
         }
-        self.entries.push(Entry { node, span, scope });
+        let path = self.current;
+        self.entries.push(Entry {
+            node,
+            span,
+            scope,
+            path,
+        });
         (self.entries.len() - 1) as Id
     }
 
@@ -144,10 +181,15 @@ impl<'s> Program<'s> {
 
     /// `name` holds `value` from byte `at` on (the end of the statement that binds it).
     pub fn bind(&mut self, scope: usize, name: &'s str, at: usize, value: Id) {
+        let path = self.current;
         self.bindings
             .entry((scope, name))
             .or_default()
-            .push((at, value));
+            .push(Bound { at, value, path });
+    }
+
+    fn path(&self, id: u32) -> &[(u32, bool)] {
+        self.paths.get(id as usize).map_or(&[], |p| p.as_slice())
     }
 
     pub fn returns(&mut self, scope: usize, value: Id) {
@@ -223,6 +265,8 @@ impl<'s> Program<'s> {
             busy: RefCell::new(Vec::new()),
             depth: Cell::new(0),
             frames: RefCell::new(HashMap::new()),
+            pick: Cell::new(0),
+            widest: Cell::new(1),
         }
     }
 }
@@ -298,10 +342,15 @@ impl Frame {
 /// Values the program's expressions, remembering what it worked out.
 pub struct Valuer<'p, 's> {
     p: &'p Program<'s>,
-    memo: RefCell<HashMap<Id, Value>>,
+    /// Values worked out, with how many alternatives the names they read had.
+    memo: RefCell<HashMap<(Id, usize), (Value, usize)>>,
     busy: RefCell<Vec<Id>>,
     depth: Cell<usize>,
     frames: RefCell<HashMap<usize, Vec<Frame>>>,
+    /// Which alternative a name bound on several paths is read as (see [`Valuer::paths`]).
+    pick: Cell<usize>,
+    /// The most alternatives a name read since the last [`Valuer::paths`] had.
+    widest: Cell<usize>,
 }
 
 impl Valuer<'_, '_> {
@@ -311,8 +360,10 @@ impl Valuer<'_, '_> {
         let Some(entry) = self.p.entries.get(id as usize) else {
             return Value::Scalar(Lin::default());
         };
+        let key = (id, self.pick.get());
         if frame.is_none() {
-            if let Some(v) = self.memo.borrow().get(&id) {
+            if let Some((v, wide)) = self.memo.borrow().get(&key) {
+                self.widest.set(self.widest.get().max(*wide));
                 return v.clone();
             }
             if self.busy.borrow().contains(&id) {
@@ -326,10 +377,13 @@ impl Valuer<'_, '_> {
         if frame.is_none() {
             self.busy.borrow_mut().push(id);
         }
+        let outer = self.widest.replace(1);
         let v = self.compute(entry, frame);
+        let wide = self.widest.get();
+        self.widest.set(outer.max(wide));
         if frame.is_none() {
             self.busy.borrow_mut().retain(|b| *b != id);
-            self.memo.borrow_mut().insert(id, v.clone());
+            self.memo.borrow_mut().insert(key, (v.clone(), wide));
         }
         self.depth.set(self.depth.get() - 1);
         v
@@ -341,13 +395,72 @@ impl Valuer<'_, '_> {
         self.value(id, frame).lin(self.p.text(&span), span)
     }
 
+    /// The values an expression takes on the paths through the branches before it: a name
+    /// bound in several arms of an `if` (`bytes = 2` or `bytes = 4`) is read as each arm's
+    /// value in turn, the same arm for every name (names set together stay together).
+    pub fn paths(&self, id: Id, frame: Option<&Frame>) -> Vec<Lin> {
+        const MAX_PATHS: usize = 4;
+        self.pick.set(0);
+        self.widest.set(1);
+        let mut out = vec![self.lin(id, frame)];
+        let wide = self.widest.get().min(MAX_PATHS);
+        for pick in 1..wide {
+            self.pick.set(pick);
+            let lin = self.lin(id, frame);
+            if !out.contains(&lin) {
+                out.push(lin);
+            }
+        }
+        self.pick.set(0);
+        out
+    }
+
+    /// The bindings of a name in its own scope that may reach a read at `at` under `path`, in
+    /// source order: the latest one on every path to the read, or one per arm of the branches
+    /// that set it (and the one before them, for a path that sets none).
+    fn reaching<'b>(&self, list: &'b [Bound], at: usize, path: u32) -> Vec<&'b Bound> {
+        let read = self.p.path(path);
+        let exclusive = |a: &[(u32, bool)], b: &[(u32, bool)]| {
+            a.iter()
+                .any(|(c, t)| b.iter().any(|(d, u)| c == d && t != u))
+        };
+        let mut alts: Vec<&Bound> = Vec::new();
+        for b in list.iter().rev().filter(|b| b.at <= at) {
+            let bp = self.p.path(b.path);
+            if read.starts_with(bp) {
+                // Each arm from where it leaves the read's path.
+                let suffixes: Vec<&[(u32, bool)]> = alts
+                    .iter()
+                    .map(|a| {
+                        let ap = self.p.path(a.path);
+                        let shared = ap.iter().zip(read).take_while(|(x, y)| x == y).count();
+                        &ap[shared..]
+                    })
+                    .collect();
+                if alts.is_empty() || !covers(&suffixes) {
+                    alts.push(b);
+                }
+                break;
+            }
+            // Set on a path that cannot reach the read, or overwritten by a later binding.
+            if exclusive(bp, read) {
+                continue;
+            }
+            if alts.iter().all(|a| exclusive(self.p.path(a.path), bp)) {
+                alts.push(b);
+            }
+        }
+        alts.reverse();
+        alts
+    }
+
     fn compute(&self, e: &Entry, frame: Option<&Frame>) -> Value {
         let span = e.span.clone();
         let text = self.p.text(&span);
         let scalar = |id: Id| self.value(id, frame).scalar();
         let v = match &e.node {
             Node::Num(v) => Lin::constant(*v, Some(span)),
-            Node::Name(name) => return self.name(name, span, e.scope, frame),
+            Node::Name(name) => return self.name(name, span, e.scope, e.path, frame),
             Node::Neg(a) => match scalar(*a) {
                 Some(l) => l.negated(),
                 None => opaque(text, span),
@@ -444,7 +557,14 @@ impl Valuer<'_, '_> {
     /// A name read at `span` in `scope`: the latest value bound to it before the read (in its
     /// own scope; anywhere in an enclosing one, which a function reads when it runs), a
     /// parameter's argument or literal default, or a symbol.
-    fn name(&self, name: &str, span: Range<usize>, scope: usize, frame: Option<&Frame>) -> Value {
+    fn name(
+        &self,
+        name: &str,
+        span: Range<usize>,
+        scope: usize,
+        path: u32,
+        frame: Option<&Frame>,
+    ) -> Value {
         let p = self.p;
         let at = span.start;
         if name.starts_with("self.") {
@@ -452,9 +572,9 @@ impl Valuer<'_, '_> {
                 .class_of(scope)
                 .and_then(|class| p.bindings.get(&(class, name)))
             {
-                let chosen = list.iter().rev().find(|(a, _)| *a <= at).or(list.last());
-                if let Some((_, v)) = chosen {
-                    return self.read(name, span, scope, self.value(*v, None));
+                let chosen = list.iter().rev().find(|b| b.at <= at).or(list.last());
+                if let Some(b) = chosen {
+                    return self.read(name, span, scope, self.value(b.value, None));
                 }
             }
             return Value::Scalar(self.symbol(name, span, scope));
@@ -465,13 +585,16 @@ impl Valuer<'_, '_> {
             let def = p.scopes.get(s);
             if let Some(list) = p.bindings.get(&(s, name)) {
                 let chosen = if own {
-                    list.iter().rev().find(|(a, _)| *a <= at)
+                    let alts = self.reaching(list, at, path);
+                    self.widest.set(self.widest.get().max(alts.len()));
+                    let pick = self.pick.get().min(alts.len().saturating_sub(1));
+                    alts.get(pick).copied()
                 } else {
                     list.last()
                 };
-                if let Some((_, v)) = chosen {
+                if let Some(b) = chosen {
                     let inner = frame.filter(|f| f.function == s);
-                    return self.read(name, span, scope, self.value(*v, inner));
+                    return self.read(name, span, scope, self.value(b.value, inner));
                 }
             }
             if let Some((_, default)) = def
@@ -659,6 +782,26 @@ impl Valuer<'_, '_> {
         self.frames.borrow_mut().insert(function, out.clone());
         out
     }
+}
+
+/// Whether arms (paths relative to where they branch off) leave no path that sets none of them:
+/// some arm is unconditional, or the first test's two sides are each covered.
+fn covers(suffixes: &[&[(u32, bool)]]) -> bool {
+    if suffixes.iter().any(|s| s.is_empty()) {
+        return true;
+    }
+    let Some(&(c, _)) = suffixes.first().and_then(|s| s.first()) else {
+        return false;
+    };
+    let side = |taken: bool| -> Vec<&[(u32, bool)]> {
+        suffixes
+            .iter()
+            .filter(|s| s.first() == Some(&(c, taken)))
+            .map(|s| &s[1..])
+            .collect()
+    };
+    let (yes, no) = (side(true), side(false));
+    !yes.is_empty() && !no.is_empty() && covers(&yes) && covers(&no)
 }
 
 /// Two values that state the same thing (the same symbols, coefficients and constant).

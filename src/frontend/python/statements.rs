@@ -237,6 +237,7 @@ impl<'s> Walker<'s> {
         }
         if left.ty() == "identifier" || left.ty() == "attribute" {
             let scope = self.scope();
+            self.program_path();
             let current = self.program.add(
                 crate::expr::program::Node::Name(self.text(left)),
                 left.byte_range(),

@@ -4,7 +4,7 @@
 //! [`Walker::value_formulas`], once the whole file is known.
 
 use super::*;
-use crate::expr::program::{Id, Key, Node as V, ScopeDef, Source};
+use crate::expr::program::{Frame as CallFrame, Id, Key, Node as V, ScopeDef, Source};
 use crate::expr::DeviceCount;
 use crate::frontend::fields::{PyField, PyKind};
 
@@ -52,6 +52,9 @@ pub(super) enum PendingKind {
 impl<'s> Walker<'s> {
     /// The program node of an expression.
     pub(super) fn value_of(&mut self, node: Node, depth: usize) -> Id {
+        if depth == 0 {
+            self.program_path();
+        }
         let scope = self.scope();
         let span = node.byte_range();
         if depth > MAX_EXPR_DEPTH {
@@ -430,8 +433,26 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// Tell the program which branches of the current function what comes next is under.
+    pub(super) fn program_path(&mut self) {
+        let start = self
+            .stack
+            .iter()
+            .rposition(|(_, f)| matches!(f, Frame::Scope(_)))
+            .map_or(0, |i| i + 1);
+        let path = self.stack[start..]
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Frame::Branch(c, taken) => Some((*c as u32, *taken)),
+                _ => None,
+            })
+            .collect();
+        self.program.at_path(path);
+    }
+
     /// `target = value` (names and tuples of names) from the end of `statement` on.
     pub(super) fn bind_value(&mut self, left: Node, value: Id, statement: Range<usize>) {
+        self.program_path();
         match left.ty() {
             "identifier" | "attribute" => {
                 let name = self.text(left);
@@ -456,6 +477,7 @@ impl<'s> Walker<'s> {
 
     /// A loop's or a `with`'s target holds something unknown from here on.
     pub(super) fn bind_unknown(&mut self, left: Node) {
+        self.program_path();
         let v = self.program.add(V::Opaque, left.byte_range(), self.scope());
         self.bind_value(left, v, left.byte_range());
     }
@@ -519,10 +541,10 @@ impl<'s> Walker<'s> {
                     .is_some_and(|at| at.iter().any(|a| *a > p.span.end)),
                 _ => false,
             };
-            let written = valuer.lin(p.value, None);
+            let written = valuer.paths(p.value, None);
             let open = written
-                .terms
                 .iter()
+                .flat_map(|l| &l.terms)
                 .any(|t| t.opaque || t.role == Role::Unknown);
             let per_call = matches!(
                 p.kind,
@@ -531,12 +553,14 @@ impl<'s> Walker<'s> {
                     | PendingKind::Compare { .. }
                     | PendingKind::Expr
             );
-            let mut valued = vec![(written, None)];
+            let mut valued: Vec<(Lin, Option<CallFrame>)> =
+                written.into_iter().map(|l| (l, None)).collect();
             if open && per_call && program.is_function(p.scope) {
                 for frame in valuer.frames(p.scope) {
-                    let lin = valuer.lin(p.value, Some(&frame));
-                    if !valued.iter().any(|(l, _)| l == &lin) {
-                        valued.push((lin, Some(frame)));
+                    for lin in valuer.paths(p.value, Some(&frame)) {
+                        if !valued.iter().any(|(l, _)| l == &lin) {
+                            valued.push((lin, Some(frame.clone())));
+                        }
                     }
                 }
             }
