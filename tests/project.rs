@@ -97,22 +97,16 @@ fn configured_gpu_memory_and_world_size_complete_the_project() {
 #[test]
 fn broken_configs_are_named_and_the_rest_is_linted() {
     let dir = project(&[
-        ("dup.json", "{\"train_batch_size\": 8,\n \"train_batch_size\": 16}\n"),
-        ("dup.yaml", "lr: 1\nlr: 2\n"),
+        ("dup.toml", "lr = 1\nlr = 2\n"),
         ("python_dump.json", "{\"snr\": Infinity, \"train_batch_size\": 100, \"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 4}\n"),
         ("empty.json", ""),
         ("flow.yaml", "args: [\n  '--ini',\n  '.bandit',\n]\n"),
     ]);
     let (code, out, err) = run(dir.path(), &["."]);
     assert_eq!(code, 1, "{out}{err}");
+    // TOML forbids a repeated key: the file is invalid.
     assert!(
-        err.contains("dup.json: skipped: invalid JSON at 2:2: duplicate key `train_batch_size` (first at line 1)"),
-        "{err}"
-    );
-    assert!(
-        err.contains(
-            "dup.yaml: skipped: invalid YAML at 2:1: duplicate key `lr` (first at line 1)"
-        ),
+        err.contains("dup.toml: skipped: invalid TOML at 2:1: duplicate key"),
         "{err}"
     );
     assert!(
@@ -121,6 +115,26 @@ fn broken_configs_are_named_and_the_rest_is_linted() {
     );
     assert!(!err.contains("python_dump.json"), "{err}");
     assert!(out.contains("python_dump.json:1:39: BS001"), "{out}");
+}
+
+#[test]
+fn a_repeated_key_is_read_as_python_reads_it() {
+    // `json.load` and PyYAML's `safe_load` keep the last value of a repeated key.
+    let dir = project(&[
+        ("dup.json", "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 4,\n \"train_batch_size\": 100}\n"),
+        ("dup.yaml", "lr: 1\nlr: 2\ntraining:\n  global_batch_size: 96\n  micro_batch_size: 8\n  gradient_accumulation_steps: 4\n  gradient_accumulation_steps: 5\n"),
+    ]);
+    let (code, out, err) = run(dir.path(), &["."]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!err.contains("skipped"), "{err}");
+    assert!(
+        out.contains("dup.json:2:22: BS001 train_batch_size 100 is not a multiple of micro batch 3 x accumulation 4 = 12"),
+        "{out}"
+    );
+    assert!(
+        out.contains("dup.yaml:4:22: BS002") && out.contains("gradient_accumulation_steps 5"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! A small JSON reader that keeps byte spans and bounds nesting. It reads what the tools that
 //! consume these files read: DeepSpeed loads its config with hjson (comments and trailing commas
 //! pass), and Python's `json` writes `Infinity` and `NaN` (read here as unknown numbers).
-//! Duplicate keys are an error, as they are for DeepSpeed ("Duplicate keys in DeepSpeed config").
+//! A repeated key keeps its last value, where the first one stood, as `json.load` builds the
+//! dict: the HF Trainer and accelerate load a DeepSpeed config that way and hand DeepSpeed the
+//! dict (DeepSpeed itself refuses repeated keys only in a file it opens by path).
 
 use super::{ConfigError, Key, Node, Value, MAX_DEPTH};
 use std::collections::HashMap;
@@ -77,6 +79,7 @@ impl Reader<'_> {
             Some(b'{') => {
                 self.i += 1;
                 let mut entries = Vec::new();
+                // The entry each key name holds: a repeated key replaces it.
                 let mut seen: HashMap<String, usize> = HashMap::new();
                 self.ws();
                 if self.s.get(self.i) == Some(&b'}') {
@@ -91,14 +94,6 @@ impl Reader<'_> {
                         }
                         let kstart = self.i;
                         let name = self.string()?;
-                        if let Some(&first) = seen.get(&name) {
-                            self.i = kstart;
-                            let line = self.text[..first].matches('\n').count() + 1;
-                            return Err(
-                                self.err(&format!("duplicate key `{name}` (first at line {line})"))
-                            );
-                        }
-                        seen.insert(name.clone(), kstart);
                         let key = Key {
                             name,
                             span: kstart..self.i,
@@ -110,7 +105,13 @@ impl Reader<'_> {
                         self.i += 1;
                         self.ws();
                         let v = self.value(depth + 1)?;
-                        entries.push((key, v));
+                        match seen.get(&key.name).and_then(|&i| entries.get_mut(i)) {
+                            Some(entry) => *entry = (key, v),
+                            None => {
+                                seen.insert(key.name.clone(), entries.len());
+                                entries.push((key, v));
+                            }
+                        }
                         self.ws();
                         match self.s.get(self.i) {
                             Some(b',') => self.i += 1,
@@ -262,11 +263,39 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_keys_and_placeholders_are_errors() {
-        let text = "{\"a\": 1,\n \"a\": 2}";
-        let e = parse(text).unwrap_err();
-        assert_eq!(e.message, "duplicate key `a` (first at line 1)");
-        assert_eq!(&text[e.offset..e.offset + 3], "\"a\"");
+    fn a_repeated_key_keeps_its_last_value_and_span() {
+        let text = "{\"train_batch_size\": 32,\n \"zero_optimization\": {\"stage\": 1, \"stage\": 3},\n \"train_batch_size\": 64,\n \"steps_per_print\": 10}";
+        let node = parse(text).unwrap();
+        let Value::Map(entries) = &node.value else {
+            panic!("an object")
+        };
+        let names: Vec<&str> = entries.iter().map(|(k, _)| k.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["train_batch_size", "zero_optimization", "steps_per_print"]
+        );
+        let tbs = node.get("train_batch_size").unwrap();
+        assert_eq!(tbs.as_number(), Some(64.0));
+        assert_eq!(tbs.span.start, text.find("64").unwrap());
+        assert_eq!(
+            entries[0].0.span.start,
+            text.rfind("\"train_batch_size\"").unwrap()
+        );
+        let stage = node.get("zero_optimization").unwrap().get("stage").unwrap();
+        assert_eq!(stage.as_number(), Some(3.0));
+        assert_eq!(&text[stage.span.clone()], "3");
+        assert_eq!(
+            node.get("steps_per_print").and_then(Node::as_number),
+            Some(10.0)
+        );
+        let replaced = parse("{\"opt\": {\"lr\": 1, \"wd\": 0}, \"opt\": {\"lr\": 2}}").unwrap();
+        let opt = replaced.get("opt").unwrap();
+        assert_eq!(opt.get("lr").and_then(Node::as_number), Some(2.0));
+        assert!(opt.get("wd").is_none());
+    }
+
+    #[test]
+    fn placeholders_and_json_lines_are_errors() {
         assert!(parse("{\"micro\": BATCH_SIZE_PER_GPU}").is_err());
         let lines = parse("{\"a\": 1}\n{\"a\": 2}\n").unwrap_err();
         assert!(lines.message.contains("JSON Lines"), "{}", lines.message);

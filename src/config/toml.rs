@@ -53,3 +53,29 @@ fn node(v: Spanned<DeValue<'_>>) -> Node {
     };
     Node { value, span }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_key_is_invalid_toml() {
+        for text in [
+            "lr = 1\nlr = 2\n",
+            "[train]\nbatch = 8\nbatch = 16\n",
+            "[train]\nbatch = 8\n[train]\ngas = 2\n",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.message.contains("duplicate"), "{text}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn spans_point_at_values() {
+        let text = "[train]\nbatch = 8\n";
+        let root = parse(text).unwrap();
+        let batch = root.get("train").and_then(|t| t.get("batch")).unwrap();
+        assert_eq!(batch.as_number(), Some(8.0));
+        assert_eq!(&text[batch.span.clone()], "8");
+    }
+}

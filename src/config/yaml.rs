@@ -1,5 +1,6 @@
 //! YAML through saphyr-parser's event stream, built into nodes with an explicit stack. Aliases are
-//! never expanded (they become unknowns), so alias bombs cost nothing.
+//! never expanded (they become unknowns), so alias bombs cost nothing. A repeated key keeps its
+//! last value, where the first one stood, as PyYAML's `safe_load` builds the dict.
 
 use super::{ConfigDoc, ConfigError, Key, Node, Value, MAX_DEPTH};
 use crate::source::LineIndex;
@@ -8,8 +9,20 @@ use std::collections::HashMap;
 
 enum Open {
     List(usize, Vec<Node>),
-    /// Start, entries, the key waiting for its value, and where each key was first seen.
-    Map(usize, Vec<(Key, Node)>, Option<Key>, HashMap<String, usize>),
+    /// Start, entries, the key waiting for its value, and the entry each key name holds.
+    Map(
+        usize,
+        Vec<(Key, Node)>,
+        Option<Pending>,
+        HashMap<String, usize>,
+    ),
+}
+
+/// A key read, waiting for its value.
+struct Pending {
+    key: Key,
+    /// A scalar key other than the merge key `<<`: a later key of the same name replaces it.
+    unique: bool,
 }
 
 pub fn parse(text: &str) -> Result<ConfigDoc, ConfigError> {
@@ -93,24 +106,26 @@ fn parse_shifted(text: &str, original: &str, shift: &[usize]) -> Result<ConfigDo
         match stack.last_mut() {
             Some(Open::List(_, items)) => items.push(node),
             Some(Open::Map(_, entries, pending, seen)) => match pending.take() {
-                Some(key) => entries.push((key, node)),
-                None => {
-                    let name = node.scalar_text().unwrap_or_default();
-                    if name != "<<" {
-                        if let Some(&first) = seen.get(&name) {
-                            return Err(ConfigError {
-                                message: format!(
-                                    "duplicate key `{name}` (first at line {})",
-                                    lines.line_of(first) + 1
-                                ),
-                                offset: node.span.start,
-                            });
+                Some(Pending { key, unique }) => {
+                    match seen.get(&key.name).and_then(|&i| entries.get_mut(i)) {
+                        Some(entry) if unique => *entry = (key, node),
+                        _ => {
+                            if unique {
+                                seen.insert(key.name.clone(), entries.len());
+                            }
+                            entries.push((key, node));
                         }
-                        seen.insert(name.clone(), node.span.start);
                     }
-                    *pending = Some(Key {
-                        name,
-                        span: node.span,
+                }
+                None => {
+                    let text = node.scalar_text();
+                    let unique = text.as_deref().is_some_and(|name| name != "<<");
+                    *pending = Some(Pending {
+                        key: Key {
+                            name: text.unwrap_or_default(),
+                            span: node.span,
+                        },
+                        unique,
                     });
                 }
             },
@@ -234,15 +249,50 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_keys_are_an_error_with_both_lines() {
-        let text = "train:\n  lr: 1\n  lr: 2\n";
-        let e = parse(text).unwrap_err();
-        assert!(
-            e.message.contains("duplicate key `lr` (first at line 2)"),
-            "{}",
-            e.message
-        );
-        assert_eq!(&text[e.offset..e.offset + 2], "lr");
+    fn a_repeated_key_keeps_its_last_value_and_the_rest_is_read() {
+        let text = "lr: 1\ntrain:\n  gas: 2\n  bs: 8\n  gas: 4\nlr: 3\nnext: 5\n";
+        let doc = parse(text).unwrap();
+        let root = &doc.roots[0];
+        let Value::Map(top) = &root.value else {
+            panic!("a map")
+        };
+        let names: Vec<&str> = top.iter().map(|(k, _)| k.name.as_str()).collect();
+        assert_eq!(names, ["lr", "train", "next"]);
+        let lr = root.get("lr").unwrap();
+        assert_eq!(lr.as_number(), Some(3.0));
+        assert_eq!(lr.span.start, text.find("3").unwrap());
+        assert_eq!(top[0].1.span.start, lr.span.start);
+        let key_at = text.rfind("lr").unwrap();
+        assert_eq!(top[0].0.span.start, key_at);
+        let train = root.get("train").unwrap();
+        let gas = train.get("gas").unwrap();
+        assert_eq!(gas.as_number(), Some(4.0));
+        assert_eq!(&text[gas.span.clone()], "4");
+        assert!(matches!(&train.value, Value::Map(e) if e.len() == 2));
+        assert_eq!(root.get("next").and_then(Node::as_number), Some(5.0));
+    }
+
+    #[test]
+    fn a_repeated_map_is_replaced_whole_not_merged() {
+        let text = "opt:\n  lr: 1\n  wd: 0\nopt:\n  lr: 2\n";
+        let doc = parse(text).unwrap();
+        let opt = doc.roots[0].get("opt").unwrap();
+        assert_eq!(opt.get("lr").and_then(Node::as_number), Some(2.0));
+        assert!(opt.get("wd").is_none());
+        assert_eq!(opt.span.start, text.rfind("lr").unwrap());
+        let flow = "{a: 1, b: {c: 1, c: 2}, a: 9}\n";
+        let doc = parse(flow).unwrap();
+        assert_eq!(doc.roots[0].get("a").and_then(Node::as_number), Some(9.0));
+        let b = doc.roots[0].get("b").unwrap();
+        assert_eq!(b.get("c").and_then(Node::as_number), Some(2.0));
+    }
+
+    #[test]
+    fn merge_keys_are_never_replaced() {
+        let text = "base: &b {x: 1}\nrun:\n  <<: *b\n  <<: *b\n  y: 2\n";
+        let doc = parse(text).unwrap();
+        let run = doc.roots[0].get("run").unwrap();
+        assert!(matches!(&run.value, Value::Map(e) if e.len() == 3));
     }
 
     #[test]
