@@ -108,6 +108,9 @@ fn main() {
         for (i, (_, w)) in families.iter().enumerate() {
             let n = needs(Language::Python, &text, *w);
             if n.parse {
+                if std::env::var("LIST").is_ok_and(|l| l == families[i].0) {
+                    println!("{}", p.display());
+                }
                 counts[i].0 += 1;
                 counts[i].1 += text.len();
             }

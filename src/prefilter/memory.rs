@@ -42,18 +42,66 @@ impl Scan<'_> {
 
     /// A value sized by the model whatever it is called: a parameter count from `numel()` sums
     /// or `num_parameters()` (the sources the frontend reads), or a name for billions of
-    /// parameters (`PARAMS_B`, `n_params_billion`).
+    /// parameters (`PARAMS_B`, `n_params_billion`), in a file that counts memory at all
+    /// ([`Scan::counts_memory`]): library code counts parameters for many other reasons.
     pub(super) fn derived_size(&self) -> bool {
+        self.counts_memory() && self.names_derived_size()
+    }
+
+    /// Something only memory arithmetic writes: a capacity source, a byte unit in a name or a
+    /// message, or a divisor that converts bytes.
+    fn counts_memory(&self) -> bool {
+        const MARKS: &[&str] = &[
+            "total_memory",
+            "mem_get_info",
+            "memory_allocated",
+            "memory_reserved",
+            "max_memory",
+            "nvidia-smi",
+            "gpu_mem",
+            "vram",
+            "free_mem",
+            "mem_free",
+            "memory_gb",
+            "device_memory",
+            "bytes",
+            "gib",
+            "_gb",
+            "gb_",
+            " gb",
+            "'gb",
+            "\"gb",
+            "gb'",
+            "gb\"",
+            "e9",
+            "e+9",
+            "**30",
+            "** 30",
+            "<<30",
+            "<< 30",
+            "1073741824",
+            "1024**3",
+            "1024 ** 3",
+            "1000**3",
+            "1000 ** 3",
+            "1024 * 1024",
+            "1024*1024",
+        ];
+        MARKS.iter().any(|m| contains(self.lower, m.as_bytes()))
+    }
+
+    fn names_derived_size(&self) -> bool {
         let lower = self.lower;
-        [
-            "numel",
-            "num_parameters",
-            "get_num_params",
-            "num_params(",
-            "get_nb_trainable",
-        ]
-        .iter()
-        .any(|w| contains(lower, w.as_bytes()))
+        // The frontend counts `numel()` only over a model's parameters.
+        (contains(lower, b"numel") && contains(lower, b"parameters()"))
+            || [
+                "num_parameters",
+                "get_num_params",
+                "num_params(",
+                "get_nb_trainable",
+            ]
+            .iter()
+            .any(|w| contains(lower, w.as_bytes()))
             || contains(lower, b"billion")
             || ["_b", "_bn"].iter().any(|suffix| {
                 memchr::memmem::find_iter(lower, suffix.as_bytes()).any(|at| {

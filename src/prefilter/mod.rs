@@ -379,7 +379,8 @@ mod tests {
         assert!(yes("MB = 1e-6\nfree_mib = free * MB\n"));
         assert!(!yes("x = f(a, inf=1e9) / 2**30\n"));
         // A parameter count counts as a constant, a config key, or multiplied or divided; a
-        // count from `numel()` or `num_parameters()` whatever it is called.
+        // count from `numel()` over parameters or `num_parameters()` whatever it is called, in a
+        // file that counts memory (library code counts parameters for much else).
         let memory = |t: &str| {
             needs_parse(
                 py,
@@ -391,10 +392,15 @@ mod tests {
             )
         };
         assert!(yes(
-            "total_params = 0\nfor p in ps:\n    total_params += p.numel()\n"
+            "n = 0\nfor p in m.parameters():\n    n += p.numel()\nprint(n * 16 / 2**30)\n"
         ));
-        assert!(yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
-        assert!(yes("PARAMS_B = 8\n"));
+        assert!(!yes(
+            "n = 0\nfor p in m.parameters():\n    n += p.numel()\nprint(n / 1e6, 'M')\n"
+        ));
+        assert!(!yes("assert x.numel() == y.numel()\nprint(x.nbytes)\n"));
+        assert!(yes("n = model.num_parameters()\nneed_gb = 16 * n / 1e9\n"));
+        assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
+        assert!(yes("PARAMS_B = 8\nprint(PARAMS_B * 16, 'GB')\n"));
         assert!(!yes("batch_size_b = 8\n"));
         assert!(yes("cfg = {\"num_params\": 7e9}\n"));
         assert!(yes("optimizer_state_bytes = n_params * 8\n"));
