@@ -197,16 +197,31 @@ pub struct TrainingContext {
     pub imported: Arc<ImportedReturns>,
 }
 
-/// What helpers imported from the project's modules return, by module as written and name.
-pub type ImportedReturns = Vec<((String, String), crate::facts::Scaling)>;
+/// What helpers imported from the project's modules do, by module as written and name.
+#[derive(Debug, Clone, Default)]
+pub struct ImportedReturns {
+    /// What each returns, as far as loss scaling goes.
+    pub returns: Vec<((String, String), crate::facts::Scaling)>,
+    /// The helpers that register gradient hooks that clip.
+    pub clip_hooks: Vec<(String, String)>,
+}
 
 impl TrainingContext {
     /// What an imported helper returns: `None` when its module is not part of the project.
     pub fn imported_return(&self, module: &str, name: &str) -> Option<crate::facts::Scaling> {
         self.imported
+            .returns
             .iter()
             .find(|((m, n), _)| m == module && n == name)
             .map(|(_, s)| *s)
+    }
+
+    /// Whether an imported helper registers gradient hooks that clip.
+    pub fn imported_clip_hooks(&self, module: &str, name: &str) -> bool {
+        self.imported
+            .clip_hooks
+            .iter()
+            .any(|(m, n)| m == module && n == name)
     }
 }
 

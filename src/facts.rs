@@ -77,6 +77,16 @@ pub struct Facts {
     pub scopes: Vec<ScopeFacts>,
     /// Values assigned because gradient checkpointing is on.
     pub checkpointed: Vec<CheckpointedValue>,
+    /// Gradient hooks registered on parameters that clamp or clip what they are given: each
+    /// registration.
+    pub clip_hooks: Vec<Range<usize>>,
+    /// Module-level functions that register such hooks, for the files that import them.
+    pub clip_hook_exports: Vec<String>,
+    /// Calls, as statements, of helpers imported from other modules (`gu.add_hooks(model)`):
+    /// the module as written, the name and the call.
+    pub helper_calls: Vec<(String, String, Range<usize>)>,
+    /// A `GradScaler` is built in the file.
+    pub builds_scaler: bool,
 }
 
 /// An expression that may be memory arithmetic, lowered.
@@ -948,6 +958,17 @@ pub struct NamedConstant {
 }
 
 impl Facts {
+    /// Whether a gradient hook would see something other than the gradient the optimizer
+    /// applies: the file builds a `GradScaler` (scaled gradients) or accumulates (each
+    /// micro-batch's share).
+    pub fn hooks_see_each_backward(&self) -> bool {
+        self.builds_scaler
+            || self
+                .loops
+                .iter()
+                .any(|l| l.uses_scaler || l.factor_value.is_none_or(|v| v > 1.0))
+    }
+
     /// Keep `name = value` when the name states a parameter count or a GPU's memory.
     pub fn note_constant(&mut self, name: &str, lin: &Lin, span: Range<usize>) {
         if !lin.is_constant() {

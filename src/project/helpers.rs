@@ -28,13 +28,22 @@ pub enum Looked<'a> {
     NotRead,
 }
 
-/// The imported helpers a file's losses depend on, by module as written and name.
+/// The imported helpers a file's losses depend on, and those it calls as statements where a
+/// gradient hook they register would matter, by module as written and name.
 pub fn needed(facts: &Facts) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for lp in &facts.loops {
         for bw in &lp.backwards {
             bw.prov.imports(&mut out);
         }
+    }
+    if facts.hooks_see_each_backward() {
+        out.extend(
+            facts
+                .helper_calls
+                .iter()
+                .map(|(m, n, _)| (m.clone(), n.clone())),
+        );
     }
     out.sort();
     out.dedup();
@@ -75,7 +84,7 @@ pub fn imported_returns<'a>(
     unit: &Unit,
     look: &dyn Fn(&Path) -> Looked<'a>,
 ) -> Result<ImportedReturns, Vec<PathBuf>> {
-    let mut out = Vec::new();
+    let mut out = ImportedReturns::default();
     let mut needs = Vec::new();
     for (module, name) in needed(&unit.facts) {
         // `from pkg import mod` then `mod.f(...)` names `pkg.mod`; the first candidate that is a
@@ -84,11 +93,14 @@ pub fn imported_returns<'a>(
         for path in candidates(&unit.abs, &module) {
             match look(&path) {
                 Looked::Python(facts) => {
-                    judged = Some(returns(facts, &name));
+                    judged = Some((
+                        returns(facts, &name),
+                        facts.clip_hook_exports.contains(&name),
+                    ));
                     break;
                 }
                 Looked::Unreadable => {
-                    judged = Some(Scaling::Unknown);
+                    judged = Some((Scaling::Unknown, false));
                     break;
                 }
                 Looked::Absent => {}
@@ -98,8 +110,11 @@ pub fn imported_returns<'a>(
                 }
             }
         }
-        if let Some(s) = judged {
-            out.push(((module, name), s));
+        if let Some((s, clips)) = judged {
+            if clips {
+                out.clip_hooks.push((module.clone(), name.clone()));
+            }
+            out.returns.push(((module, name), s));
         }
     }
     if needs.is_empty() {

@@ -38,5 +38,35 @@ impl Rule for ClipPerMicroStep {
                     .with_fix(loop_fix(m)),
             );
         }
+        clipping_hooks(cx, out);
+    }
+}
+
+/// Gradient hooks that clip run inside every backward, on that backward's gradient alone.
+fn clipping_hooks(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+    let facts = cx.facts;
+    if !facts.hooks_see_each_backward() {
+        return;
+    }
+    let what = if facts.builds_scaler || facts.loops.iter().any(|l| l.uses_scaler) {
+        "the gradient the GradScaler still scales"
+    } else {
+        "each micro-batch's share of the gradient, not the accumulated one"
+    };
+    let help = "remove the hook and clip once before the step: `scaler.unscale_(optimizer)` (with a GradScaler), then `clip_grad_norm_` or `clip_grad_value_`";
+    for span in &facts.clip_hooks {
+        let message = format!(
+            "`{}` registers a hook that clips inside every backward: it clips {what}",
+            cx.file.slice(span)
+        );
+        out.push(Diagnostic::new("GA005", span.clone(), message).with_help(help));
+    }
+    for (module, name, span) in &facts.helper_calls {
+        if cx.training.imported_clip_hooks(module, name) {
+            let message = format!(
+                "`{name}` (from `{module}`) registers gradient hooks that clip inside every backward: they clip {what}"
+            );
+            out.push(Diagnostic::new("GA005", span.clone(), message).with_help(help));
+        }
     }
 }

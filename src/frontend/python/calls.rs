@@ -91,7 +91,11 @@ impl<'s> Walker<'s> {
         let lower = last.to_ascii_lowercase();
         let span = node.byte_range();
         let args = node.field("arguments");
+        if last.ends_with("GradScaler") {
+            self.facts.builds_scaler = true;
+        }
         if self.loop_model {
+            self.note_hook_call(node, callee, last);
             self.note_schedule_call(node, last);
             if last == "next" {
                 self.note_next(node);

@@ -14,6 +14,7 @@ mod assembly;
 mod calls;
 mod conditions;
 mod global_batch;
+mod hooks;
 mod inline;
 mod loader_batch;
 mod moves;
@@ -298,6 +299,8 @@ struct Walker<'s> {
     global_products: Vec<global_batch::Product>,
     /// Trainer losses written by hand (GA007).
     trainer_loss: trainer_loss::TrainerLossNotes,
+    /// Gradient hooks registered on parameters (GA005).
+    hooks: hooks::HookNotes<'s>,
     facts: Facts,
 }
 
@@ -421,6 +424,7 @@ impl<'s> Walker<'s> {
             factor_exprs: Vec::new(),
             trainer_calls: Vec::new(),
             trainer_loss: Default::default(),
+            hooks: Default::default(),
             facts: Facts::default(),
         }
     }
@@ -662,9 +666,13 @@ impl<'s> Walker<'s> {
             .field("name")
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
-        if self.loop_model && node.ty() == "function_definition" {
+        if self.loop_model {
             if let Some(n) = node.field("name") {
-                self.def_texts.insert(self.text(n), self.text(node));
+                if node.ty() == "function_definition" {
+                    self.def_texts.insert(self.text(n), self.text(node));
+                } else {
+                    self.note_class_text(self.text(n), self.text(node));
+                }
             }
         }
         let parent = self.scope();
@@ -866,6 +874,7 @@ impl<'s> Walker<'s> {
 
     fn finish(mut self, tree: &Tree) -> Facts {
         self.value_formulas();
+        self.finish_hooks();
         let (accelerate_divides, calls) = self.assemble_loops(tree);
         if self.loop_model {
             self.facts.exports = self.exports();

@@ -1,0 +1,160 @@
+//! Gradient hooks that clip (GA005). A hook registered on a parameter runs inside every backward
+//! on that backward's gradient alone: under accumulation on each micro-batch's share, under a
+//! `GradScaler` on the scaled gradient. The walk notes registrations and the helpers called as
+//! statements; once the file's functions are known, `finish` keeps the hooks that clip.
+
+use super::Walker;
+use crate::frontend::fields::{PyField, PyKind};
+use std::collections::HashMap;
+use std::ops::Range;
+use tree_sitter::Node;
+
+#[derive(Default)]
+pub(super) struct HookNotes<'s> {
+    /// Registrations on parameters: the call, the hook as written, the scope.
+    registrations: Vec<(Range<usize>, &'s str, usize)>,
+    /// Classes by name, as written (a callable instance's `__call__` may clip).
+    class_texts: HashMap<&'s str, &'s str>,
+}
+
+impl<'s> Walker<'s> {
+    /// `x.register_hook(h)` on a parameter, or a statement calling an imported helper.
+    pub(super) fn note_hook_call(&mut self, node: Node, callee: &str, last: &str) {
+        if matches!(last, "register_hook" | "register_post_accumulate_grad_hook") {
+            let receiver = callee.rsplit_once('.').map_or("", |(r, _)| r);
+            let Some(hook) = node
+                .field("arguments")
+                .and_then(|a| a.named_child(0))
+                .map(|h| self.text(h))
+            else {
+                return;
+            };
+            if on_parameter(node, receiver, self.src) {
+                let scope = self.scope();
+                self.hooks
+                    .registrations
+                    .push((node.byte_range(), hook, scope));
+            }
+            return;
+        }
+        // A helper that registers hooks is called for what it does: as a statement, or for the
+        // handles it returns.
+        let statement = node
+            .parent()
+            .is_some_and(|p| matches!(p.ty(), "expression_statement" | "assignment"));
+        if statement {
+            if let Some((module, name)) = self.imported(callee) {
+                self.facts
+                    .helper_calls
+                    .push((module, name, node.byte_range()));
+            }
+        }
+    }
+
+    pub(super) fn note_class_text(&mut self, name: &'s str, text: &'s str) {
+        self.hooks.class_texts.insert(name, text);
+    }
+
+    /// The registrations whose hook clips: its text clips, or it names (calls, wraps in
+    /// `partial`, instantiates) a function or class of the file whose text does.
+    pub(super) fn finish_hooks(&mut self) {
+        let notes = std::mem::take(&mut self.hooks);
+        for (span, hook, scope) in notes.registrations {
+            let defined_clips = |w: &str| {
+                self.def_texts
+                    .get(w)
+                    .or_else(|| notes.class_texts.get(w))
+                    .is_some_and(|t| clips(t))
+            };
+            // A hook bound to a name first (`h = partial(clip, c)`, `h = Clamp(c)`) is read
+            // through it.
+            let named_clips = words(hook).any(|w| {
+                defined_clips(w)
+                    || self.assigned_text.get(w).is_some_and(|value| {
+                        clips(value) || words(value).any(|v| v != w && defined_clips(v))
+                    })
+            });
+            if !(clips(hook) || named_clips) {
+                continue;
+            }
+            self.facts.clip_hooks.push(span);
+            // The module-level function it sits in registers clipping hooks for its callers.
+            let mut s = scope;
+            while let Some(sc) = self.scopes.get(s) {
+                if sc.parent == Some(0) && !sc.is_class {
+                    self.facts.clip_hook_exports.push(sc.name.clone());
+                    break;
+                }
+                match sc.parent {
+                    Some(p) => s = p,
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+/// Whether code calls something that clamps or clips (`torch.clamp(g, -c, c)`, `g.clamp_(...)`,
+/// `clip_grad_value_(...)`, a helper such as `clamp_tensor(...)`).
+fn clips(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(open) = rest.find('(') {
+        let before = &rest[..open];
+        let start = before
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let callee = before[start..].to_ascii_lowercase();
+        if callee.contains("clamp") || callee.starts_with("clip") {
+            return true;
+        }
+        rest = &rest[open + 1..];
+    }
+    false
+}
+
+/// The identifiers of an expression (`partial(clamp_grad, c)` → `partial`, `clamp_grad`, `c`).
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+}
+
+/// Whether the receiver of a registration is a parameter: a variable bound by a loop or a
+/// comprehension over parameters (`for n, p in model.named_parameters()`), or an attribute
+/// that names one (`layer.weight`, `self.params[0]`).
+fn on_parameter(call: Node, receiver: &str, src: &str) -> bool {
+    let paramish = |t: &str| t.contains("param") || t.ends_with("weight") || t.ends_with("bias");
+    if paramish(receiver) {
+        return true;
+    }
+    let root = receiver.split(['.', '[']).next().unwrap_or(receiver);
+    let text = |n: Node| src.get(n.byte_range()).unwrap_or("");
+    let mut at = call.parent();
+    while let Some(n) = at {
+        match n.ty() {
+            "for_statement" | "for_in_clause" => {
+                let binds = n
+                    .field("left")
+                    .is_some_and(|l| words(text(l)).any(|w| w == root));
+                if binds && n.field("right").is_some_and(|r| text(r).contains("param")) {
+                    return true;
+                }
+            }
+            "list_comprehension" | "generator_expression" | "set_comprehension" => {
+                let mut c = n.walk();
+                let found = n.named_children(&mut c).any(|k| {
+                    k.ty() == "for_in_clause"
+                        && k.field("left")
+                            .is_some_and(|l| words(text(l)).any(|w| w == root))
+                        && k.field("right").is_some_and(|r| text(r).contains("param"))
+                });
+                if found {
+                    return true;
+                }
+            }
+            "function_definition" | "class_definition" | "module" => return false,
+            _ => {}
+        }
+        at = n.parent();
+    }
+    false
+}
