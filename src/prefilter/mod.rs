@@ -413,6 +413,13 @@ mod tests {
         assert!(!yes("elapsed = t / 1e6\n"));
         assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
         assert!(yes("SIZES = {\"bf16\": 4}\n"));
+        assert!(yes("SIZES = dict(bf16=4, fp32=4)\n"));
+        assert!(yes("SIZES = [(\"bf16\", 4)]\n"));
+        assert!(yes("n = SIZES.get('bf16', 4)\n"));
+        assert!(yes("match d:\n    case 'bf16':\n        return 2\n"));
+        assert!(yes("if d.startswith('bf16'):\n    return 2\n"));
+        assert!(yes("f(n, dtype=\"bf16\", bytes_per_param=4)\n"));
+        assert!(!yes("run(dtype=\"bf16\", steps=4)\n"));
         assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));
         assert!(yes("SIZES = {torch.bfloat16: 4}\n"));
         assert!(yes("STATES = {'adamw': 1}\n"));
