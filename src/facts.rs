@@ -999,8 +999,11 @@ pub struct Table {
     /// The name the table is bound to or the name its arms assign, when there is one.
     pub name: Option<String>,
     pub entries: Vec<TableEntry>,
-    /// The values one name takes in the arms of an `if` chain (not a dict literal).
+    /// The values one name takes in the arms of an `if` chain, a `match` or a conditional (not
+    /// a dict literal).
     pub arms: bool,
+    /// Those arms return the values: the table is named for the function.
+    pub returned: bool,
 }
 
 impl Table {
@@ -1009,6 +1012,7 @@ impl Table {
     pub fn counts_states(&self) -> bool {
         let name = self.name.as_deref().unwrap_or("").to_ascii_lowercase();
         self.arms
+            && !self.returned
             && name.contains("state")
             && !name.contains("byte")
             && !name.contains("multiplier")

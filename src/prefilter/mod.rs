@@ -16,9 +16,12 @@
 //!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
 //!   contains one of `DIVISORS`;
 //! - a dtype or optimizer table (MEM002, MEM003) needs a known key followed by `:` and a number
-//!   in a dict (quoted, or an attribute such as `torch.float16` read by its last segment), or a
-//!   known key compared (`==`, `in (...)`) in a file that assigns a number to a name holding
-//!   `byte` or `multiplier`;
+//!   in a dict (quoted, or an attribute such as `torch.float16` read by its last segment), a
+//!   quoted key opened by `(` and followed by `,` and a number (a pair, `.get("bf16", 2)`), a
+//!   key written as a keyword given a number (`dict(bf16=2)`), a known key compared (`==`,
+//!   `!=`, `is`, `in (...)`, `startswith(`, `case`) in a file that assigns or returns a
+//!   number, or a quoted key given as a keyword (`dtype="bf16"`) where a name holding `byte` or
+//!   `multiplier` is assigned a number;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
 //!   batch where a config holds it (a quoted dict key, an argparse flag, a class field); a data
 //!   loader built with the global batch (BS002) needs `DataLoader` and a division by a name
@@ -419,6 +422,13 @@ mod tests {
         assert!(!yes("elapsed = t / 1e6\n"));
         assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
         assert!(yes("SIZES = {\"bf16\": 4}\n"));
+        assert!(yes("SIZES = dict(bf16=4, fp32=4)\n"));
+        assert!(yes("SIZES = [(\"bf16\", 4)]\n"));
+        assert!(yes("n = SIZES.get('bf16', 4)\n"));
+        assert!(yes("match d:\n    case 'bf16':\n        return 2\n"));
+        assert!(yes("if d.startswith('bf16'):\n    return 2\n"));
+        assert!(yes("f(n, dtype=\"bf16\", bytes_per_param=4)\n"));
+        assert!(!yes("run(dtype=\"bf16\", steps=4)\n"));
         assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));
         assert!(yes("SIZES = {torch.bfloat16: 4}\n"));
         assert!(yes("STATES = {'adamw': 1}\n"));

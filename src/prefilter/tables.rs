@@ -1,6 +1,8 @@
-//! MEM002 and MEM003's tables: a dtype or optimizer key followed by `:` and a number in a dict,
-//! or compared in an `if` chain or a conditional that assigns a number to a `byte` or
-//! `multiplier` name.
+//! MEM002 and MEM003's tables: a dtype or optimizer key followed by `:` and a number in a dict;
+//! a quoted key followed by `,` and a number (a pair in a list, `.get("bf16", 2)`); a key
+//! written as a keyword given a number (`dict(bf16=2)`); a key compared (an `if` chain, a
+//! conditional, a `match`) in a file that assigns or returns a number; a quoted key given as a
+//! keyword beside a number for a `byte` or `multiplier` name (a keyword pair).
 
 use super::scan::{identifier_at, is_ident, Scan};
 use crate::knowledge::{knowledge, normalize as optimizer_name};
@@ -52,10 +54,95 @@ impl Scan<'_> {
                 .find(|b| !matches!(b, b' ' | b'\t'));
             matches!(before, None | Some(b'{' | b',' | b'\n')) && known_key(name)
         });
-        keyed
+        if keyed || paired(lower) || keyword_keys(lower) {
+            return true;
+        }
+        let numbered = assigns_number(lower, b"") || returns_number(lower);
+        (numbered && compares_known_key(lower))
             || ((assigns_number(lower, b"byte") || assigns_number(lower, b"multiplier"))
-                && compares_known_key(lower))
+                // A keyword argument or default, written without spaces (`dtype="bf16"`).
+                && quoted_keys(lower).any(|(open, _)| {
+                    open >= 2 && lower[open - 1] == b'=' && is_ident(lower[open - 2])
+                }))
     }
+}
+
+/// The quoted strings of the text that are known keys: where each opens, and the key.
+fn quoted_keys(lower: &[u8]) -> impl Iterator<Item = (usize, &str)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while let Some(i) = memchr::memchr2(b'"', b'\'', lower.get(at..)?) {
+            let open = at + i;
+            let quote = lower[open];
+            let len = memchr::memchr2(quote, b'\n', lower.get(open + 1..)?)?;
+            let close = open + 1 + len;
+            at = close + 1;
+            if lower.get(close) != Some(&quote) || len == 0 || len > 40 {
+                if lower.get(close) != Some(&quote) {
+                    at = close;
+                }
+                continue;
+            }
+            let Ok(key) = std::str::from_utf8(&lower[open + 1..close]) else {
+                continue;
+            };
+            if known_key(key) {
+                return Some((open, key));
+            }
+        }
+        None
+    })
+}
+
+/// `("bf16", 2)` and `.get("bf16", 2)`: a known key opened by `(` and followed by `,` and a
+/// number.
+fn paired(lower: &[u8]) -> bool {
+    quoted_keys(lower).any(|(open, key)| {
+        let before = lower[..open].trim_ascii_end().last();
+        let after = &lower[open + key.len() + 2..];
+        let after = after.trim_ascii_start();
+        before == Some(&b'(')
+            && after.first() == Some(&b',')
+            && after[1..]
+                .trim_ascii_start()
+                .first()
+                .is_some_and(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'('))
+    })
+}
+
+/// `bf16=2`: a known key written as a keyword and given a number (`dict(bf16=2, fp32=4)`).
+fn keyword_keys(lower: &[u8]) -> bool {
+    memchr::memchr_iter(b'=', lower).any(|eq| {
+        if lower.get(eq + 1) == Some(&b'=') || eq == 0 {
+            return false;
+        }
+        let key_end = lower[..eq]
+            .iter()
+            .rposition(|b| *b != b' ')
+            .map_or(0, |i| i + 1);
+        if key_end == 0 || !is_ident(lower[key_end - 1]) {
+            return false;
+        }
+        let (start, _) = identifier_at(lower, key_end - 1, false);
+        let before = lower[..start].trim_ascii_end().last();
+        let number = lower[eq + 1..]
+            .trim_ascii_start()
+            .first()
+            .is_some_and(|b| b.is_ascii_digit() || *b == b'.');
+        number
+            && matches!(before, Some(b'(' | b','))
+            && std::str::from_utf8(&lower[start..key_end]).is_ok_and(known_key)
+    })
+}
+
+/// `return 4`, `return (2)`: a function that returns a number.
+fn returns_number(lower: &[u8]) -> bool {
+    memchr::memmem::find_iter(lower, b"return").any(|i| {
+        lower[i + 6..]
+            .iter()
+            .find(|b| !matches!(b, b' ' | b'\t' | b'('))
+            .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+    })
 }
 
 /// Lowercase dtype names, and optimizer names as the knowledge lookup normalises them.
@@ -87,9 +174,36 @@ fn known_key(key: &str) -> bool {
     dtypes.contains(key) || dtypes.contains(last) || optimizers.contains(&optimizer_name(key))
 }
 
-/// A known key compared as the `if` chains and conditionals the frontend reads compare it:
-/// `x == "bf16"`, `"bf16" == x`, `x in ("bf16", "fp16")`.
+/// A known key compared as the `if` chains, conditionals and `match` statements the frontend
+/// reads compare it: `x == "bf16"`, `"bf16" == x`, `x != "bf16"`, `x is "bf16"`,
+/// `x in ("bf16", "fp16")`, `x.startswith("bf16")`, `case "bf16":`, `x == torch.bfloat16`.
 fn compares_known_key(lower: &[u8]) -> bool {
+    let tested = quoted_keys(lower).any(|(open, _)| {
+        let before = lower[..open].trim_ascii_end();
+        before.ends_with(b" is")
+            || before.ends_with(b"startswith(")
+            || before.ends_with(b"endswith(")
+            || before.ends_with(b"case")
+            || before.ends_with(b"!=")
+            || before.ends_with(b"|")
+    });
+    if tested {
+        return true;
+    }
+    // `== torch.bfloat16`, `is torch.float32`, `in (torch.float16, torch.bfloat16)`
+    let attribute = memchr::memmem::find_iter(lower, b"torch.").any(|i| {
+        let before = lower[..i].trim_ascii_end();
+        let (_, end) = identifier_at(lower, i + 6, false);
+        (before.ends_with(b"==")
+            || before.ends_with(b" is")
+            || before.ends_with(b"(")
+            || before.ends_with(b"!="))
+            && std::str::from_utf8(&lower[i..end]).is_ok_and(known_key)
+    });
+    attribute || compares_quoted(lower)
+}
+
+fn compares_quoted(lower: &[u8]) -> bool {
     let skip = |mut i: usize| {
         while lower
             .get(i)
@@ -160,9 +274,21 @@ fn number_follows(text: &str, at: usize) -> bool {
         .starts_with(|c: char| c.is_ascii_digit() || c == '.')
 }
 
-/// A name holding `word` assigned a number (`bytes_per_param = 4`, `nbytes = 2 if ...`): the
-/// arms of an `if` chain or a conditional that make a table.
+/// A name holding `word` (any name for an empty word) assigned a number (`bytes_per_param = 4`,
+/// `nbytes = 2 if ...`): the arms of an `if` chain or a conditional that make a table.
 fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
+    if word.is_empty() {
+        return memchr::memchr_iter(b'=', lower).any(|j| {
+            let prev = j.checked_sub(1).map(|p| lower[p]);
+            if lower.get(j + 1) == Some(&b'=') || matches!(prev, Some(b'=' | b'!' | b'<' | b'>')) {
+                return false;
+            }
+            lower[j + 1..]
+                .iter()
+                .find(|b| !matches!(b, b' ' | b'\t' | b'(' | b'-'))
+                .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+        });
+    }
     memchr::memmem::find_iter(lower, word).any(|i| {
         let mut j = i + word.len();
         while lower.get(j).is_some_and(|b| is_ident(*b)) {

@@ -4,6 +4,7 @@
 //! returns it). Documentation: `rules/MEM002.toml`.
 
 use super::mem001::TOLERANCE;
+use super::states::{component, in_bytes, sharded, Component};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::expr::Role;
@@ -83,16 +84,28 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= b.abs() * TOLERANCE + 1e-9
 }
 
-/// Whether a value fits a key in a unit. Adafactor's factored state has no fixed size: anything
-/// between its smallest and largest variant fits.
-fn fits(rows: &[&OptimizerRow], unit: &Unit, value: f64) -> bool {
-    let values: Vec<f64> = rows.iter().flat_map(|r| (unit.values)(r)).collect();
+/// Whether a value fits a key in a unit, at one of its conventions (`variant`: the index into
+/// the unit's values, e.g. fp32 or 16-bit parameters): a table keeps one convention for all its
+/// rows. Adafactor's factored state has no fixed size: anything between its smallest and largest
+/// variant fits.
+fn fits(rows: &[&OptimizerRow], unit: &Unit, variant: usize, value: f64) -> bool {
+    let values: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| (unit.values)(r).get(variant).copied())
+        .collect();
     if rows.first().is_some_and(|r| r.id == "adafactor") {
         let hi = values.iter().cloned().fold(f64::MIN, f64::max);
         let lo = values.iter().cloned().fold(f64::MAX, f64::min);
         return value >= lo - 1e-9 && value <= hi * (1.0 + TOLERANCE);
     }
     values.iter().any(|v| close(value, *v))
+}
+
+/// How many conventions a unit has.
+fn variants(unit: &Unit) -> usize {
+    knowledge()
+        .optimizer_by_id("adamw")
+        .map_or(1, |r| (unit.values)(r).len())
 }
 
 impl Rule for WrongOptimizerMultiplier {
@@ -109,6 +122,7 @@ impl Rule for WrongOptimizerMultiplier {
             }
         }
         check_assignments(cx, out);
+        check_sums(cx, out);
     }
 }
 
@@ -147,9 +161,8 @@ fn check_product(table: &Table, counts: &Table, out: &mut Vec<Diagnostic>) {
         })
         .collect();
     let product = Table {
-        name: table.name.clone(),
         entries,
-        arms: table.arms,
+        ..table.clone()
     };
     check_table(&product, Some(counts), out);
 }
@@ -165,29 +178,42 @@ fn check_table(table: &Table, per_state: Option<&Table>, out: &mut Vec<Diagnosti
     if rows.len() < 2 {
         return;
     }
-    // The units that explain the most rows; a row wrong in every one of them is wrong.
-    let scores: Vec<usize> = UNITS
+    // The units and conventions that explain the most rows; a row wrong in every one of them
+    // is wrong.
+    let conventions: Vec<(&Unit, usize)> = UNITS
         .iter()
-        .map(|u| rows.iter().filter(|(e, c)| fits(c, u, e.value)).count())
+        .flat_map(|u| (0..variants(u)).map(move |v| (u, v)))
+        .collect();
+    let scores: Vec<usize> = conventions
+        .iter()
+        .map(|(u, v)| rows.iter().filter(|(e, c)| fits(c, u, *v, e.value)).count())
         .collect();
     let best = scores.iter().copied().max().unwrap_or(0);
-    let units: Vec<&Unit> = UNITS
+    let units: Vec<(&Unit, usize)> = conventions
         .iter()
         .zip(&scores)
         .filter(|(_, s)| **s == best)
-        .map(|(u, _)| u)
+        .map(|(u, _)| *u)
         .collect();
     let wrong: Vec<_> = rows
         .iter()
-        .filter(|(e, c)| units.iter().all(|u| !fits(c, u, e.value)))
+        .filter(|(e, c)| units.iter().all(|(u, v)| !fits(c, u, *v, e.value)))
         .collect();
     if best < 2 || wrong.is_empty() || wrong.len() >= best {
         return;
     }
-    let Some(unit) = units.first() else { return };
+    let Some(&(unit, variant)) = units.first() else {
+        return;
+    };
+    let mut seen: Vec<&std::ops::Range<usize>> = Vec::new();
     for (e, c) in wrong {
+        // One number under several keys (`case "adam" | "adamw": return 1`): one finding.
+        if seen.contains(&&e.value_span) {
+            continue;
+        }
+        seen.push(&e.value_span);
         let Some(row) = c.first() else { continue };
-        let Some(expected) = (unit.values)(row).first().copied() else {
+        let Some(expected) = (unit.values)(row).get(variant).copied() else {
             continue;
         };
         let value = match per_state.and_then(|c| c.entries.iter().find(|c| c.key == e.key)) {
@@ -321,6 +347,159 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             Diagnostic::new("MEM002", f.span.clone(), message)
                 .with_help(format!(
                     "size optimizer states from the optimizer's table row ({})",
+                    row.source
+                ))
+                .with_fix(fix),
+        );
+    }
+}
+
+/// Names that say a per-parameter term is something other than the optimizer's states: the
+/// veto a name keeps when the use says "states".
+fn names_other_part(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    !matches!(
+        crate::expr::role_of(name),
+        Role::Unknown | Role::ParamCount | Role::Optimizer
+    ) || [
+        "master",
+        "act",
+        "buffer",
+        "cache",
+        "ema",
+        "copy",
+        "fp32",
+        "lora",
+        "adapter",
+        "extra",
+        "misc",
+        "other",
+        "overhead",
+        "temp",
+        "tmp",
+        "workspace",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+}
+
+/// `opt_bytes = 4 * n_params` added into `weights + grads + opt_bytes` (or compared with the
+/// GPU): the one per-parameter term of a sum that already counts the weights and the gradients
+/// is the optimizer's states, whatever it is called. Judged against the optimizer the file
+/// builds (never an assumed one), at the precision the weights are counted in.
+fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+    let training = cx.training;
+    if training.inference || !training.whole_model_multipliers_apply() {
+        return;
+    }
+    let Some(optimizers) = training.judged_optimizers() else {
+        return;
+    };
+    if optimizers
+        .iter()
+        .any(|o| matches!(o.origin, crate::context::Origin::Assumed))
+    {
+        return;
+    }
+    let mut reported: Vec<std::ops::Range<usize>> = Vec::new();
+    for f in cx.facts.formulas.iter().filter(|f| !f.inference) {
+        let terms = &f.lin.terms;
+        let counted = |c: Component| terms.iter().filter(move |t| component(t) == c);
+        let plain = |t: &&crate::expr::Term| {
+            t.role == Role::ParamCount && !t.opaque && !sharded(t) && t.divided_by.is_none()
+        };
+        let weights: Vec<_> = counted(Component::Weights).collect();
+        let grads: Vec<_> = counted(Component::Grads).collect();
+        // The rest: per-parameter terms, or ones a name calls the states (`opt_bytes`).
+        let rest: Vec<_> = terms
+            .iter()
+            .filter(|t| matches!(component(t), Component::PerParam | Component::States))
+            .collect();
+        if weights.len() != 1
+            || grads.len() != 1
+            || counted(Component::Trainable).next().is_some()
+            || !weights.iter().chain(&grads).chain(&rest).all(plain)
+        {
+            continue;
+        }
+        let [states] = rest.as_slice() else { continue };
+        // Reached through a name assigned elsewhere: that assignment states the states.
+        if f.span.start <= states.span.start && states.span.end <= f.span.end {
+            continue;
+        }
+        let Some((target, assign)) = cx.facts.formulas.iter().find_map(|a| match &a.kind {
+            FormulaKind::Assign { target, .. }
+                if a.span.start <= states.span.start && states.span.end <= a.span.end =>
+            {
+                Some((target, a))
+            }
+            _ => None,
+        }) else {
+            continue;
+        };
+        if names_other_part(target) || reported.contains(&assign.span) {
+            continue;
+        }
+        // Bytes per parameter, in the unit the weights are counted in.
+        let (Some(w), Some(g)) = (weights.first(), grads.first()) else {
+            continue;
+        };
+        let unit = in_bytes(w.coef) / w.coef;
+        let (wb, gb, k) = (w.coef * unit, g.coef * unit, states.coef * unit);
+        let fp32 = (wb - 4.0).abs() < 1e-6;
+        let half = (wb - 2.0).abs() < 1e-6;
+        if !(fp32 || half) || !(gb == 2.0 || gb == 4.0) {
+            continue;
+        }
+        // fp32 weights keep fp32 states; 16-bit weights keep 16-bit states (pure bf16) or fp32
+        // states beside an fp32 master copy.
+        let lo = optimizers
+            .iter()
+            .map(|o| {
+                if fp32 {
+                    o.row.bytes_per_param_fp32
+                } else {
+                    o.row.bytes_per_param_fp32.min(o.row.bytes_per_param_bf16)
+                }
+            })
+            .fold(f64::MAX, f64::min);
+        if lo <= 0.0 || k >= lo * (1.0 - TOLERANCE) || k <= 0.0 {
+            continue;
+        }
+        let Some(opt) = optimizers.first() else {
+            continue;
+        };
+        let row = opt.row;
+        reported.push(assign.span.clone());
+        let message = format!(
+            "`{target}` counts {} bytes per parameter, and `{}` adds it to {} bytes of weights and {} of gradients: it is {}'s states, which take at least {} ({} {} per parameter at {}; {})",
+            fmt_num(k),
+            cx.file.slice(&f.span).trim(),
+            fmt_num(wb),
+            fmt_num(gb),
+            row.display,
+            fmt_num(lo),
+            fmt_num(row.states),
+            if row.states == 1.0 { "state" } else { "states" },
+            if fp32 { "fp32" } else { "16 bits" },
+            opt.origin.describe(),
+        );
+        let fix = states.literal.as_ref().and_then(|lit| {
+            let written = cx.file.slice(lit).trim().parse::<f64>().ok()?;
+            // The literal is the bytes when the unit is bytes; scale it otherwise.
+            let replaced = written * lo / k;
+            ((replaced - replaced.round()).abs() < 1e-9).then(|| Fix {
+                applicability: Applicability::Unsafe,
+                message: format!("count {} bytes per parameter", fmt_num(lo)),
+                edits: vec![Edit::replace(lit.clone(), fmt_num(replaced))],
+            })
+        });
+        out.push(
+            Diagnostic::new("MEM002", assign.span.clone(), message)
+                .with_help(format!(
+                    "{} keeps {} state tensors per parameter ({})",
+                    row.display,
+                    fmt_num(row.states),
                     row.source
                 ))
                 .with_fix(fix),

@@ -57,7 +57,13 @@ impl Rule for WrongDtypeBytes {
             if wrong.is_empty() || bits > bytes || !reads_as_bytes {
                 continue;
             }
+            let mut seen: Vec<&std::ops::Range<usize>> = Vec::new();
             for (e, r) in wrong {
+                // One number under several keys (`case "bf16" | "fp16": return 4`): one finding.
+                if seen.contains(&&e.value_span) {
+                    continue;
+                }
+                seen.push(&e.value_span);
                 let right = fmt_num(r.bytes);
                 let message = format!(
                     "`{}` is {} here, but {} is stored in {}",

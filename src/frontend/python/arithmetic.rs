@@ -42,6 +42,7 @@ impl<'s> Walker<'s> {
             name,
             entries,
             arms: false,
+            returned: false,
         });
     }
 
@@ -85,45 +86,48 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// `if dtype == "bf16": nbytes = 2` and `nbytes = 2 if dtype == "bf16" else 4`: one entry of
-    /// the table the chain builds for `nbytes`.
-    pub(super) fn branch_entry(&mut self, target: &str, right: Node) {
-        let t = target.to_ascii_lowercase();
-        // The prefilter keeps files with a quoted key only when such a name may be assigned; a
-        // count of states is read beside them (bytes per state x states per parameter).
-        if !["byte", "multiplier", "state"]
-            .iter()
-            .any(|w| t.contains(w))
-        {
-            return;
-        }
+    /// `nbytes = 2 if dtype == "bf16" else 4` (also returned, and chained in the `else`): one
+    /// entry per key of the table the conditionals build for `nbytes` (the arms of `if` chains
+    /// are read in `tables.rs`).
+    pub(super) fn branch_entry(&mut self, target: &str, right: Node, returned: bool) {
         let mut found: Vec<(String, f64, Range<usize>)> = Vec::new();
-        if let Some(value) = self.number(right) {
-            let innermost = self.stack.iter().rev().find_map(|(_, f)| match f {
-                Frame::Branch(c, true) => Some(Some(*c)),
-                Frame::Branch(_, false) | Frame::Scope(_) | Frame::Loop(_) => Some(None),
-                Frame::With(..) => None,
-            });
-            if let Some(Some(cond)) = innermost {
-                for key in self.cond_keys.get(cond).cloned().unwrap_or_default() {
-                    found.push((key, value, right.byte_range()));
+        let mut at = unparen(right);
+        for _ in 0..8 {
+            if at.ty() != "conditional_expression" {
+                break;
+            }
+            let mut c = at.walk();
+            let kids: Vec<Node> = at.named_children(&mut c).collect();
+            let [then, cond, otherwise] = kids.as_slice() else {
+                break;
+            };
+            let (keys, negated) = self.test_keys(*cond);
+            let arm = if negated { *otherwise } else { *then };
+            if let Some(value) = self.number(arm) {
+                for key in keys {
+                    found.push((key, value, arm.byte_range()));
                 }
             }
-        } else if right.ty() == "conditional_expression" {
-            let mut c = right.walk();
-            let kids: Vec<Node> = right.named_children(&mut c).collect();
-            if let [then, cond, _] = kids.as_slice() {
-                if let Some(value) = self.number(*then) {
-                    for key in self.compared_strings(*cond) {
-                        found.push((key, value, then.byte_range()));
-                    }
-                }
+            if negated {
+                break;
             }
+            at = unparen(*otherwise);
         }
+        self.arm_table(target, returned, found);
+    }
+
+    /// Entries of the table that the arms of one function build for `target` (a name, or the
+    /// function's returns).
+    pub(super) fn arm_table(
+        &mut self,
+        target: &str,
+        returned: bool,
+        found: Vec<(String, f64, Range<usize>)>,
+    ) {
         if found.is_empty() {
             return;
         }
-        let key = (self.scope(), target.to_string());
+        let key = (self.scope(), target.to_string(), returned);
         let index = match self.branch_tables.get(&key) {
             Some(i) => *i,
             None => {
@@ -131,6 +135,7 @@ impl<'s> Walker<'s> {
                     name: Some(target.to_string()),
                     entries: Vec::new(),
                     arms: true,
+                    returned,
                 });
                 let i = self.facts.tables.len() - 1;
                 self.branch_tables.insert(key, i);
@@ -139,6 +144,13 @@ impl<'s> Walker<'s> {
         };
         if let Some(table) = self.facts.tables.get_mut(index) {
             for (k, value, value_span) in found {
+                if table
+                    .entries
+                    .iter()
+                    .any(|e| e.value_span == value_span && e.key == k)
+                {
+                    continue;
+                }
                 table.entries.push(TableEntry {
                     key: k,
                     value,

@@ -54,7 +54,6 @@ impl<'s> Walker<'s> {
         });
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
-        self.cond_keys.push(self.compared_strings(cond));
         // What it tests is read only if a memory formula is written under it or in its scope.
         self.cond_spans.push((self.scope(), cond.byte_range()));
         let id = self.conds.len() - 1;
@@ -531,50 +530,6 @@ impl<'s> Walker<'s> {
                 cond,
                 after: node.end_byte(),
             });
-        }
-    }
-
-    /// The strings a condition compares with: `x == "bf16"`, `x in ("fp16", "half")`, joined by
-    /// `or`.
-    pub(super) fn compared_strings(&self, cond: Node) -> Vec<String> {
-        let cond = unparen(cond);
-        match cond.ty() {
-            "boolean_operator" if cond.field("operator").map(|o| self.text(o)) == Some("or") => {
-                let mut keys = Vec::new();
-                for side in ["left", "right"] {
-                    if let Some(n) = cond.field(side) {
-                        keys.extend(self.compared_strings(n));
-                    }
-                }
-                keys
-            }
-            "comparison_operator" => {
-                let mut c = cond.walk();
-                let kids: Vec<Node> = cond.children(&mut c).collect();
-                if kids.len() != 3 || !matches!(self.text(kids[1]), "==" | "in") {
-                    return Vec::new();
-                }
-                let strings = |n: Node| -> Vec<String> {
-                    let n = unparen(n);
-                    match n.ty() {
-                        "string" => vec![string_key(self.text(n))],
-                        "tuple" | "list" | "set" => {
-                            let mut c = n.walk();
-                            n.named_children(&mut c)
-                                .filter(|k| k.ty() == "string")
-                                .map(|k| string_key(self.text(k)))
-                                .collect()
-                        }
-                        _ => Vec::new(),
-                    }
-                };
-                let mut keys = strings(kids[2]);
-                if keys.is_empty() {
-                    keys = strings(kids[0]);
-                }
-                keys
-            }
-            _ => Vec::new(),
         }
     }
 

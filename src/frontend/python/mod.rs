@@ -21,6 +21,7 @@ mod moves;
 mod provenance;
 mod schedules;
 mod statements;
+mod tables;
 mod token_means;
 mod trainer_loss;
 mod values;
@@ -211,12 +212,11 @@ struct Walker<'s> {
     cond_texts: HashMap<(usize, &'s str), usize>,
     /// Whether each condition reads the accumulation factor (`if args.gas > 1:`).
     cond_reads_factor: Vec<bool>,
-    /// The strings each condition compares a name with (`dtype == "bf16"`, `opt in ("adam", "adamw")`).
-    cond_keys: Vec<Vec<String>>,
     /// Each condition's scope and text, for what it tests (see [`Topics`]).
     cond_spans: Vec<(usize, Range<usize>)>,
-    /// Tables built from the arms of `if` chains, by scope and assigned name.
-    branch_tables: HashMap<(usize, String), usize>,
+    /// Tables built from the arms of `if` chains, by scope, assigned name (or function) and
+    /// whether the arms return the values.
+    branch_tables: HashMap<(usize, String, bool), usize>,
     /// Units of names assigned a converted value (`free_gib = free / 2**30`).
     name_units: HashMap<(usize, String), Unit>,
     cond_ids: std::collections::HashMap<usize, usize>,
@@ -379,7 +379,6 @@ impl<'s> Walker<'s> {
             conds: Vec::new(),
             cond_texts: HashMap::default(),
             cond_reads_factor: Vec::new(),
-            cond_keys: Vec::new(),
             cond_spans: Vec::new(),
             branch_tables: HashMap::default(),
             name_units: HashMap::default(),
@@ -561,7 +560,19 @@ impl<'s> Walker<'s> {
                     self.bind_unknown(left);
                 }
             }
-            "if_statement" => self.continue_guard(node),
+            "if_statement" => {
+                self.continue_guard(node);
+                self.chain_table(node);
+            }
+            "match_statement" => self.match_table(node),
+            "list" | "tuple" if node.named_child(0).is_some_and(|c| c.ty() == "tuple") => {
+                self.pair_table(node)
+            }
+            "parameters" => {
+                let mut c = node.walk();
+                let kids: Vec<Node> = node.named_children(&mut c).collect();
+                self.keyword_pair(&kids);
+            }
             "block" if field == Some("consequence") => {
                 if let Some(parent) = parent {
                     if let Some(cond) = self.cond_of(parent) {
@@ -637,7 +648,10 @@ impl<'s> Walker<'s> {
             "augmented_assignment" => self.augmented(node),
             "return_statement" => self.ret(node),
             "comparison_operator" => self.comparison(node),
-            "call" => self.call(node),
+            "call" => {
+                self.call(node);
+                self.call_table(node);
+            }
             "keyword_argument" => self.keyword(node),
             "ERROR" => self.facts.syntax_error = true,
             _ => {}

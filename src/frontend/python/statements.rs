@@ -98,7 +98,7 @@ impl<'s> Walker<'s> {
             (divisor, d)
         });
         self.record_division(node, &target, division);
-        self.branch_entry(&target, right);
+        self.branch_entry(&target, right, false);
         if let Some(divided) = self.unit_division(right, 0) {
             // Only memory counts as a use of a unit: `/ 1e9` also makes billions of parameters.
             let t = target.to_ascii_lowercase();
@@ -274,6 +274,7 @@ impl<'s> Walker<'s> {
         if function.is_empty() {
             return;
         }
+        self.branch_entry(&function, value, true);
         // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
         let lightning = self
             .scopes

@@ -1,0 +1,402 @@
+//! Tables of numbers keyed by a dtype or an optimizer name, in every form they are written in
+//! besides a dict literal (`arithmetic.rs`): `dict(bf16=2, ...)`, lists and tuples of pairs,
+//! `.get("bf16", 2)` with a literal key, keyword pairs (`estimate(dtype="bf16",
+//! bytes_per_param=2)`), and the arms of `if`/`elif` chains and `match` statements that assign or
+//! return a number per key. What a table means is the rules' to judge from its rows; the name
+//! it is bound to is recorded as one more hint.
+
+use super::*;
+use crate::knowledge::knowledge;
+
+/// A key a rule may read: a dtype or an optimizer the knowledge tables know.
+fn known_key(key: &str) -> bool {
+    let k = knowledge();
+    k.dtype(key).is_some() || k.optimizer(key).is_some()
+}
+
+/// Keyword names that carry the dtype or the optimizer in a keyword pair.
+fn names_choice(keyword: &str) -> bool {
+    let k = keyword.to_ascii_lowercase();
+    k.contains("dtype")
+        || k.contains("precision")
+        || k.starts_with("optim")
+        || k == "opt"
+        || k.ends_with("_optimizer")
+        || k.ends_with("_optim")
+}
+
+/// Keyword names that carry bytes or a multiplier in a keyword pair.
+fn names_amount(keyword: &str) -> bool {
+    let k = keyword.to_ascii_lowercase();
+    k.contains("byte") || k.contains("multiplier") || k.contains("factor") && k.contains("state")
+}
+
+impl<'s> Walker<'s> {
+    fn push_table(&mut self, name: Option<String>, entries: Vec<TableEntry>, arms: bool) {
+        if entries.is_empty() {
+            return;
+        }
+        self.facts.tables.push(Table {
+            name,
+            entries,
+            arms,
+            returned: false,
+        });
+    }
+
+    /// The name a value is bound to: `X = value`, or `X = dict(value)` / `X = OrderedDict(...)`.
+    fn bound_name(&self, node: Node) -> Option<String> {
+        let mut at = node;
+        for _ in 0..3 {
+            let parent = at.parent()?;
+            match parent.ty() {
+                "assignment" => {
+                    return (parent.field("right").map(|r| r.id()) == Some(at.id()))
+                        .then(|| parent.field("left"))
+                        .flatten()
+                        .map(|l| self.text(l).to_string());
+                }
+                "argument_list" | "call" => at = parent,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// `dict(bf16=2, fp32=4)`, `X.get("bf16", 2)` and keyword pairs in a call's arguments.
+    pub(super) fn call_table(&mut self, node: Node) {
+        let (Some(f), Some(args)) = (node.field("function"), node.field("arguments")) else {
+            return;
+        };
+        if args.ty() != "argument_list" {
+            return;
+        }
+        let callee = self.text(f);
+        let last = last_segment(callee);
+        let mut c = args.walk();
+        let kids: Vec<Node> = args.named_children(&mut c).collect();
+        if matches!(last, "dict" | "OrderedDict") {
+            let entries: Vec<TableEntry> = kids
+                .iter()
+                .filter(|k| k.ty() == "keyword_argument")
+                .filter_map(|k| {
+                    let key = self.text(k.field("name")?);
+                    let v = k.field("value")?;
+                    Some(TableEntry {
+                        key: key.to_string(),
+                        value: self.number(v)?,
+                        value_span: v.byte_range(),
+                    })
+                })
+                .collect();
+            if entries.len() >= 2 && entries.iter().any(|e| known_key(&e.key)) {
+                let name = self.bound_name(node);
+                self.push_table(name, entries, false);
+            }
+            return;
+        }
+        // `DTYPE_BYTES.get("bf16", 4)`: the default is what the code uses for that key.
+        if last == "get" && f.ty() == "attribute" {
+            if let [key, default] = kids.as_slice() {
+                if key.ty() == "string" {
+                    let k = string_key(self.text(*key));
+                    if let (true, Some(value)) = (known_key(&k), self.number(*default)) {
+                        let base = f.field("object").map(|o| self.text(o).to_string());
+                        let entry = TableEntry {
+                            key: k,
+                            value,
+                            value_span: default.byte_range(),
+                        };
+                        self.push_table(base, vec![entry], false);
+                    }
+                }
+            }
+            return;
+        }
+        self.keyword_pair(&kids);
+    }
+
+    /// `dtype="bf16", bytes_per_param=4` among a call's keywords or a function's defaults: one
+    /// entry, named by the keyword that holds the number.
+    pub(super) fn keyword_pair<'t>(&mut self, kids: &[Node<'t>]) {
+        let pair = |n: &Node<'t>| -> Option<(&'s str, Node<'t>)> {
+            match n.ty() {
+                "keyword_argument" => Some((self.text(n.field("name")?), n.field("value")?)),
+                "default_parameter" | "typed_default_parameter" => {
+                    Some((self.text(n.field("name")?), n.field("value")?))
+                }
+                _ => None,
+            }
+        };
+        let pairs: Vec<(&str, Node)> = kids.iter().filter_map(pair).collect();
+        if pairs.len() < 2 {
+            return;
+        }
+        let Some(key) = pairs.iter().find_map(|(k, v)| {
+            (names_choice(k) && v.ty() == "string")
+                .then(|| string_key(self.text(*v)))
+                .filter(|s| known_key(s))
+        }) else {
+            return;
+        };
+        for (k, v) in &pairs {
+            if !names_amount(k) {
+                continue;
+            }
+            if let Some(value) = self.number(*v) {
+                let entry = TableEntry {
+                    key: key.clone(),
+                    value,
+                    value_span: v.byte_range(),
+                };
+                self.push_table(Some(k.to_string()), vec![entry], false);
+            }
+        }
+    }
+
+    /// `[("bf16", 2), ("fp32", 4)]` (also as tuples, and inside `dict(...)`).
+    pub(super) fn pair_table(&mut self, node: Node) {
+        let mut c = node.walk();
+        let mut entries = Vec::new();
+        for item in node.named_children(&mut c) {
+            if item.ty() != "tuple" {
+                return;
+            }
+            let mut ic = item.walk();
+            let parts: Vec<Node> = item.named_children(&mut ic).collect();
+            let [k, v] = parts.as_slice() else { return };
+            let key = match k.ty() {
+                "string" => string_key(self.text(*k)),
+                "attribute" => self.text(*k).to_string(),
+                _ => return,
+            };
+            let Some(value) = self.number(*v) else { return };
+            entries.push(TableEntry {
+                key,
+                value,
+                value_span: v.byte_range(),
+            });
+        }
+        if entries.len() >= 2 && entries.iter().any(|e| known_key(&e.key)) {
+            let name = self.bound_name(node);
+            self.push_table(name, entries, false);
+        }
+    }
+
+    /// The keys a test picks, and whether it picks them when false (`dtype != "fp32"`).
+    pub(super) fn test_keys(&self, cond: Node) -> (Vec<String>, bool) {
+        let cond = unparen(cond);
+        match cond.ty() {
+            "not_operator" => match cond.field("argument") {
+                Some(a) => {
+                    let (keys, negated) = self.test_keys(a);
+                    (keys, !negated)
+                }
+                None => (Vec::new(), false),
+            },
+            "boolean_operator" if cond.field("operator").map(|o| self.text(o)) == Some("or") => {
+                let mut keys = Vec::new();
+                for side in ["left", "right"] {
+                    match cond.field(side).map(|n| self.test_keys(n)) {
+                        Some((k, false)) => keys.extend(k),
+                        _ => return (Vec::new(), false),
+                    }
+                }
+                (keys, false)
+            }
+            "comparison_operator" => {
+                let mut c = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut c).collect();
+                let op = kids
+                    .iter()
+                    .filter(|k| !k.is_named())
+                    .map(|k| self.text(*k))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let (negated, op_ok) = match op.as_str() {
+                    "==" | "in" | "is" => (false, true),
+                    "!=" | "not in" | "is not" => (true, true),
+                    _ => (false, false),
+                };
+                let named: Vec<Node> = kids.iter().filter(|k| k.is_named()).copied().collect();
+                let [a, b] = named.as_slice() else {
+                    return (Vec::new(), false);
+                };
+                if !op_ok {
+                    return (Vec::new(), false);
+                }
+                let mut keys = self.keys_in(*b);
+                if keys.is_empty() {
+                    keys = self.keys_in(*a);
+                }
+                (keys, negated)
+            }
+            // `dtype.startswith("bf16")`, `name.lower().endswith("adamw")`
+            "call" => {
+                let callee = cond.field("function").map(|f| self.text(f)).unwrap_or("");
+                if !matches!(last_segment(callee), "startswith" | "endswith") {
+                    return (Vec::new(), false);
+                }
+                let keys = cond
+                    .field("arguments")
+                    .and_then(|a| a.named_child(0))
+                    .map(|a| self.keys_in(a))
+                    .unwrap_or_default();
+                (keys, false)
+            }
+            _ => (Vec::new(), false),
+        }
+    }
+
+    /// The keys written in one operand: a string, a known attribute (`torch.bfloat16`), or a
+    /// tuple, list or set of them.
+    fn keys_in(&self, n: Node) -> Vec<String> {
+        let n = unparen(n);
+        let one = |k: Node| -> Option<String> {
+            match k.ty() {
+                "string" => Some(string_key(self.text(k))),
+                "attribute" => {
+                    let t = self.text(k);
+                    known_key(t).then(|| t.to_string())
+                }
+                _ => None,
+            }
+        };
+        match n.ty() {
+            "tuple" | "list" | "set" => {
+                let mut c = n.walk();
+                n.named_children(&mut c).filter_map(one).collect()
+            }
+            _ => one(n).into_iter().collect(),
+        }
+    }
+
+    /// An `if`/`elif`/`else` chain: each arm's keys, and the numbers its block assigns to names
+    /// or returns.
+    pub(super) fn chain_table(&mut self, node: Node) {
+        let Some(cond) = node.field("condition") else {
+            return;
+        };
+        let mut arms: Vec<(Vec<String>, Node)> = Vec::new();
+        let (keys, negated) = self.test_keys(cond);
+        let body = node.field("consequence");
+        let mut c = node.walk();
+        let alternatives: Vec<Node> = node.children_by_field_name("alternative", &mut c).collect();
+        if negated {
+            // `if dtype != "fp32": ... else: ...`: the `else` is the key's arm.
+            if let [alt] = alternatives.as_slice() {
+                if alt.ty() == "else_clause" {
+                    if let Some(b) = alt.field("body") {
+                        arms.push((keys, b));
+                    }
+                }
+            }
+        } else if let Some(b) = body {
+            arms.push((keys, b));
+        }
+        if !negated {
+            for alt in &alternatives {
+                if alt.ty() != "elif_clause" {
+                    continue;
+                }
+                let (Some(cond), Some(b)) = (alt.field("condition"), alt.field("consequence"))
+                else {
+                    continue;
+                };
+                let (keys, negated) = self.test_keys(cond);
+                if !negated {
+                    arms.push((keys, b));
+                }
+            }
+        }
+        for (keys, block) in arms {
+            self.arm_entries(&keys, block);
+        }
+    }
+
+    /// `match dtype: case "bf16" | "fp16": return 2`.
+    pub(super) fn match_table(&mut self, node: Node) {
+        let Some(body) = node.field("body") else {
+            return;
+        };
+        let mut c = body.walk();
+        let clauses: Vec<Node> = body
+            .named_children(&mut c)
+            .filter(|n| n.ty() == "case_clause")
+            .collect();
+        for clause in clauses {
+            let mut keys = Vec::new();
+            let mut cc = clause.walk();
+            for pattern in clause.named_children(&mut cc) {
+                if pattern.ty() == "case_pattern" {
+                    collect_strings(pattern, self.src, &mut keys, 0);
+                }
+            }
+            if let Some(block) = clause.field("consequence") {
+                self.arm_entries(&keys, block);
+            }
+        }
+    }
+
+    /// The numbers one arm's block assigns to simple names or returns, under each key.
+    fn arm_entries(&mut self, keys: &[String], block: Node) {
+        let keys: Vec<&String> = keys.iter().filter(|k| known_key(k)).collect();
+        if keys.is_empty() {
+            return;
+        }
+        let mut c = block.walk();
+        let statements: Vec<Node> = block.named_children(&mut c).collect();
+        for s in statements {
+            let (target, value, returned) = match s.ty() {
+                "expression_statement" => {
+                    let Some(a) = s.named_child(0).filter(|a| a.ty() == "assignment") else {
+                        continue;
+                    };
+                    let (Some(l), Some(r)) = (a.field("left"), a.field("right")) else {
+                        continue;
+                    };
+                    if !matches!(l.ty(), "identifier" | "attribute") {
+                        continue;
+                    }
+                    (self.text(l).to_string(), r, false)
+                }
+                "return_statement" => {
+                    let Some(v) = s.named_child(0) else { continue };
+                    let function = self
+                        .scopes
+                        .get(self.scope())
+                        .map(|s| s.name.clone())
+                        .unwrap_or_default();
+                    if function.is_empty() {
+                        continue;
+                    }
+                    (function, v, true)
+                }
+                _ => continue,
+            };
+            let Some(number) = self.number(value) else {
+                continue;
+            };
+            let found: Vec<(String, f64, Range<usize>)> = keys
+                .iter()
+                .map(|k| ((*k).clone(), number, value.byte_range()))
+                .collect();
+            self.arm_table(&target, returned, found);
+        }
+    }
+}
+
+/// Strings in a `case` pattern (`"bf16" | "fp16"`), not descending into guards.
+fn collect_strings(n: Node, src: &str, out: &mut Vec<String>, depth: usize) {
+    if depth > 8 {
+        return;
+    }
+    if n.ty() == "string" {
+        out.push(string_key(src.get(n.byte_range()).unwrap_or("")));
+        return;
+    }
+    let mut c = n.walk();
+    for k in n.named_children(&mut c) {
+        collect_strings(k, src, out, depth + 1);
+    }
+}
