@@ -198,6 +198,18 @@ impl<'s> Program<'s> {
         }
     }
 
+    /// The value a parameter of `scope` takes when a call leaves it out (a shell function's
+    /// `${1:-80}`), unless one is known already.
+    pub fn param_default(&mut self, scope: usize, name: &str, value: Id) {
+        let param = self
+            .scopes
+            .get_mut(scope)
+            .and_then(|s| s.params.iter_mut().find(|(n, _)| *n == name));
+        if let Some((_, default @ None)) = param {
+            *default = Some(value);
+        }
+    }
+
     /// What `name` holds in `scope`, read from a statement that does not bind it.
     pub fn name_role(&mut self, scope: usize, name: &'s str, role: Role, coef: f64) {
         self.roles.insert((scope, name), (role, coef));
@@ -632,6 +644,18 @@ impl Valuer<'_, '_> {
         };
         if !lin.is_bindable() {
             return Value::Scalar(self.symbol(name, span, scope));
+        }
+        // A number a statement says is a parameter count (`PARAMS=7000000000` in a shell
+        // script) stays a symbol of that role, carrying its value.
+        if let (true, Some(&(Role::ParamCount, coef))) =
+            (lin.is_constant(), self.p.roles.get(&(scope, name)))
+        {
+            if role_of(name) == Role::Unknown && !billions(name) {
+                let known = Lin::known(name, span, lin.constant)
+                    .with_role(Role::ParamCount)
+                    .scale(coef, None, None);
+                return Value::Scalar(known);
+            }
         }
         if lin.is_constant() && billions(name) {
             let mut known = Lin::known(name, span, lin.constant * 1e9)

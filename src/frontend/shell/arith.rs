@@ -1,24 +1,25 @@
-//! Arithmetic that bash evaluates from plain words, outside `$(( ))`: `let "x = a - b"` and
-//! `$(expr $a - $b)`. The words are split into tokens with their positions in the file and lowered
-//! into the same linear form as `$(( ))`.
+//! Arithmetic that bash evaluates from plain words, outside `$(( ))`: `let "x = a - b"`,
+//! `$(expr $a - $b)` and the string piped into `bc`. The words are split into tokens with their
+//! positions in the file and built into the same program nodes as `$(( ))`.
 
 use super::super::{parse_number, MAX_EXPR_DEPTH};
-use crate::expr::Lin;
+use crate::expr::program::{Id, Node as V, Program};
 use std::ops::Range;
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Tok {
+pub enum Tok<'s> {
     Num(f64),
     /// A variable, with or without `$`/`${}`.
-    Name(String),
+    Name(&'s str),
     Op(char),
     Open,
     Close,
 }
 
 /// Tokens of an arithmetic string that starts at byte `base` of the file. `None` when the string
-/// holds anything else (a comparison, a function, a quote).
-pub fn tokenize(text: &str, base: usize) -> Option<Vec<(Tok, Range<usize>)>> {
+/// holds anything else (a comparison, a function, a quote). `bc` reads `^` as a power (bash
+/// reads it as a bitwise or).
+pub fn tokenize(text: &str, base: usize, bc: bool) -> Option<Vec<(Tok<'_>, Range<usize>)>> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -26,7 +27,7 @@ pub fn tokenize(text: &str, base: usize) -> Option<Vec<(Tok, Range<usize>)>> {
         let c = bytes[i];
         let start = i;
         match c {
-            b' ' | b'\t' => {
+            b' ' | b'\t' | b'\n' => {
                 i += 1;
                 continue;
             }
@@ -38,9 +39,16 @@ pub fn tokenize(text: &str, base: usize) -> Option<Vec<(Tok, Range<usize>)>> {
                 i += 1;
                 out.push((Tok::Close, base + start..base + i));
             }
-            b'+' | b'-' | b'*' | b'/' | b'%' => {
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'^' if c != b'^' || bc => {
                 i += 1;
-                out.push((Tok::Op(c as char), base + start..base + i));
+                // `**` is bash's power, `^` bc's.
+                let op = if c == b'*' && bytes.get(i) == Some(&b'*') {
+                    i += 1;
+                    '^'
+                } else {
+                    c as char
+                };
+                out.push((Tok::Op(op), base + start..base + i));
             }
             b'0'..=b'9' | b'.' => {
                 while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
@@ -56,7 +64,7 @@ pub fn tokenize(text: &str, base: usize) -> Option<Vec<(Tok, Range<usize>)>> {
                 while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
                     i += 1;
                 }
-                let name = text.get(name_start..i)?.to_string();
+                let name = text.get(name_start..i)?;
                 if braced {
                     if bytes.get(i) != Some(&b'}') {
                         return None;
@@ -74,31 +82,34 @@ pub fn tokenize(text: &str, base: usize) -> Option<Vec<(Tok, Range<usize>)>> {
     Some(out)
 }
 
-/// Lower tokens into the linear form; `name` resolves a variable (its value when known).
-pub fn lower(
-    toks: &[(Tok, Range<usize>)],
-    src: &str,
-    name: &dyn Fn(&str, Range<usize>) -> Lin,
-) -> Option<Lin> {
+/// Build tokens into program nodes of `scope`; `name` makes the node of a variable read.
+pub fn lower<'s>(
+    toks: &[(Tok<'s>, Range<usize>)],
+    program: &mut Program<'s>,
+    scope: usize,
+    name: &dyn Fn(&mut Program<'s>, &'s str, Range<usize>) -> Id,
+) -> Option<Id> {
     let mut p = Parser {
         toks,
         at: 0,
-        src,
+        program,
+        scope,
         name,
     };
-    let lin = p.sum(0)?;
-    (p.at == toks.len()).then_some(lin)
+    let id = p.sum(0)?;
+    (p.at == toks.len()).then_some(id)
 }
 
-struct Parser<'a> {
-    toks: &'a [(Tok, Range<usize>)],
+struct Parser<'a, 's> {
+    toks: &'a [(Tok<'s>, Range<usize>)],
     at: usize,
-    src: &'a str,
-    name: &'a dyn Fn(&str, Range<usize>) -> Lin,
+    program: &'a mut Program<'s>,
+    scope: usize,
+    name: &'a dyn Fn(&mut Program<'s>, &'s str, Range<usize>) -> Id,
 }
 
-impl Parser<'_> {
-    fn peek(&self) -> Option<&Tok> {
+impl<'s> Parser<'_, 's> {
+    fn peek(&self) -> Option<&Tok<'s>> {
         self.toks.get(self.at).map(|(t, _)| t)
     }
 
@@ -111,42 +122,63 @@ impl Parser<'_> {
         s..e.max(s)
     }
 
-    fn binary(&self, op: char, a: Lin, b: Lin, start: usize) -> Lin {
+    fn binary(&mut self, op: char, a: Id, b: Id, start: usize) -> Id {
         let span = self.span_from(start);
-        let text = self.src.get(span.clone()).unwrap_or("");
-        Lin::binary(&op.to_string(), a, b, text, span)
+        let op = match op {
+            '+' => "+",
+            '-' => "-",
+            '*' => "*",
+            '/' => "/",
+            '^' => "**",
+            _ => "%",
+        };
+        self.program.add(V::Bin(op, a, b), span, self.scope)
     }
 
-    fn sum(&mut self, depth: usize) -> Option<Lin> {
+    fn sum(&mut self, depth: usize) -> Option<Id> {
         let start = self.at;
-        let mut lin = self.product(depth)?;
+        let mut id = self.product(depth)?;
         while let Some(Tok::Op(op @ ('+' | '-'))) = self.peek().cloned() {
             self.at += 1;
             let rhs = self.product(depth)?;
-            lin = self.binary(op, lin, rhs, start);
+            id = self.binary(op, id, rhs, start);
         }
-        Some(lin)
+        Some(id)
     }
 
-    fn product(&mut self, depth: usize) -> Option<Lin> {
+    fn product(&mut self, depth: usize) -> Option<Id> {
         let start = self.at;
-        let mut lin = self.unary(depth)?;
+        let mut id = self.power(depth)?;
         while let Some(Tok::Op(op @ ('*' | '/' | '%'))) = self.peek().cloned() {
             self.at += 1;
-            let rhs = self.unary(depth)?;
-            lin = self.binary(op, lin, rhs, start);
+            let rhs = self.power(depth)?;
+            id = self.binary(op, id, rhs, start);
         }
-        Some(lin)
+        Some(id)
     }
 
-    fn unary(&mut self, depth: usize) -> Option<Lin> {
+    fn power(&mut self, depth: usize) -> Option<Id> {
+        let start = self.at;
+        let base = self.unary(depth)?;
+        if let Some(Tok::Op('^')) = self.peek() {
+            self.at += 1;
+            let exp = self.power(depth + 1)?;
+            return Some(self.binary('^', base, exp, start));
+        }
+        Some(base)
+    }
+
+    fn unary(&mut self, depth: usize) -> Option<Id> {
         if depth > MAX_EXPR_DEPTH {
             return None;
         }
+        let start = self.at;
         match self.peek()?.clone() {
             Tok::Op('-') => {
                 self.at += 1;
-                Some(self.unary(depth + 1)?.negated())
+                let inner = self.unary(depth + 1)?;
+                let span = self.span_from(start);
+                Some(self.program.add(V::Neg(inner), span, self.scope))
             }
             Tok::Op('+') => {
                 self.at += 1;
@@ -155,12 +187,12 @@ impl Parser<'_> {
             Tok::Num(v) => {
                 let span = self.toks.get(self.at)?.1.clone();
                 self.at += 1;
-                Some(Lin::constant(v, Some(span)))
+                Some(self.program.add(V::Num(v), span, self.scope))
             }
             Tok::Name(n) => {
                 let span = self.toks.get(self.at)?.1.clone();
                 self.at += 1;
-                Some((self.name)(&n, span))
+                Some((self.name)(self.program, n, span))
             }
             Tok::Open => {
                 self.at += 1;
@@ -176,23 +208,28 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expr::Role;
 
     #[test]
     fn let_string_lowers_with_file_positions() {
         let src = "let \"free = gpu_gb - model_gb * 2\"";
         let expr_at = src.find("gpu_gb").unwrap_or(0);
-        let toks = tokenize(&src[expr_at..src.len() - 1], expr_at).unwrap_or_default();
-        let lin = lower(&toks, src, &|n, r| Lin::symbol(n, r)).unwrap_or_default();
+        let toks = tokenize(&src[expr_at..src.len() - 1], expr_at, false).unwrap_or_default();
+        let mut p = Program::new(src);
+        let id = lower(&toks, &mut p, 0, &|p, n, r| p.add(V::Name(n), r, 0));
+        let lin = p.valuer().lin(id.unwrap_or(0), None);
         assert_eq!(lin.terms.len(), 2);
         assert_eq!(lin.terms[1].symbol, "model_gb");
+        assert_eq!(lin.terms[1].role, Role::Model);
         assert_eq!(lin.terms[1].coef, -2.0);
         assert_eq!(&src[lin.terms[1].symbol_span.clone()], "model_gb");
     }
 
     #[test]
     fn anything_else_is_not_arithmetic() {
-        assert!(tokenize("a < b", 0).is_none());
-        let toks = tokenize("(a + ", 0).unwrap_or_default();
-        assert!(lower(&toks, "(a + ", &|n, r| Lin::symbol(n, r)).is_none());
+        assert!(tokenize("a < b", 0, false).is_none());
+        let toks = tokenize("(a + ", 0, false).unwrap_or_default();
+        let mut p = Program::new("(a + ");
+        assert!(lower(&toks, &mut p, 0, &|p, n, r| p.add(V::Name(n), r, 0)).is_none());
     }
 }

@@ -1,15 +1,16 @@
-//! Variables: assignments lowered into the shared expression form (`x=$(( ))`, `let`, `$(expr
-//! ...)`, numbers), and what each variable holds as text, for expanding command words later.
+//! Variables: assignments bound in the program of [`super::values`] (`x=$(( ))`, `let`,
+//! `(( x = ... ))`, `$(expr ...)`, `$(f args)`, numbers), and what each variable holds as text,
+//! for expanding command words later.
 
 use super::arith;
 use super::expand::{self, Mode, RChar};
 use super::flow::Status;
+use super::values::PendingKind;
 use super::Walker;
-use crate::expr::{role_of, Lin};
-use crate::facts::{Formula, FormulaKind, Topics};
+use crate::expr::program::Node as V;
+use crate::expr::Lin;
 use crate::frontend::fields::ShField;
-use crate::frontend::{flag_evidence, parse_number, MAX_EXPR_DEPTH};
-use std::ops::Range;
+use crate::frontend::{flag_evidence, parse_number};
 use tree_sitter::Node;
 
 impl<'s> Walker<'s> {
@@ -17,148 +18,71 @@ impl<'s> Walker<'s> {
         let (Some(name), Some(value)) = (node.field("name"), node.field("value")) else {
             return;
         };
-        let target = self.text(name).to_string();
+        let target = self.text(name);
         let value_text = self.text(value);
         flag_evidence(
-            &target,
+            target,
             value_text,
             node.byte_range(),
             &mut self.facts.evidence,
         );
         let literal = value_text.trim_matches(['"', '\'']);
-        let status = self.text_binding(node, &target, value);
-        let lin = match value.kind() {
-            "arithmetic_expansion" => match value.named_child(0) {
-                Some(expr) => {
-                    let lin = self.lower(expr, 0);
-                    self.record(
-                        FormulaKind::Assign {
-                            target: target.clone(),
-                            role: role_of(&target),
-                        },
-                        lin.clone(),
-                        expr.byte_range(),
-                    );
-                    lin
-                }
-                None => return,
-            },
-            "number" => match parse_number(value_text) {
-                Some(v) => {
-                    let lin = Lin::constant(v, Some(value.byte_range()));
-                    if status == Status::Live {
-                        self.facts.note_constant(&target, &lin, value.byte_range());
-                    }
-                    lin
-                }
-                None => return,
-            },
-            "simple_expansion" | "expansion" => self.variable(value),
-            "command_substitution" => match self.expr_command(value) {
-                Some(lin) => {
-                    self.record(
-                        FormulaKind::Assign {
-                            target: target.clone(),
-                            role: role_of(&target),
-                        },
-                        lin.clone(),
-                        value.byte_range(),
-                    );
-                    lin
-                }
-                None => {
-                    self.unbind(&target);
-                    return;
-                }
-            },
-            "string" | "word" | "raw_string" => match parse_number(literal) {
-                Some(v) => {
-                    if status == Status::Live {
-                        let lin = Lin::constant(v, None);
-                        self.facts.note_constant(&target, &lin, value.byte_range());
-                    }
-                    Lin::constant(v, None)
-                }
-                None => {
-                    self.unbind(&target);
-                    return;
-                }
-            },
-            _ => {
-                self.unbind(&target);
-                return;
+        let status = self.text_binding(node, target, value);
+        // `VAR=x cmd` sets the variable for that command only; a branch known not to run sets
+        // nothing.
+        if self.parent_kind() == Some("command") || status == Status::Dead {
+            return;
+        }
+        if status == Status::Live {
+            if let Some(v) = parse_number(literal) {
+                let lin = Lin::constant(v, None);
+                self.facts.note_constant(target, &lin, value.byte_range());
             }
-        };
-        self.bind(&target, lin);
-    }
-
-    fn bind(&mut self, name: &str, lin: Lin) {
-        let key = (self.scope(), name.to_string());
-        if lin.is_linear() {
-            self.env.insert(key, lin);
+        }
+        let local = node.parent().is_some_and(|p| {
+            p.kind() == "declaration_command"
+                && ["local", "declare", "typeset"]
+                    .iter()
+                    .any(|w| self.text(p).starts_with(w))
+        });
+        let append = self
+            .src
+            .get(name.end_byte()..value.start_byte())
+            .is_some_and(|t| t.starts_with("+="));
+        let id = if append || value.kind() == "array" {
+            self.sync_path();
+            let scope = self.scope();
+            self.program.add(V::Opaque, value.byte_range(), scope)
         } else {
-            self.env.remove(&key);
-        }
-    }
-
-    fn unbind(&mut self, name: &str) {
-        self.env.remove(&(self.scope(), name.to_string()));
-    }
-
-    pub(super) fn record(&mut self, kind: FormulaKind, lin: Lin, span: Range<usize>) {
-        if lin.is_sized() {
-            self.facts.formulas.push(Formula {
-                kind,
-                lin,
-                span,
-                inference: false,
-                scope: 0,
-                guard: Topics::default(),
-                feeds: false,
-                stages: None,
-            });
-        }
-    }
-
-    pub(super) fn lower(&self, node: Node, depth: usize) -> Lin {
-        let span = node.byte_range();
-        if depth > MAX_EXPR_DEPTH {
-            return Lin::opaque(self.text(node), span, &[]);
-        }
-        match node.kind() {
-            "number" => match parse_number(self.text(node)) {
-                Some(v) => Lin::constant(v, Some(span)),
-                None => Lin::opaque(self.text(node), span, &[]),
-            },
-            "parenthesized_expression" => match node.named_child(0) {
-                Some(inner) => self.lower(inner, depth + 1),
-                None => Lin::opaque("()", span, &[]),
-            },
-            "variable_name" | "simple_expansion" | "expansion" => self.variable(node),
-            "unary_expression" => {
-                let inner = node
-                    .named_child(0)
-                    .map(|c| self.lower(c, depth + 1))
-                    .unwrap_or_default();
-                if self.text(node).starts_with('-') {
-                    inner.negated()
-                } else {
-                    inner
+            self.value_of(value, 0)
+        };
+        self.bind_name(target, id, node.end_byte(), local);
+        self.note_unit(target, value);
+        // What is computed here (not a copy of a name or a number) is a formula of its own.
+        let computed = match value.kind() {
+            "arithmetic_expansion" => value.named_child(0).map(|e| e.byte_range()),
+            "command_substitution" => Some(value.byte_range()),
+            "string" => {
+                let mut c = value.walk();
+                let parts: Vec<Node> = value.named_children(&mut c).collect();
+                match parts.as_slice() {
+                    [one] if one.kind() == "command_substitution" => Some(one.byte_range()),
+                    [one] if one.kind() == "arithmetic_expansion" => {
+                        one.named_child(0).map(|e| e.byte_range())
+                    }
+                    _ => None,
                 }
             }
-            "binary_expression" => {
-                let (Some(l), Some(r), Some(op)) = (
-                    node.field("left"),
-                    node.field("right"),
-                    node.field("operator"),
-                ) else {
-                    return Lin::opaque(self.text(node), span, &[]);
-                };
-                let a = self.lower(l, depth + 1);
-                let b = self.lower(r, depth + 1);
-                Lin::binary(self.text(op), a, b, self.text(node), span)
-            }
-            _ => Lin::opaque(self.text(node), span, &[]),
+            _ => None,
+        };
+        if let (Some(span), false) = (computed, append) {
+            self.pend(
+                PendingKind::Assign {
+                    target: target.to_string(),
+                },
+                id,
+                span,
+            );
         }
     }
 
@@ -188,64 +112,71 @@ impl<'s> Walker<'s> {
                 continue;
             }
             let expr = &inner[eq + 1..];
-            let lin = arith::tokenize(expr, base + eq + 1)
-                .and_then(|toks| arith::lower(&toks, self.src, &|n, r| self.named(n, r)));
-            let Some(lin) = lin else {
-                self.unbind(target);
-                continue;
-            };
+            self.sync_path();
+            let scope = self.scope();
+            let lowered = arith::tokenize(expr, base + eq + 1, false).and_then(|toks| {
+                arith::lower(&toks, &mut self.program, scope, &|p, n, r| {
+                    p.add(V::Name(n), r, scope)
+                })
+            });
             let lead = expr.len() - expr.trim_start().len();
             let span = base + eq + 1 + lead..base + eq + 1 + expr.trim_end().len();
-            self.record(
-                FormulaKind::Assign {
-                    target: target.to_string(),
-                    role: role_of(target),
-                },
-                lin.clone(),
-                span,
-            );
-            self.bind(target, lin);
+            let id = match lowered {
+                Some(id) => id,
+                None => self.program.add(V::Opaque, span.clone(), scope),
+            };
+            self.bind_name(target, id, node.end_byte(), false);
+            if lowered.is_some() {
+                self.pend(
+                    PendingKind::Assign {
+                        target: target.to_string(),
+                    },
+                    id,
+                    span,
+                );
+            }
         }
     }
 
-    /// `$(expr $a - $b \* 2)`: the words of an `expr` command as arithmetic.
-    fn expr_command(&self, node: Node) -> Option<Lin> {
-        let cmd = node.named_child(0).filter(|c| c.kind() == "command")?;
-        if self.text(cmd.field("name")?) != "expr" {
-            return None;
+    /// `(( x = a * 2 ))`: an assignment; `(( need > gpu ))`: a comparison.
+    pub(super) fn arithmetic_command(&mut self, node: Node) {
+        if !self.text(node).starts_with("((") {
+            return;
         }
-        let mut c = cmd.walk();
-        let mut toks = Vec::new();
-        for a in cmd.children_by_field_name("argument", &mut c) {
-            let text = self.text(a);
-            // `\*` and `'*'` keep the shell from globbing.
-            let trimmed = text.trim_start_matches('\\').trim_matches(['"', '\'']);
-            let offset = text.find(trimmed).unwrap_or(0);
-            toks.extend(arith::tokenize(trimmed, a.start_byte() + offset)?);
+        let mut c = node.walk();
+        let kids: Vec<Node> = node.named_children(&mut c).collect();
+        for k in kids {
+            let op = k.field("operator").map(|o| self.text(o));
+            match (k.kind(), op, k.field("left"), k.field("right")) {
+                ("binary_expression", Some("="), Some(l), Some(r))
+                    if l.kind() == "variable_name" =>
+                {
+                    let target = self.text(l);
+                    let id = self.value_of(r, 0);
+                    self.bind_name(target, id, node.end_byte(), false);
+                    self.note_unit(target, r);
+                    self.pend(
+                        PendingKind::Assign {
+                            target: target.to_string(),
+                        },
+                        id,
+                        r.byte_range(),
+                    );
+                }
+                // `(( x += 1 ))` and the like: no longer a value known here.
+                ("binary_expression", Some(op), Some(l), Some(_))
+                    if l.kind() == "variable_name"
+                        && op.ends_with('=')
+                        && !matches!(op, "==" | "!=" | "<=" | ">=") =>
+                {
+                    self.sync_path();
+                    let scope = self.scope();
+                    let id = self.program.add(V::Opaque, k.byte_range(), scope);
+                    self.bind_name(self.text(l), id, node.end_byte(), false);
+                }
+                _ => self.comparisons(k, 0, true),
+            }
         }
-        arith::lower(&toks, self.src, &|n, r| self.named(n, r))
-    }
-
-    /// A variable by name: its arithmetic value when assigned earlier, else a symbol.
-    fn named(&self, name: &str, span: Range<usize>) -> Lin {
-        let value = self
-            .env
-            .get(&(self.scope(), name.to_string()))
-            .or_else(|| self.env.get(&(0, name.to_string())));
-        Lin::read(name, span, value)
-    }
-
-    /// `x`, `$x` or `${x}`: its arithmetic value when assigned earlier, else a symbol.
-    fn variable(&self, node: Node) -> Lin {
-        let name = self
-            .text(node)
-            .trim_start_matches('$')
-            .trim_start_matches('{')
-            .trim_end_matches('}');
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Lin::opaque(self.text(node), node.byte_range(), &[]);
-        }
-        self.named(name, node.byte_range())
     }
 
     /// Record what a variable holds as text (for command words), unless the assignment never runs.

@@ -11,16 +11,20 @@ use tree_sitter::Node;
 pub(super) struct StatusFrame {
     /// The node's id: the walk drops the frame when it leaves the node.
     pub(super) id: usize,
-    kind: &'static str,
+    pub(super) kind: &'static str,
     status: Status,
     /// `if`: the status of each branch (then, elif..., else); `case`: of each item.
     branches: Vec<Status>,
     /// Branches (elif/else clauses, case items) entered so far.
-    seen: usize,
+    pub(super) seen: usize,
+    /// `if`/`case`: how many branches have a test of their own (an `else`, a `*)` item have
+    /// none); the tests are numbered from `test` on, for the paths values take.
+    pub(super) conds: usize,
+    pub(super) test: u32,
     /// A loop: the status of its body.
     body: Status,
     /// A `list` (`a && b`): its first command, which always runs.
-    first: Option<usize>,
+    pub(super) first: Option<usize>,
 }
 
 /// Whether a statement runs when the script runs as written.
@@ -100,13 +104,32 @@ impl<'s> Walker<'s> {
             status,
             branches: Vec::new(),
             seen: 0,
+            conds: 0,
+            test: self.next_test,
             body: Status::Live,
             first: None,
         };
         match kind {
-            "if_statement" => frame.branches = self.if_branches(node),
+            "if_statement" => {
+                frame.branches = self.if_branches(node);
+                let mut c = node.walk();
+                let has_else = node.children(&mut c).any(|n| n.kind() == "else_clause");
+                frame.conds = frame.branches.len() - usize::from(has_else);
+            }
             "case_statement" => {
                 frame.branches = self.case_branches(node);
+                let mut c = node.walk();
+                frame.conds = node
+                    .named_children(&mut c)
+                    .filter(|n| n.kind() == "case_item")
+                    .position(|it| {
+                        let mut cc = it.walk();
+                        let any = it
+                            .children_by_field_name("value", &mut cc)
+                            .any(|p| self.text(p) == "*");
+                        any
+                    })
+                    .unwrap_or(frame.branches.len());
                 // A case with no items still marks the frame as a branching one.
                 if frame.branches.is_empty() {
                     frame.branches.push(Status::Maybe);
@@ -115,9 +138,13 @@ impl<'s> Walker<'s> {
             "while_statement" | "until_statement" | "for_statement" | "c_style_for_statement" => {
                 frame.body = self.loop_status(node)
             }
-            "list" => frame.first = node.named_child(0).map(|n| n.id()),
+            "list" => {
+                frame.first = node.named_child(0).map(|n| n.id());
+                frame.conds = 1;
+            }
             _ => {}
         }
+        self.next_test += frame.conds as u32;
         self.frames.push(frame);
     }
 

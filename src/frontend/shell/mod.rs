@@ -5,8 +5,11 @@
 //! a config file become configs of their own.
 //!
 //! The walk (here) hands each node to the part that reads it:
-//! - `assign.rs`: assignments, as arithmetic and as text;
-//! - `arith.rs`: the arithmetic of `let` and `expr` words;
+//! - `assign.rs`: assignments, as values and as text;
+//! - `values.rs`: arithmetic, functions, calls and comparisons as a program valued at the end
+//!   (the same valuing as Python's);
+//! - `arith.rs`: the arithmetic of `let`, `expr` and `bc` words;
+//! - `units.rs`: the memory unit each value is in (GB or GiB), for MEM004;
 //! - `expand.rs`: words expanded through the variables, as the shell would;
 //! - `flow.rs`: which statements run when the script runs as written;
 //! - `launch.rs`: commands, the launchers among them, and `#SBATCH` directives;
@@ -18,15 +21,18 @@ mod expand;
 mod flow;
 mod heredoc;
 mod launch;
+mod units;
+mod values;
 
-use crate::expr::Lin;
-use crate::facts::{Comment, Facts, FormulaKind};
+use crate::expr::program::Program;
+use crate::facts::{Comment, Facts, ScopeFacts, Topics};
 use crate::frontend::fields::ShField;
 use expand::Env;
 use flow::StatusFrame;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tree_sitter::{Node, Parser, Tree};
+use values::{Function, Pending, PendingKind};
 
 thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
@@ -41,23 +47,43 @@ pub fn extract(text: &str) -> Result<Facts, String> {
     let mut w = Walker {
         src: text,
         stack: Vec::new(),
-        next_scope: 1,
-        env: HashMap::new(),
+        program: Program::new(text),
+        pending: Vec::new(),
+        functions: HashMap::new(),
+        assigned: HashSet::new(),
+        consumed: Vec::new(),
+        next_test: 0,
+        scales: HashMap::new(),
         vars: Env::default(),
         frames: Vec::new(),
         facts: Facts::default(),
     };
+    w.facts.scopes.push(ScopeFacts {
+        name: String::new(),
+        tests: Topics::default(),
+    });
     w.walk(&tree);
+    w.value_formulas();
     w.facts.syntax_error |= tree.root_node().has_error();
     Ok(w.facts)
 }
 
 struct Walker<'s> {
     src: &'s str,
+    /// The functions around the node being visited: (node id, scope).
     stack: Vec<(usize, usize)>,
-    next_scope: usize,
-    /// Arithmetic values of variables, per scope (0 = the script).
-    env: HashMap<(usize, String), Lin>,
+    /// The script's arithmetic, its bindings and functions, valued once it is read.
+    program: Program<'s>,
+    pending: Vec<Pending>,
+    functions: HashMap<&'s str, Function<'s>>,
+    /// Every name assigned so far.
+    assigned: HashSet<&'s str>,
+    /// Words read as what a function prints: their arithmetic is not a formula of its own.
+    consumed: Vec<usize>,
+    /// The next id for the tests of `if`s, `case`s and `&&` lists.
+    next_test: u32,
+    /// The unit each variable (and each function's output, as `f()`) is in.
+    scales: HashMap<String, units::Scale>,
     /// What each variable holds as text, for expanding command words.
     vars: Env,
     /// One frame per node on the path from the root to the node being visited: whether it
@@ -115,25 +141,34 @@ impl<'s> Walker<'s> {
             }
             "for_statement" => self.for_variable(node),
             "redirected_statement" => self.heredoc(node),
-            "function_definition" => {
-                let id = self.next_scope;
-                self.next_scope += 1;
-                self.stack.push((node.id(), id));
-            }
+            "function_definition" => self.function_scope(node),
             "variable_assignment" => self.assignment(node),
             "arithmetic_expansion" => {
-                // Assignments record their own formula; here only bare expansions.
-                let assigned = self.parent_kind() == Some("variable_assignment");
-                if !assigned {
-                    if let Some(expr) = node.named_child(0) {
-                        let lin = self.lower(expr, 0);
-                        self.record(FormulaKind::Expr, lin, expr.byte_range());
-                    }
+                // Assignments, comparisons and what a function prints record their own
+                // formula; here only bare expansions.
+                let inside = self.frames.iter().rev().skip(1).any(|f| {
+                    matches!(
+                        f.kind,
+                        "variable_assignment"
+                            | "arithmetic_expansion"
+                            | "test_command"
+                            | "compound_statement"
+                    ) || self.consumed.contains(&f.id)
+                });
+                let running = self.status(node) != flow::Status::Dead;
+                if let (false, true, Some(expr)) = (inside, running, node.named_child(0)) {
+                    let id = self.value_of(expr, 0);
+                    self.pend(PendingKind::Expr, id, expr.byte_range());
                 }
             }
+            "test_command" => self.comparisons(node, 0, false),
+            "compound_statement" => self.arithmetic_command(node),
             "command" => {
-                if node.field("name").is_some_and(|n| self.text(n) == "let") {
-                    self.let_command(node);
+                match node.field("name").map(|n| self.text(n)) {
+                    Some("let") => self.let_command(node),
+                    Some("echo" | "printf") if self.scope() != 0 => self.function_output(node),
+                    Some(_) => self.function_call(node),
+                    None => {}
                 }
                 self.command(node)
             }
@@ -293,5 +328,39 @@ srun --ntasks-per-node=1 torchrun --nnodes $SLURM_NNODES --nproc_per_node $SLURM
         assert_eq!(inv.wrappers[0].0, "srun");
         assert_eq!(inv.script.as_deref(), Some("pretrain_gpt.py"));
         assert_eq!(facts.sbatch.len(), 2);
+    }
+}
+#[cfg(test)]
+mod dump {
+    /// `MEMLINT_DUMP=run.sh cargo test shell::dump -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn dump_formulas() {
+        let Ok(path) = std::env::var("MEMLINT_DUMP") else {
+            return;
+        };
+        let text = std::fs::read_to_string(path).expect("readable");
+        let facts = super::extract(&text).expect("parses");
+        for f in &facts.formulas {
+            println!(
+                "{:?} @{:?} feeds={}",
+                f.kind,
+                &text[f.span.clone()],
+                f.feeds
+            );
+            for t in &f.lin.terms {
+                println!(
+                    "    {} role={:?} part={:?} coef={} opaque={} value={:?} at={:?}",
+                    t.symbol,
+                    t.role,
+                    t.part,
+                    t.coef,
+                    t.opaque,
+                    t.value,
+                    text.get(t.symbol_span.clone())
+                );
+            }
+            println!("    + {}", f.lin.constant);
+        }
     }
 }
