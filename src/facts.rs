@@ -12,12 +12,8 @@ pub struct Facts {
     /// Lookup tables of numbers: dict literals (`{"bf16": 2, "fp32": 4}`) and the values one name
     /// takes in the arms of an `if`/`elif` chain on a string (`if dtype == "bf16": nbytes = 2`).
     pub tables: Vec<Table>,
-    /// Values converted to GB/GiB (or MB/MiB) by a division, and comparisons between such values.
-    pub unit_conversions: Vec<UnitConversion>,
-    /// Every unit some assignment in the file converts to: a file that uses both conventions
-    /// mixes them.
-    pub units_used: Vec<Unit>,
-    pub unit_comparisons: Vec<UnitComparison>,
+    /// Decimal and binary memory units meeting in one calculation.
+    pub unit_mismatches: Vec<UnitMismatch>,
     /// Losses divided by the accumulation factor by hand and handed to a framework that divides too.
     pub manual_divisions: Vec<ManualDivision>,
     /// Training calls that break the optimizer-step protocol on some path of a loop.
@@ -1028,42 +1024,58 @@ pub struct TableEntry {
     pub value_span: Range<usize>,
 }
 
-/// A memory unit: decimal (GB = 10^9) or binary (GiB = 2^30), at a power of 1000/1024.
+pub use crate::expr::units::Unit;
+
+/// Memory values in a decimal and a binary unit that meet in one calculation (MEM004).
+#[derive(Debug, Clone)]
+pub struct UnitMismatch {
+    pub span: Range<usize>,
+    pub clash: UnitClash,
+    /// The value in the decimal unit and the one in the binary unit (of the same power).
+    pub decimal: UnitSide,
+    pub binary: UnitSide,
+    /// The call of the helper whose arguments bring the two units together, when the
+    /// calculation was judged with them.
+    pub call: Option<Range<usize>>,
+    /// The language a fix or a help writes a divisor in.
+    pub syntax: DivisorSyntax,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UnitClash {
+    /// A name or a printed label states the binary unit while the divisor gives the decimal
+    /// one (`free_gib = free / 1e9`): `binary` is the name, `decimal` the value. `fix` is the
+    /// divisor as one operand, which a fix rewrites.
+    Named {
+        label: bool,
+        fix: Option<Range<usize>>,
+    },
+    /// The two sides of a comparison.
+    Compared,
+    /// Added to or subtracted from each other.
+    Combined,
+    /// Printed together as one unit.
+    Printed,
+}
+
+/// One side of a mismatch.
+#[derive(Debug, Clone)]
+pub struct UnitSide {
+    pub unit: Unit,
+    /// The value as the message names it: the name that holds it, or what was divided.
+    pub what: String,
+    /// The divisor as written and where the conversion is, when it was divided; `None` where
+    /// only a name states the unit.
+    pub divisor: Option<(String, usize)>,
+    /// The tool that reports the value in its unit (`nvidia-smi` reports MiB), where no divisor
+    /// gives it.
+    pub reported: Option<&'static str>,
+}
+
+/// The language a fix writes a divisor in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unit {
-    pub binary: bool,
-    /// 2 for MB/MiB, 3 for GB/GiB.
-    pub power: u8,
-}
-
-impl Unit {
-    pub fn name(self) -> &'static str {
-        match (self.binary, self.power) {
-            (true, 2) => "MiB",
-            (false, 2) => "MB",
-            (true, _) => "GiB",
-            (false, _) => "GB",
-        }
-    }
-}
-
-/// `name = bytes / divisor`, where the name states a unit.
-#[derive(Debug, Clone)]
-pub struct UnitConversion {
-    pub target: String,
-    /// The unit the name states (`_gb`, `_gib`).
-    pub named: Unit,
-    /// The unit the divisor gives.
-    pub divided: Unit,
-    /// The divisor as written (`1024**3`) and where it is, when it is one operand.
-    pub divisor: Option<(String, Range<usize>)>,
-    pub span: Range<usize>,
-}
-
-/// A comparison whose sides were converted with different divisors.
-#[derive(Debug, Clone)]
-pub struct UnitComparison {
-    pub span: Range<usize>,
-    pub left: Unit,
-    pub right: Unit,
+pub enum DivisorSyntax {
+    Python,
+    /// Shell arithmetic: integers only.
+    Shell,
 }

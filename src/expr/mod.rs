@@ -5,9 +5,11 @@
 
 mod names;
 pub mod program;
+pub mod units;
 
 pub use names::{billions, device_count, is_memory_name, part_of, role_of, DeviceCount, Role};
 use std::ops::Range;
+use units::Conversion;
 
 /// One symbol with its coefficient.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +45,10 @@ pub struct Term {
     /// The role was read from what the value is derived from (a `numel()` sum, the device's
     /// `total_memory`), not from a name: the symbol is the expression until a name holds it.
     pub derived: bool,
+    /// The constant divisions that converted its bytes to a unit (`/ 1e9`, `/ 2**30`).
+    pub conversion: Option<Conversion>,
+    /// The first name that held it (`free_gib` for `free_gib = free / 2**30`).
+    pub via: Option<String>,
 }
 
 /// How much of an opaque term's text is kept as its symbol.
@@ -59,6 +65,8 @@ pub struct Lin {
     pub const_name: Option<String>,
     /// Roles of every name read while lowering, substituted ones included.
     pub roles_seen: Vec<Role>,
+    /// Units the constant part was converted to, one per constant summed in (`80e9 / 1e9`).
+    pub const_conversions: Vec<Conversion>,
 }
 
 impl Lin {
@@ -91,6 +99,8 @@ impl Lin {
                 device_divisors: Vec::new(),
                 devices: None,
                 derived: false,
+                conversion: None,
+                via: None,
             }],
             roles_seen: vec![role],
             ..Lin::default()
@@ -127,11 +137,54 @@ impl Lin {
         } else {
             Lin::named(text, span, role)
         };
+        let unit = common_conversion(parts.iter().copied());
         if let Some(t) = lin.terms.first_mut() {
             t.opaque = true;
+            // `free / 2**30 * ratio` is still in GiB, whatever else it is.
+            t.conversion = unit;
         }
         lin.roles_seen = parts.iter().flat_map(|p| p.roles_seen.clone()).collect();
         lin
+    }
+
+    /// The one unit conversion its converted terms and constants share, when they agree.
+    pub fn common_conversion(&self) -> Option<Conversion> {
+        common_conversion(std::iter::once(self))
+    }
+
+    /// Every term's conversion (and the constant's) after a division by the constant `by`, or
+    /// a multiplication by `k` (`by` = `None`). `operand` is the divisor as written.
+    fn converted(
+        mut self,
+        by: Option<f64>,
+        k: f64,
+        span: &Range<usize>,
+        operand: Option<(String, Range<usize>)>,
+    ) -> Lin {
+        let step = |c: Option<&Conversion>| match by {
+            Some(by) => Conversion::divide(c, by, span.clone(), operand.clone()),
+            None => Conversion::multiply(c, k, span.clone()),
+        };
+        for t in &mut self.terms {
+            let before = t.conversion.as_ref().and_then(Conversion::unit);
+            t.conversion = step(t.conversion.as_ref());
+            // The name that held its bytes does not hold the converted value.
+            if t.conversion.as_ref().and_then(Conversion::unit) != before {
+                t.via = None;
+            }
+        }
+        if self.const_conversions.is_empty() {
+            if self.constant != 0.0 && self.terms.is_empty() {
+                self.const_conversions.extend(step(None));
+            }
+        } else {
+            self.const_conversions = self
+                .const_conversions
+                .iter()
+                .filter_map(|c| step(Some(c)))
+                .collect();
+        }
+        self
     }
 
     /// A symbol whose value is known: it stays a symbol (its role matters) and carries the value.
@@ -149,6 +202,7 @@ impl Lin {
 
     pub fn plus(mut self, other: Lin) -> Lin {
         self.terms.extend(other.terms);
+        self.const_conversions.extend(other.const_conversions);
         self.constant += other.constant;
         self.const_literal = None;
         self.const_name = None;
@@ -209,20 +263,55 @@ impl Lin {
             "*" => {
                 if b.is_constant() {
                     let lit = b.const_literal.clone();
-                    a.scale(b.constant, lit, Some(span))
+                    let k = b.constant;
+                    let mut a = a;
+                    if a.is_constant() {
+                        // `2 * (80e9 / 1e9)`: still in GB; `1024 * 1024 * 1024` is one
+                        // divisor a fix may rewrite.
+                        a.const_conversions.extend(b.const_conversions);
+                        let mut lin = a.scale(k, lit, None).converted(None, k, &span, None);
+                        lin.const_literal = Some(span);
+                        return lin;
+                    }
+                    a.scale(k, lit, Some(span.clone()))
+                        .converted(None, k, &span, None)
                 } else if a.is_constant() {
                     let lit = a.const_literal.clone();
-                    b.scale(a.constant, lit, Some(span))
+                    let k = a.constant;
+                    b.scale(k, lit, Some(span.clone()))
+                        .converted(None, k, &span, None)
                 } else {
                     Lin::opaque(text, span, &[&a, &b])
                 }
             }
             "/" | "//" if b.is_constant() && b.constant != 0.0 => {
+                let operand = b.written_in(text, &span);
+                let by = Some(b.constant);
                 if a.is_constant() {
-                    Lin::constant(a.constant / b.constant, None)
+                    let mut lin = Lin::constant(a.constant / b.constant, None);
+                    lin.const_conversions = a.const_conversions;
+                    lin.converted(by, 1.0, &span, operand)
                 } else {
-                    a.scale(1.0 / b.constant, None, Some(span))
+                    a.scale(1.0 / b.constant, None, Some(span.clone()))
+                        .converted(by, 1.0, &span, operand)
                 }
+            }
+            // `bytes >> 30`: a division by 2^30; `1 << 30`: the divisor itself.
+            ">>" if b.is_constant() && (0.0..64.0).contains(&b.constant) => {
+                let by = 2f64.powf(b.constant.trunc());
+                if a.is_constant() {
+                    Lin::constant((a.constant / by).trunc(), None)
+                } else {
+                    a.scale(1.0 / by, None, Some(span.clone())).converted(
+                        Some(by),
+                        1.0,
+                        &span,
+                        None,
+                    )
+                }
+            }
+            "<<" if a.is_constant() && b.is_constant() && (0.0..64.0).contains(&b.constant) => {
+                Lin::constant(a.constant * 2f64.powf(b.constant.trunc()), Some(span))
             }
             "/" | "//"
                 if (a.is_linear() || a.terms.len() == 1)
@@ -231,8 +320,9 @@ impl Lin {
             {
                 a.shared_by(&b, span)
             }
+            // `1024**3` is one divisor as written.
             "**" if a.is_constant() && b.is_constant() => {
-                Lin::constant(a.constant.powf(b.constant), None)
+                Lin::constant(a.constant.powf(b.constant), Some(span))
             }
             _ => Lin::opaque(text, span, &[&a, &b]),
         }
@@ -244,7 +334,8 @@ impl Lin {
     pub fn read(name: &str, span: Range<usize>, value: Option<&Lin>) -> Lin {
         let role = role_of(name);
         let Some(value) = value.filter(|v| !v.hides_role(role)) else {
-            return Lin::symbol(name, span);
+            let unit = value.and_then(Lin::common_conversion);
+            return Lin::symbol(name, span).in_unit(unit);
         };
         // A name for the model's size (`model_gb = n_params * 2 / 1e9`) is the unit other
         // formulas count copies of the weights in: it is read as that size.
@@ -254,7 +345,7 @@ impl Lin {
                 .iter()
                 .all(|t| t.role == Role::ParamCount && !t.opaque);
         if role == Role::Model && counts {
-            return Lin::symbol(name, span);
+            return Lin::symbol(name, span).in_unit(value.common_conversion());
         }
         if value.terms.is_empty() {
             // A running total starts at zero: nothing to count, whatever it is called.
@@ -264,10 +355,13 @@ impl Lin {
                     ..value.clone()
                 }
             } else {
-                Lin::known(name, span, value.constant)
+                Lin::known(name, span, value.constant).in_unit(value.common_conversion())
             };
         }
         let mut lin = value.clone().through(part_of(name));
+        for t in lin.terms.iter_mut().filter(|t| t.conversion.is_some()) {
+            t.via.get_or_insert_with(|| name.to_string());
+        }
         if let [t] = lin.terms.as_mut_slice() {
             if t.coef == 1.0 && lin.constant == 0.0 {
                 t.symbol_span = span.clone();
@@ -280,6 +374,32 @@ impl Lin {
             }
         }
         lin
+    }
+
+    /// The literal this constant is, as written inside `text` (which spans `span`): a divisor
+    /// a fix may rewrite in place. A named constant (`/ GB`) is not rewritten there.
+    fn written_in(&self, text: &str, span: &Range<usize>) -> Option<(String, Range<usize>)> {
+        if let Some(name) = &self.const_name {
+            // Named for the message; no span, so no fix rewrites the constant's uses.
+            return Some((name.clone(), 0..0));
+        }
+        let lit = self.const_literal.clone()?;
+        if lit.start < span.start || lit.end > span.end {
+            return None;
+        }
+        let inner = text.get(lit.start - span.start..lit.end - span.start)?;
+        Some((inner.to_string(), lit))
+    }
+
+    /// A name read as a symbol that holds a value converted to a unit: the symbol keeps it.
+    pub fn in_unit(mut self, unit: Option<Conversion>) -> Lin {
+        if let ([t], Some(unit)) = (self.terms.as_mut_slice(), unit) {
+            if t.conversion.is_none() {
+                t.via.get_or_insert_with(|| t.symbol.clone());
+                t.conversion = Some(unit);
+            }
+        }
+        self
     }
 
     /// A single count of devices (`world_size`, `(tp * pp)`).
@@ -368,6 +488,27 @@ impl Lin {
     pub fn saw(&self, role: Role) -> bool {
         self.roles_seen.contains(&role) || self.terms.iter().any(|t| t.role == role)
     }
+}
+
+/// The one conversion the converted terms and constants of `lins` share, when they agree on the
+/// unit.
+fn common_conversion<'a>(lins: impl Iterator<Item = &'a Lin>) -> Option<Conversion> {
+    let mut found: Option<&Conversion> = None;
+    for lin in lins {
+        let convs = lin
+            .terms
+            .iter()
+            .filter_map(|t| t.conversion.as_ref())
+            .chain(&lin.const_conversions);
+        for c in convs.filter(|c| c.unit().is_some()) {
+            match found {
+                Some(f) if f.unit() != c.unit() => return None,
+                Some(_) => {}
+                None => found = Some(c),
+            }
+        }
+    }
+    found.cloned()
 }
 
 #[cfg(test)]

@@ -229,6 +229,13 @@ impl<'s> Program<'s> {
         })
     }
 
+    /// Whether `name` is a parameter of the function `scope`.
+    pub fn is_param(&self, scope: usize, name: &str) -> bool {
+        self.scopes
+            .get(scope)
+            .is_some_and(|s| s.params.iter().any(|(p, _)| *p == name))
+    }
+
     pub fn is_function(&self, scope: usize) -> bool {
         self.scopes
             .get(scope)
@@ -343,6 +350,8 @@ pub struct Frame {
     pub function: usize,
     args: Vec<(String, Value)>,
     depth: u8,
+    /// The call this frame binds, where a finding judged in it can say so.
+    pub call: Range<usize>,
 }
 
 impl Frame {
@@ -643,7 +652,8 @@ impl Valuer<'_, '_> {
             bundle => return bundle,
         };
         if !lin.is_bindable() {
-            return Value::Scalar(self.symbol(name, span, scope));
+            let unit = lin.common_conversion();
+            return Value::Scalar(self.symbol(name, span, scope).in_unit(unit));
         }
         // A number a statement says is a parameter count (`PARAMS=7000000000` in a shell
         // script) stays a symbol of that role, carrying its value.
@@ -710,7 +720,7 @@ impl Valuer<'_, '_> {
         else {
             return Value::Scalar(opaque(text, span));
         };
-        let inner = self.frame(function, args, keywords, frame, depth + 1);
+        let inner = self.frame(function, args, keywords, frame, depth + 1, span.clone());
         let returns = &self.p.scopes[function].returns;
         let mut values = returns.iter().map(|r| self.value(*r, Some(&inner)));
         let Some(first) = values.next() else {
@@ -738,6 +748,7 @@ impl Valuer<'_, '_> {
         keywords: &[(&str, Id)],
         caller: Option<&Frame>,
         depth: u8,
+        call: Range<usize>,
     ) -> Frame {
         let params = &self.p.scopes[function].params;
         let mut bound: Vec<(String, Value)> = Vec::new();
@@ -755,6 +766,7 @@ impl Valuer<'_, '_> {
             function,
             args: bound,
             depth,
+            call,
         }
     }
 
@@ -784,6 +796,7 @@ impl Valuer<'_, '_> {
                         keywords,
                     },
                 scope,
+                span,
                 ..
             }) = self.p.entries.get(c as usize)
             else {
@@ -800,7 +813,14 @@ impl Valuer<'_, '_> {
                 if out.len() >= MAX_FRAMES {
                     break;
                 }
-                out.push(self.frame(function, args, keywords, caller.as_ref(), depth));
+                out.push(self.frame(
+                    function,
+                    args,
+                    keywords,
+                    caller.as_ref(),
+                    depth,
+                    span.clone(),
+                ));
             }
         }
         self.frames.borrow_mut().insert(function, out.clone());

@@ -9,6 +9,7 @@ pub mod python;
 pub mod python_config;
 pub mod regime;
 pub mod shell;
+pub mod units;
 
 /// Numbers read the same in every language memlint reads.
 pub use crate::config::parse_number;

@@ -160,96 +160,6 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// The unit a division converts to: `x / 1e9` (GB), `x / 1024**3`, `x / 2**30`,
-    /// `x / 1024 / 1024 / 1024`, `x >> 30` (GiB), `x * 1e-9`; searched through the expression.
-    /// Also the divisor as written when it is a single operand.
-    pub(super) fn unit_division(&self, node: Node, depth: usize) -> Option<UnitDivision> {
-        let node = unparen(node);
-        if depth > 8 {
-            return None;
-        }
-        match node.ty() {
-            "binary_operator" => {
-                let op = node.field("operator").map(|o| self.text(o))?;
-                let left = node.field("left")?;
-                let right = node.field("right")?;
-                let found = match op {
-                    "/" => {
-                        // Along the chain of divisions: `x / 1024 / 1024 / 1024`.
-                        let mut divisor = 1.0;
-                        let mut at = node;
-                        let mut single = None;
-                        let mut count = 0;
-                        while at.ty() == "binary_operator"
-                            && at.field("operator").map(|o| self.text(o)) == Some("/")
-                        {
-                            let Some(r) = at.field("right") else {
-                                break;
-                            };
-                            let Some(d) = self.number(r) else { break };
-                            divisor *= d;
-                            count += 1;
-                            single = Some((self.text(r).to_string(), r.byte_range()));
-                            match at.field("left") {
-                                Some(l) => at = unparen(l),
-                                None => break,
-                            }
-                        }
-                        unit_of_divisor(divisor)
-                            .map(|u| (u, if count == 1 { single } else { None }))
-                    }
-                    "*" => self
-                        .number(right)
-                        .or_else(|| self.number(left))
-                        .filter(|f| *f > 0.0 && *f < 1.0)
-                        .and_then(|f| unit_of_divisor(1.0 / f))
-                        .map(|u| (u, None)),
-                    ">>" => match self.number(right) {
-                        Some(30.0) => Some((
-                            Unit {
-                                binary: true,
-                                power: 3,
-                            },
-                            None,
-                        )),
-                        Some(20.0) => Some((
-                            Unit {
-                                binary: true,
-                                power: 2,
-                            },
-                            None,
-                        )),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                found
-                    .or_else(|| self.unit_division(left, depth + 1))
-                    .or_else(|| self.unit_division(right, depth + 1))
-            }
-            "call" => {
-                let arg = node.field("arguments").and_then(|a| a.named_child(0))?;
-                self.unit_division(arg, depth + 1)
-            }
-            _ => None,
-        }
-    }
-
-    /// The unit of one side of a comparison: converted there, or a name converted earlier.
-    pub(super) fn unit_of(&self, node: Node) -> Option<Unit> {
-        if let Some((u, _)) = self.unit_division(node, 0) {
-            return Some(u);
-        }
-        let node = unparen(node);
-        if !matches!(node.ty(), "identifier" | "attribute") {
-            return None;
-        }
-        let name = self.text(node);
-        self.name_units
-            .get(&(scope_of_name(self, name), name.to_string()))
-            .copied()
-    }
-
     /// `weights = n_b * 2  # bf16`: a part of the model's memory whose line names the dtype
     /// multiplies a parameter count by that dtype's bytes; the name it multiplies counts
     /// parameters in this function, and `n_b * 2` is the model's size.
@@ -305,19 +215,15 @@ impl<'s> Walker<'s> {
         if kids.len() != 3 || !matches!(self.text(kids[1]), "<" | "<=" | ">" | ">=") {
             return;
         }
-        if let (Some(l), Some(r)) = (self.unit_of(kids[0]), self.unit_of(kids[2])) {
-            if l.power == r.power && l.binary != r.binary {
-                self.facts.unit_comparisons.push(UnitComparison {
-                    span: node.byte_range(),
-                    left: l,
-                    right: r,
-                });
-            }
-        }
         let a = self.value_of(kids[0], 0);
         let b = self.value_of(kids[2], 0);
-        self.pend(PendingKind::Compare { other: b }, a, kids[0].byte_range());
-        self.pend(PendingKind::Compare { other: a }, b, kids[2].byte_range());
+        let whole = node.byte_range();
+        let compare = |other| PendingKind::Compare {
+            other,
+            whole: whole.clone(),
+        };
+        self.pend(compare(b), a, kids[0].byte_range());
+        self.pend(compare(a), b, kids[2].byte_range());
     }
 
     // ---- calls and evidence ------------------------------------------------------------------

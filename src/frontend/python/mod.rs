@@ -24,6 +24,7 @@ mod statements;
 mod tables;
 mod token_means;
 mod trainer_loss;
+mod units;
 mod values;
 
 use super::loops::{
@@ -155,9 +156,6 @@ fn blank_long_comment_runs(text: &str) -> Option<(String, Vec<Range<usize>>)> {
 /// A division by the accumulation factor: the divisor as written, and how to undo it.
 type DivisionBy = (String, Division);
 
-/// The unit a division converts to, and the divisor as written when it is one operand.
-type UnitDivision = (Unit, Option<(String, Range<usize>)>);
-
 /// Per name and scope, in source order: where it was assigned, under which branches, and whether
 /// that divided it.
 type Divisions = HashMap<(usize, String), Vec<(usize, Vec<Branch>, Option<DivisionBy>)>>;
@@ -217,8 +215,6 @@ struct Walker<'s> {
     /// Tables built from the arms of `if` chains, by scope, assigned name (or function) and
     /// whether the arms return the values.
     branch_tables: HashMap<(usize, String, bool), usize>,
-    /// Units of names assigned a converted value (`free_gib = free / 2**30`).
-    name_units: HashMap<(usize, String), Unit>,
     cond_ids: std::collections::HashMap<usize, usize>,
     loops: Vec<LoopInfo>,
     guards: Vec<Guard>,
@@ -381,7 +377,6 @@ impl<'s> Walker<'s> {
             cond_reads_factor: Vec::new(),
             cond_spans: Vec::new(),
             branch_tables: HashMap::default(),
-            name_units: HashMap::default(),
             cond_ids: std::collections::HashMap::default(),
             loops: Vec::new(),
             guards: Vec::new(),
@@ -522,7 +517,10 @@ impl<'s> Walker<'s> {
 
     fn enter(&mut self, node: Node<'_>, field: Option<&str>, parent: Option<Node<'_>>) {
         match node.ty() {
-            "string" => self.note_config_path(node),
+            "string" => {
+                self.note_config_path(node);
+                self.printed(node);
+            }
             "comment" => self.facts.comments.push(Comment {
                 text: self.text(node).to_string(),
                 range: node.byte_range(),
@@ -1031,57 +1029,6 @@ fn string_key(text: &str) -> String {
     text.trim_start_matches(['r', 'b', 'u', 'R', 'B', 'U'])
         .trim_matches(['"', '\''])
         .to_string()
-}
-
-/// The unit a name states: a `gb`, `gib`, `mb` or `mib` word in its last segment.
-fn unit_of_name(name: &str) -> Option<Unit> {
-    let last = last_segment(name).to_ascii_lowercase();
-    last.split('_').find_map(|w| match w {
-        "gb" => Some(Unit {
-            binary: false,
-            power: 3,
-        }),
-        "gib" => Some(Unit {
-            binary: true,
-            power: 3,
-        }),
-        "mb" => Some(Unit {
-            binary: false,
-            power: 2,
-        }),
-        "mib" => Some(Unit {
-            binary: true,
-            power: 2,
-        }),
-        _ => None,
-    })
-}
-
-fn unit_of_divisor(d: f64) -> Option<Unit> {
-    let near = |x: f64| (d - x).abs() <= x * 1e-9;
-    if near(1e9) {
-        Some(Unit {
-            binary: false,
-            power: 3,
-        })
-    } else if near(1_073_741_824.0) {
-        Some(Unit {
-            binary: true,
-            power: 3,
-        })
-    } else if near(1e6) {
-        Some(Unit {
-            binary: false,
-            power: 2,
-        })
-    } else if near(1_048_576.0) {
-        Some(Unit {
-            binary: true,
-            power: 2,
-        })
-    } else {
-        None
-    }
 }
 
 /// A divisor that is the accumulation factor (`args.gradient_accumulation_steps`, `self.accum`,

@@ -99,27 +99,6 @@ impl<'s> Walker<'s> {
         });
         self.record_division(node, &target, division);
         self.branch_entry(&target, right, false);
-        if let Some(divided) = self.unit_division(right, 0) {
-            // Only memory counts as a use of a unit: `/ 1e9` also makes billions of parameters.
-            let t = target.to_ascii_lowercase();
-            let memory = unit_of_name(&target).is_some() || t.contains("mem") || t.contains("byte");
-            if memory && !self.facts.units_used.contains(&divided.0) {
-                self.facts.units_used.push(divided.0);
-            }
-            self.name_units
-                .insert((scope_of_name(self, &target), target.clone()), divided.0);
-            if let Some(named) = unit_of_name(&target) {
-                if named.power == divided.0.power && named.binary != divided.0.binary {
-                    self.facts.unit_conversions.push(UnitConversion {
-                        target: target.clone(),
-                        named,
-                        divided: divided.0,
-                        divisor: divided.1,
-                        span: right.byte_range(),
-                    });
-                }
-            }
-        }
         // Accumulation tests stored in a name, and counters kept modulo the factor.
         if let Some(test) = self.accum_test(right, true) {
             let scope = self.scope();

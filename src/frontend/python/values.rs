@@ -29,9 +29,14 @@ pub(super) enum PendingKind {
     Return {
         function: String,
     },
-    /// One side of a comparison, and the other side.
+    /// One side of a comparison, the other side, and the whole comparison.
     Compare {
         other: Id,
+        whole: Range<usize>,
+    },
+    /// The figures of one f-string, each with the unit its label states (MEM004 only).
+    Printed {
+        figures: Vec<(Id, Option<crate::facts::Unit>, Range<usize>)>,
     },
     Expr,
     /// A memory value set in the branch taken when checkpointing is on (see
@@ -535,6 +540,10 @@ impl<'s> Walker<'s> {
             reads.entry((scope, name)).or_default().push(at);
         }
         for p in &pending {
+            self.judge_units(p, &program, &valuer);
+            if matches!(p.kind, PendingKind::Printed { .. }) {
+                continue;
+            }
             let feeds = match &p.kind {
                 PendingKind::Assign { target } => reads
                     .get(&(p.scope, target.as_str()))
@@ -617,9 +626,10 @@ impl<'s> Walker<'s> {
                     },
                 }
             }
-            PendingKind::Compare { other } => FormulaKind::Compare {
+            PendingKind::Compare { other, .. } => FormulaKind::Compare {
                 other: valuer.lin(*other, frame),
             },
+            PendingKind::Printed { .. } => return,
             PendingKind::Expr => FormulaKind::Expr,
             PendingKind::Checkpointed {
                 target,

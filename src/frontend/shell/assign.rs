@@ -126,6 +126,8 @@ impl<'s> Walker<'s> {
                 None => self.program.add(V::Opaque, span.clone(), scope),
             };
             self.bind_name(target, id, node.end_byte(), false);
+            // Words of `let` are not read for units: the variable's earlier unit no longer holds.
+            self.scales.remove(target);
             if lowered.is_some() {
                 self.pend(
                     PendingKind::Assign {

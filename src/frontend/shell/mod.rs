@@ -83,7 +83,7 @@ struct Walker<'s> {
     /// The next id for the tests of `if`s, `case`s and `&&` lists.
     next_test: u32,
     /// The unit each variable (and each function's output, as `f()`) is in.
-    scales: HashMap<String, units::Scale>,
+    scales: HashMap<String, units::Scaled>,
     /// What each variable holds as text, for expanding command words.
     vars: Env,
     /// One frame per node on the path from the root to the node being visited: whether it
@@ -157,6 +157,7 @@ impl<'s> Walker<'s> {
                 });
                 let running = self.status(node) != flow::Status::Dead;
                 if let (false, true, Some(expr)) = (inside, running, node.named_child(0)) {
+                    self.combined(expr, 0);
                     let id = self.value_of(expr, 0);
                     self.pend(PendingKind::Expr, id, expr.byte_range());
                 }
