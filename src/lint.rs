@@ -478,7 +478,15 @@ fn with_imported_helpers(
     overlay: &Overlay,
 ) -> Vec<TrainingContext> {
     for (cx, unit) in contexts.iter_mut().zip(units) {
-        if helpers::needed(&unit.facts).is_empty() {
+        let registers = |p: &Path| {
+            let text = match overlay.get(p) {
+                Some(t) => t.as_bytes().to_vec(),
+                None => std::fs::read(p).ok()?,
+            };
+            Some(memchr::memmem::find(&text, b"_hook(").is_some())
+        };
+        let hooks = helpers::hook_helpers(unit, &registers);
+        if helpers::needed(&unit.facts, &hooks).is_empty() {
             continue;
         }
         // Each round reads the candidates the one before found missing: a few at most.
@@ -494,7 +502,7 @@ fn with_imported_helpers(
                     None => Looked::NotRead,
                 },
             };
-            let judged = helpers::imported_returns(unit, &look);
+            let judged = helpers::imported_returns(unit, &hooks, &look);
             match judged {
                 Ok(found) => {
                     cx.imported = Arc::new(found);

@@ -7,6 +7,56 @@ use crate::config::parse_number;
 use crate::expr::{is_memory_name, role_of, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::project::{params_from_name, MODEL_KEYS};
+use aho_corasick::AhoCorasick;
+use std::sync::OnceLock;
+
+/// How far from a derived parameter count memory arithmetic is looked for.
+const NEAR: usize = 1500;
+
+/// Something only memory arithmetic writes: a capacity source, a byte unit in a name or a
+/// message, or a divisor that converts bytes. One pass finds them all.
+fn memory_marks() -> Option<&'static AhoCorasick> {
+    const MARKS: &[&str] = &[
+        "total_memory",
+        "mem_get_info",
+        "memory_allocated",
+        "memory_reserved",
+        "max_memory",
+        "nvidia-smi",
+        "gpu_mem",
+        "vram",
+        "free_mem",
+        "mem_free",
+        "memory_gb",
+        "device_memory",
+        "bytes",
+        "gib",
+        "_gb",
+        "gb_",
+        " gb",
+        "'gb",
+        "\"gb",
+        "gb'",
+        "gb\"",
+        "e9",
+        "e+9",
+        "**30",
+        "** 30",
+        "<<30",
+        "<< 30",
+        "1073741824",
+        "1024**3",
+        "1024 ** 3",
+        "1000**3",
+        "1000 ** 3",
+        "1024 * 1024",
+        "1024*1024",
+    ];
+    static MATCHER: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    MATCHER
+        .get_or_init(|| AhoCorasick::new(MARKS).ok())
+        .as_ref()
+}
 
 /// Parts of a name that may hold a model size or a parameter count.
 const SIZED: &[&str] = &["model", "param", "weight"];
@@ -45,73 +95,46 @@ impl Scan<'_> {
     /// parameters (`PARAMS_B`, `n_params_billion`), in a file that counts memory at all
     /// ([`Scan::counts_memory`]): library code counts parameters for many other reasons.
     pub(super) fn derived_size(&self) -> bool {
-        self.counts_memory() && self.names_derived_size()
+        self.derived_sizes().any(|at| self.counts_memory_near(at))
     }
 
-    /// Something only memory arithmetic writes: a capacity source, a byte unit in a name or a
-    /// message, or a divisor that converts bytes.
-    fn counts_memory(&self) -> bool {
-        const MARKS: &[&str] = &[
-            "total_memory",
-            "mem_get_info",
-            "memory_allocated",
-            "memory_reserved",
-            "max_memory",
-            "nvidia-smi",
-            "gpu_mem",
-            "vram",
-            "free_mem",
-            "mem_free",
-            "memory_gb",
-            "device_memory",
-            "bytes",
-            "gib",
-            "_gb",
-            "gb_",
-            " gb",
-            "'gb",
-            "\"gb",
-            "gb'",
-            "gb\"",
-            "e9",
-            "e+9",
-            "**30",
-            "** 30",
-            "<<30",
-            "<< 30",
-            "1073741824",
-            "1024**3",
-            "1024 ** 3",
-            "1000**3",
-            "1000 ** 3",
-            "1024 * 1024",
-            "1024*1024",
-        ];
-        MARKS.iter().any(|m| contains(self.lower, m.as_bytes()))
-    }
-
-    fn names_derived_size(&self) -> bool {
+    /// Whether memory is counted within [`NEAR`] bytes of `at`: a large library file that
+    /// counts parameters in one function and bytes in another has no memory formula.
+    pub(super) fn counts_memory_near(&self, at: usize) -> bool {
         let lower = self.lower;
-        // The frontend counts `numel()` only over a model's parameters.
-        (contains(lower, b"numel") && contains(lower, b"parameters()"))
-            || [
-                "num_parameters",
-                "get_num_params",
-                "num_params(",
-                "get_nb_trainable",
-            ]
+        let start = at.saturating_sub(NEAR);
+        let end = lower.len().min(at + NEAR);
+        memory_marks().is_none_or(|m| m.is_match(&lower[start..end]))
+    }
+
+    /// Where a parameter count is derived: `numel()` (counted over a model's parameters),
+    /// `num_parameters()` and the like, or a name for billions of parameters.
+    fn derived_sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        let lower = self.lower;
+        let numel = contains(lower, b"parameters()");
+        let words: &[&[u8]] = &[
+            b"num_parameters",
+            b"get_num_params",
+            b"num_params(",
+            b"get_nb_trainable",
+            b"billion",
+        ];
+        let numels = memchr::memmem::find_iter(lower, b"numel").filter(move |_| numel);
+        let named = words
             .iter()
-            .any(|w| contains(lower, w.as_bytes()))
-            || contains(lower, b"billion")
-            || ["_b", "_bn"].iter().any(|suffix| {
-                memchr::memmem::find_iter(lower, suffix.as_bytes()).any(|at| {
+            .flat_map(move |w| memchr::memmem::find_iter(lower, w));
+        let billions = [b"_b".as_slice(), b"_bn"]
+            .into_iter()
+            .flat_map(move |suffix| {
+                memchr::memmem::find_iter(lower, suffix).filter(move |&at| {
                     let end = at + suffix.len();
                     !lower.get(end).is_some_and(|b| is_ident(*b)) && {
                         let (start, end) = identifier_at(lower, at, false);
                         self.text.get(start..end).is_some_and(crate::expr::billions)
                     }
                 })
-            })
+            });
+        numels.chain(named).chain(billions)
     }
 
     /// MEM007-MEM010 read bytes per parameter: a parameter count multiplied or divided

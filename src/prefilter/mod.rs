@@ -425,8 +425,16 @@ mod tests {
         assert!(yes("SIZES = dict(bf16=4, fp32=4)\n"));
         assert!(yes("SIZES = [(\"bf16\", 4)]\n"));
         assert!(yes("n = SIZES.get('bf16', 4)\n"));
-        assert!(yes("match d:\n    case 'bf16':\n        return 2\n"));
-        assert!(yes("if d.startswith('bf16'):\n    return 2\n"));
+        assert!(yes(
+            "match d:\n    case 'bf16':\n        return 2\n    case 'fp32':\n        return 4\nprint(n * f(d) / 2**30)\n"
+        ));
+        assert!(!yes(
+            "match d:\n    case 'bf16':\n        return 2\n    case 'fp32':\n        return 4\n"
+        ));
+        assert!(yes(
+            "if d.startswith('bf16'):\n    return 2\nif d == 'fp32':\n    return 4\nGB = 1e9\n"
+        ));
+        assert!(!yes("if dtype == torch.float16:\n    eps = 1e-4\nelif dtype == torch.float32:\n    eps = 1e-8\nx = 1e9\n"));
         assert!(yes("f(n, dtype=\"bf16\", bytes_per_param=4)\n"));
         assert!(!yes("run(dtype=\"bf16\", steps=4)\n"));
         assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));

@@ -57,9 +57,13 @@ impl Scan<'_> {
         if keyed || paired(lower) || keyword_keys(lower) {
             return true;
         }
-        let numbered = assigns_number(lower, b"") || returns_number(lower);
-        (numbered && compares_known_key(lower))
-            || ((assigns_number(lower, b"byte") || assigns_number(lower, b"multiplier"))
+        let named = assigns_number(lower, b"byte") || assigns_number(lower, b"multiplier");
+        // Unnamed arms make a table in a file that counts memory, with rows of numbers a
+        // parameter can take.
+        let unnamed = || number_near_key(lower, 2, &|at| self.counts_memory_near(at));
+        (compares_known_key(lower)
+            && ((named && number_near_key(lower, 1, &|_| true)) || unnamed()))
+            || (named
                 // A keyword argument or default, written without spaces (`dtype="bf16"`).
                 && quoted_keys(lower).any(|(open, _)| {
                     open >= 2 && lower[open - 1] == b'=' && is_ident(lower[open - 2])
@@ -135,14 +139,68 @@ fn keyword_keys(lower: &[u8]) -> bool {
     })
 }
 
-/// `return 4`, `return (2)`: a function that returns a number.
-fn returns_number(lower: &[u8]) -> bool {
-    memchr::memmem::find_iter(lower, b"return").any(|i| {
-        lower[i + 6..]
-            .iter()
-            .find(|b| !matches!(b, b' ' | b'\t' | b'('))
-            .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+/// How far after a key an arm's number is looked for.
+const ARM_WINDOW: usize = 160;
+
+/// A known key (quoted, or a `torch.` dtype) with a number assigned or returned just after it:
+/// the arm of an `if` chain, a conditional or a `case` that makes a table row. Library code
+/// compares dtypes everywhere; a table's arms give numbers right away.
+fn number_near_key(lower: &[u8], rows: usize, also: &dyn Fn(usize) -> bool) -> bool {
+    let near = |at: usize| {
+        // A conditional gives its number before the test (`2 if d == "bf16" else 4`).
+        let window = &lower[at.saturating_sub(ARM_WINDOW / 2)..lower.len().min(at + ARM_WINDOW)];
+        arm_numbers(window).any(per_parameter)
+    };
+    // Dtypes are compared all over library code; an optimizer's name seldom is.
+    let mut keys = quoted_keys(lower)
+        .filter(|(open, key)| near(*open) && (optimizer_key(key) || also(*open)))
+        .map(|(_, key)| key.to_string())
+        .chain(memchr::memmem::find_iter(lower, b"torch.").filter_map(|i| {
+            let (_, end) = identifier_at(lower, i + 6, false);
+            let key = std::str::from_utf8(&lower[i..end]).ok()?;
+            (known_key(key) && near(i) && also(i)).then(|| key.to_string())
+        }));
+    let mut seen: Vec<String> = Vec::new();
+    keys.any(|k| {
+        if !seen.contains(&k) {
+            seen.push(k);
+        }
+        seen.len() >= rows
     })
+}
+
+/// The numbers assigned (`x = 4`, not `x == 4`) or returned (`return (2)`) in a piece of code.
+fn arm_numbers(code: &[u8]) -> impl Iterator<Item = f64> + '_ {
+    let after = |at: usize| {
+        let rest = &code[at..];
+        let start = rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'('))?;
+        let rest = &rest[start..];
+        let len = rest
+            .iter()
+            .position(|b| !(b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'_')))
+            .unwrap_or(rest.len());
+        std::str::from_utf8(&rest[..len]).ok()?.parse::<f64>().ok()
+    };
+    let assigned = memchr::memchr_iter(b'=', code).filter_map(move |j| {
+        let prev = j.checked_sub(1).map(|p| code[p]);
+        let comparison =
+            code.get(j + 1) == Some(&b'=') || matches!(prev, Some(b'=' | b'!' | b'<' | b'>'));
+        if comparison {
+            None
+        } else {
+            after(j + 1)
+        }
+    });
+    let returned = memchr::memmem::find_iter(code, b"return").filter_map(move |i| after(i + 6));
+    assigned.chain(returned)
+}
+
+/// A number that can be bytes or states per parameter (0 for SGD without momentum, 0.5 for
+/// 4-bit, up to 20 for mixed-precision Adam with extras); `eps = 1e-6` or `size = 512` is not.
+fn per_parameter(v: f64) -> bool {
+    v == 0.0 || (0.25..=24.0).contains(&v)
 }
 
 /// Lowercase dtype names, and optimizer names as the knowledge lookup normalises them.
@@ -168,6 +226,10 @@ fn known_keys() -> &'static (HashSet<String>, HashSet<String>) {
 
 /// `knowledge().dtype(key)` or `knowledge().optimizer(key)` would find a row, for a key
 /// already in lowercase.
+fn optimizer_key(key: &str) -> bool {
+    known_keys().1.contains(&optimizer_name(key))
+}
+
 fn known_key(key: &str) -> bool {
     let (dtypes, optimizers) = known_keys();
     let last = key.rsplit('.').next().unwrap_or(key);

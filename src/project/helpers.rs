@@ -28,22 +28,14 @@ pub enum Looked<'a> {
     NotRead,
 }
 
-/// The imported helpers a file's losses depend on, and those it calls as statements where a
-/// gradient hook they register would matter, by module as written and name.
-pub fn needed(facts: &Facts) -> Vec<(String, String)> {
-    let mut out = Vec::new();
+/// The imported helpers a file's losses depend on, and `hooks` (see [`hook_helpers`]), by
+/// module as written and name.
+pub fn needed(facts: &Facts, hooks: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out = hooks.to_vec();
     for lp in &facts.loops {
         for bw in &lp.backwards {
             bw.prov.imports(&mut out);
         }
-    }
-    if facts.hooks_see_each_backward() {
-        out.extend(
-            facts
-                .helper_calls
-                .iter()
-                .map(|(m, n, _)| (m.clone(), n.clone())),
-        );
     }
     out.sort();
     out.dedup();
@@ -79,14 +71,38 @@ pub fn candidates(file: &Path, module: &str) -> Vec<PathBuf> {
     out
 }
 
+/// The helpers a file gives its model to, where a gradient hook they register would matter
+/// (the file scales or accumulates), and whose module may register one: `registers` tells,
+/// from a module's text, or `None` when there is no such file. Most modules register no hook
+/// and are never analysed for it.
+pub fn hook_helpers(
+    unit: &Unit,
+    registers: &dyn Fn(&Path) -> Option<bool>,
+) -> Vec<(String, String)> {
+    if !unit.facts.hooks_see_each_backward() {
+        return Vec::new();
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (module, name, _) in &unit.facts.helper_calls {
+        let found = candidates(&unit.abs, module)
+            .iter()
+            .find_map(|p| registers(p));
+        if found == Some(true) && !out.iter().any(|(m, n)| m == module && n == name) {
+            out.push((module.clone(), name.clone()));
+        }
+    }
+    out
+}
+
 /// What each needed helper returns, or the paths that must be read first.
 pub fn imported_returns<'a>(
     unit: &Unit,
+    hooks: &[(String, String)],
     look: &dyn Fn(&Path) -> Looked<'a>,
 ) -> Result<ImportedReturns, Vec<PathBuf>> {
     let mut out = ImportedReturns::default();
     let mut needs = Vec::new();
-    for (module, name) in needed(&unit.facts) {
+    for (module, name) in needed(&unit.facts, hooks) {
         // `from pkg import mod` then `mod.f(...)` names `pkg.mod`; the first candidate that is a
         // file decides.
         let mut judged = None;

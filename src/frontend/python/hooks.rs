@@ -15,11 +15,25 @@ pub(super) struct HookNotes<'s> {
     registrations: Vec<(Range<usize>, &'s str, usize)>,
     /// Classes by name, as written (a callable instance's `__call__` may clip).
     class_texts: HashMap<&'s str, &'s str>,
+    /// Helpers imported from other modules, called as statements: module, name, call, and the
+    /// arguments as written.
+    helper_calls: Vec<(String, String, Range<usize>, Vec<&'s str>)>,
+    /// What `.parameters()` is called on (`model`, `self.net`): the models the file trains.
+    models: Vec<&'s str>,
 }
 
 impl<'s> Walker<'s> {
     /// `x.register_hook(h)` on a parameter, or a statement calling an imported helper.
     pub(super) fn note_hook_call(&mut self, node: Node, callee: &str, last: &str) {
+        if matches!(last, "parameters" | "named_parameters") {
+            if let Some(f) = node.field("function").and_then(|f| f.field("object")) {
+                let model = self.text(f);
+                if !self.hooks.models.contains(&model) {
+                    self.hooks.models.push(model);
+                }
+            }
+            return;
+        }
         if matches!(last, "register_hook" | "register_post_accumulate_grad_hook") {
             let receiver = callee.rsplit_once('.').map_or("", |(r, _)| r);
             let Some(hook) = node
@@ -44,9 +58,17 @@ impl<'s> Walker<'s> {
             .is_some_and(|p| matches!(p.ty(), "expression_statement" | "assignment"));
         if statement {
             if let Some((module, name)) = self.imported(callee) {
-                self.facts
+                let mut args = Vec::new();
+                if let Some(a) = node.field("arguments") {
+                    let mut c = a.walk();
+                    for arg in a.named_children(&mut c) {
+                        let arg = arg.field("value").unwrap_or(arg);
+                        args.push(self.text(arg));
+                    }
+                }
+                self.hooks
                     .helper_calls
-                    .push((module, name, node.byte_range()));
+                    .push((module, name, node.byte_range(), args));
             }
         }
     }
@@ -59,6 +81,20 @@ impl<'s> Walker<'s> {
     /// `partial`, instantiates) a function or class of the file whose text does.
     pub(super) fn finish_hooks(&mut self) {
         let notes = std::mem::take(&mut self.hooks);
+        // A helper can register hooks on a model only when it is given one: what the file
+        // takes `.parameters()` of or calls as a module (`self.model(x)`), or the parameters.
+        let src = self.src;
+        let model = |a: &str| {
+            notes.models.contains(&a)
+                || a.contains("parameters(")
+                || (!a.contains(['(', ' '])
+                    && memchr::memmem::find(src.as_bytes(), format!("{a}(").as_bytes()).is_some())
+        };
+        for (module, name, span, args) in notes.helper_calls {
+            if args.iter().any(|a| model(a)) {
+                self.facts.helper_calls.push((module, name, span));
+            }
+        }
         for (span, hook, scope) in notes.registrations {
             let defined_clips = |w: &str| {
                 self.def_texts
