@@ -243,6 +243,18 @@ impl Lin {
         self
     }
 
+    /// A value assigned to `target`: a model state assigned to a name for it is counted as
+    /// that state (`grads = 4 * n / world`); a budget is not a component, whatever it is called.
+    pub fn assigned_to(self, target: &str) -> Lin {
+        let part = part_of(target);
+        let state = matches!(part, Role::Model | Role::Grads | Role::Optimizer);
+        if state && !self.terms.iter().any(|t| t.role == Role::Gpu) {
+            self.through(part)
+        } else {
+            self
+        }
+    }
+
     /// Every term reached through a named value of role `part` counts as that component.
     pub fn through(mut self, name_role: Role) -> Lin {
         if name_role.is_component() {

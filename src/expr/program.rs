@@ -221,12 +221,15 @@ impl<'s> Program<'s> {
             .map_or(0..0, |e| e.span.clone())
     }
 
-    /// Every name read, with its scope and where.
-    pub fn reads(&self) -> impl Iterator<Item = (&'s str, usize, usize)> + '_ {
-        self.entries.iter().filter_map(|e| match e.node {
-            Node::Name(n) => Some((n, e.scope, e.span.start)),
-            _ => None,
-        })
+    /// Where each name is read, by scope and name.
+    pub fn reads(&self) -> HashMap<(usize, &'s str), Vec<usize>> {
+        let mut out: HashMap<(usize, &'s str), Vec<usize>> = HashMap::default();
+        for e in &self.entries {
+            if let Node::Name(n) = e.node {
+                out.entry((e.scope, n)).or_default().push(e.span.start);
+            }
+        }
+        out
     }
 
     /// Whether `name` is a parameter of the function `scope`.
@@ -768,6 +771,29 @@ impl Valuer<'_, '_> {
             depth,
             call,
         }
+    }
+
+    /// The values `id`, written in `scope`, takes: on each path as written and, when a term is
+    /// left open (unknown or opaque) in a function and `per_call`, on each path at each call
+    /// site of the function (with that call's frame).
+    pub fn valuations(&self, id: Id, scope: usize, per_call: bool) -> Vec<(Lin, Option<Frame>)> {
+        let written = self.paths(id, None);
+        let open = written
+            .iter()
+            .flat_map(|l| &l.terms)
+            .any(|t| t.opaque || t.role == Role::Unknown);
+        let mut valued: Vec<(Lin, Option<Frame>)> =
+            written.into_iter().map(|l| (l, None)).collect();
+        if open && per_call && self.p.is_function(scope) {
+            for frame in self.frames(scope) {
+                for lin in self.paths(id, Some(&frame)) {
+                    if !valued.iter().any(|(l, _)| l == &lin) {
+                        valued.push((lin, Some(frame.clone())));
+                    }
+                }
+            }
+        }
+        valued
     }
 
     /// Each call site of a helper, its arguments valued: the helper's own formulas are valued

@@ -82,12 +82,30 @@ pub fn hook_helpers(
     if !unit.facts.hooks_see_each_backward() {
         return Vec::new();
     }
-    let mut out: Vec<(String, String)> = Vec::new();
-    for (module, name, _) in &unit.facts.helper_calls {
-        let found = candidates(&unit.abs, module)
-            .iter()
-            .find_map(|p| registers(p));
-        if found == Some(true) && !out.iter().any(|(m, n)| m == module && n == name) {
+    let mut calls: Vec<(&String, &String)> = unit
+        .facts
+        .helper_calls
+        .iter()
+        .map(|(m, n, _)| (m, n))
+        .collect();
+    calls.sort();
+    calls.dedup();
+    // Each module is read once, however many of its helpers the file calls.
+    let mut modules: Vec<(&String, bool)> = Vec::new();
+    let mut out = Vec::new();
+    for (module, name) in calls {
+        let registers = match modules.iter().find(|(m, _)| *m == module) {
+            Some((_, r)) => *r,
+            None => {
+                let r = candidates(&unit.abs, module)
+                    .iter()
+                    .find_map(|p| registers(p))
+                    == Some(true);
+                modules.push((module, r));
+                r
+            }
+        };
+        if registers {
             out.push((module.clone(), name.clone()));
         }
     }

@@ -83,12 +83,19 @@ impl<'s> Walker<'s> {
         let notes = std::mem::take(&mut self.hooks);
         // A helper can register hooks on a model only when it is given one: what the file
         // takes `.parameters()` of or calls as a module (`self.model(x)`), or the parameters.
-        let src = self.src;
+        let src = self.src.as_bytes();
+        let called = |a: &str| {
+            let call = format!("{a}(");
+            memchr::memmem::find_iter(src, call.as_bytes()).any(|at| {
+                // `model(x)`, not `build_model(x)` or `self.model(x)` for `model`.
+                at == 0
+                    || !(src[at - 1].is_ascii_alphanumeric() || matches!(src[at - 1], b'_' | b'.'))
+            })
+        };
         let model = |a: &str| {
             notes.models.contains(&a)
                 || a.contains("parameters(")
-                || (!a.contains(['(', ' '])
-                    && memchr::memmem::find(src.as_bytes(), format!("{a}(").as_bytes()).is_some())
+                || (!a.is_empty() && !a.contains(['(', ' ']) && called(a))
         };
         for (module, name, span, args) in notes.helper_calls {
             if args.iter().any(|a| model(a)) {

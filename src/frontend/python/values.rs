@@ -4,7 +4,7 @@
 //! [`Walker::value_formulas`], once the whole file is known.
 
 use super::*;
-use crate::expr::program::{Frame as CallFrame, Id, Key, Node as V, ScopeDef, Source};
+use crate::expr::program::{Id, Key, Node as V, ScopeDef, Source};
 use crate::expr::DeviceCount;
 use crate::frontend::fields::{PyField, PyKind};
 
@@ -535,10 +535,7 @@ impl<'s> Walker<'s> {
         let pending = std::mem::take(&mut self.pending);
         let program = std::mem::take(&mut self.program);
         let valuer = program.valuer();
-        let mut reads: HashMap<(usize, &str), Vec<usize>> = HashMap::default();
-        for (name, scope, at) in program.reads() {
-            reads.entry((scope, name)).or_default().push(at);
-        }
+        let reads = program.reads();
         for p in &pending {
             self.judge_units(p, &program, &valuer);
             if matches!(p.kind, PendingKind::Printed { .. }) {
@@ -550,11 +547,6 @@ impl<'s> Walker<'s> {
                     .is_some_and(|at| at.iter().any(|a| *a > p.span.end)),
                 _ => false,
             };
-            let written = valuer.paths(p.value, None);
-            let open = written
-                .iter()
-                .flat_map(|l| &l.terms)
-                .any(|t| t.opaque || t.role == Role::Unknown);
             let per_call = matches!(
                 p.kind,
                 PendingKind::Assign { .. }
@@ -562,17 +554,7 @@ impl<'s> Walker<'s> {
                     | PendingKind::Compare { .. }
                     | PendingKind::Expr
             );
-            let mut valued: Vec<(Lin, Option<CallFrame>)> =
-                written.into_iter().map(|l| (l, None)).collect();
-            if open && per_call && program.is_function(p.scope) {
-                for frame in valuer.frames(p.scope) {
-                    for lin in valuer.paths(p.value, Some(&frame)) {
-                        if !valued.iter().any(|(l, _)| l == &lin) {
-                            valued.push((lin, Some(frame.clone())));
-                        }
-                    }
-                }
-            }
+            let valued = valuer.valuations(p.value, p.scope, per_call);
             for (lin, frame) in valued {
                 self.settle(p, lin, &valuer, frame.as_ref(), feeds);
             }
@@ -591,22 +573,12 @@ impl<'s> Walker<'s> {
     ) {
         let kind = match &p.kind {
             PendingKind::Assign { target } => {
-                let role = role_of(target);
-                // A model state assigned to a name for it is counted as that state (`grads = 4
-                // * n / world`); a budget is not a component, whatever it is called.
-                let part = crate::expr::part_of(target);
-                let state = matches!(part, Role::Model | Role::Grads | Role::Optimizer);
-                let lin = if state && !lin.terms.iter().any(|t| t.role == Role::Gpu) {
-                    lin.through(part)
-                } else {
-                    lin
-                };
                 self.push_formula(
                     FormulaKind::Assign {
                         target: target.clone(),
-                        role,
+                        role: role_of(target),
                     },
-                    lin,
+                    lin.assigned_to(target),
                     p,
                     feeds,
                 );

@@ -10,12 +10,11 @@
 
 use super::arith;
 use super::Walker;
-use crate::expr::program::{Frame as CallFrame, Id, Key, Node as V, Path, ScopeDef, Source};
-use crate::expr::{part_of, role_of, Lin, Role};
+use crate::expr::program::{Id, Key, Node as V, Path, ScopeDef, Source};
+use crate::expr::{role_of, Lin, Role};
 use crate::facts::{Formula, FormulaKind, ScopeFacts, Topics};
 use crate::frontend::fields::ShField;
 use crate::frontend::{parse_number, MAX_EXPR_DEPTH};
-use std::collections::HashMap;
 use std::ops::Range;
 use tree_sitter::Node;
 
@@ -586,10 +585,7 @@ impl<'s> Walker<'s> {
         let pending = std::mem::take(&mut self.pending);
         let program = std::mem::take(&mut self.program);
         let valuer = program.valuer();
-        let mut reads: HashMap<(usize, &str), Vec<usize>> = HashMap::default();
-        for (name, scope, at) in program.reads() {
-            reads.entry((scope, name)).or_default().push(at);
-        }
+        let reads = program.reads();
         for p in &pending {
             let feeds = match &p.kind {
                 PendingKind::Assign { target } => reads
@@ -597,38 +593,15 @@ impl<'s> Walker<'s> {
                     .is_some_and(|at| at.iter().any(|a| *a > p.span.end)),
                 _ => false,
             };
-            let written = valuer.paths(p.value, None);
-            let open = written
-                .iter()
-                .flat_map(|l| &l.terms)
-                .any(|t| t.opaque || t.role == Role::Unknown);
-            let mut valued: Vec<(Lin, Option<CallFrame>)> =
-                written.into_iter().map(|l| (l, None)).collect();
-            if open && program.is_function(p.scope) {
-                for frame in valuer.frames(p.scope) {
-                    for lin in valuer.paths(p.value, Some(&frame)) {
-                        if !valued.iter().any(|(l, _)| l == &lin) {
-                            valued.push((lin, Some(frame.clone())));
-                        }
-                    }
-                }
-            }
+            let valued = valuer.valuations(p.value, p.scope, true);
             for (lin, frame) in valued {
                 let kind = match &p.kind {
                     PendingKind::Assign { target } => {
-                        // A model state assigned to a name for it is counted as that state.
-                        let part = part_of(target);
-                        let state = matches!(part, Role::Model | Role::Grads | Role::Optimizer);
-                        let lin = if state && !lin.terms.iter().any(|t| t.role == Role::Gpu) {
-                            lin.through(part)
-                        } else {
-                            lin
-                        };
                         let kind = FormulaKind::Assign {
                             target: target.clone(),
                             role: role_of(target),
                         };
-                        self.push_formula(kind, lin, p, feeds);
+                        self.push_formula(kind, lin.assigned_to(target), p, feeds);
                         continue;
                     }
                     PendingKind::Return { function } => FormulaKind::Return {
