@@ -331,7 +331,14 @@ fn load_bytes(
     if !needs.parse {
         return Ok(None);
     }
-    let facts = analyse_with(&file, needs.loop_model).map_err(|reason| skip(&reason))?;
+    let facts = analyse_with(
+        &file,
+        python::Reads {
+            loops: needs.loop_model,
+            values: needs.value_model,
+        },
+    )
+    .map_err(|reason| skip(&reason))?;
     let defaults = Defaults {
         optimizer: settings.options.optimizer.clone(),
         world_size: settings.options.world_size,
@@ -368,14 +375,14 @@ fn read_bounded(path: &Path, bytes: &mut Vec<u8>) -> std::io::Result<()> {
 
 /// Parse one file and lower it into facts.
 pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
-    analyse_with(file, true)
+    analyse_with(file, python::Reads::ALL)
 }
 
 /// [`analyse`], with or without the loop model and loss provenance of Python (`loops`).
-fn analyse_with(file: &SourceFile, loops: bool) -> Result<Facts, String> {
+fn analyse_with(file: &SourceFile, reads: python::Reads) -> Result<Facts, String> {
     Ok(match file.language {
         // A notebook's text is the Python of its code cells.
-        Language::Python | Language::Notebook => python::extract_with(&file.text, loops)?,
+        Language::Python | Language::Notebook => python::extract_with(&file.text, reads)?,
         Language::Shell => shell::extract(&file.text)?,
         Language::Requirements => Facts {
             pins: crate::frontend::pins::requirements(&file.text),

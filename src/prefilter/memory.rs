@@ -104,7 +104,17 @@ impl Scan<'_> {
         let lower = self.lower;
         let start = at.saturating_sub(NEAR);
         let end = lower.len().min(at + NEAR);
-        memory_marks().is_none_or(|m| m.is_match(&lower[start..end]))
+        let window = &lower[start..end];
+        memory_marks().is_none_or(|m| {
+            m.find_iter(window).any(|found| {
+                // `1e9` and `2.5e+9` are numbers; `e9` inside a word or a hash is not.
+                window[found.start()] != b'e'
+                    || found
+                        .start()
+                        .checked_sub(1)
+                        .is_some_and(|i| window[i].is_ascii_digit() || window[i] == b'.')
+            })
+        })
     }
 
     /// Where a parameter count is derived: `numel()` (counted over a model's parameters),
@@ -119,7 +129,17 @@ impl Scan<'_> {
             b"get_nb_trainable",
             b"billion",
         ];
-        let numels = memchr::memmem::find_iter(lower, b"numel").filter(move |_| numel);
+        // `numel()` of a parameter: the receiver names one, or the lines around iterate a
+        // module's parameters (`n += p.numel()` under `for p in model.parameters():`).
+        let numels = memchr::memmem::find_iter(lower, b"numel")
+            .filter(move |_| numel)
+            .filter(move |&at| {
+                let (start, _) = identifier_at(lower, at.saturating_sub(2), false);
+                let receiver = &lower[start..at];
+                let lines = lines_before(lower, at, 3);
+                receiver.windows(5).any(|w| w == b"param")
+                    || memchr::memmem::find(lines, b"parameters(").is_some()
+            });
         let named = words
             .iter()
             .flat_map(move |w| memchr::memmem::find_iter(lower, w));
@@ -343,6 +363,23 @@ fn constant_from(value: &str) -> bool {
         Some(v) => v >= 1e6,
         None => true,
     }
+}
+
+/// The text from the start of the `n`th line before the one holding `at`, to the end of that
+/// line.
+fn lines_before(lower: &[u8], at: usize, n: usize) -> &[u8] {
+    let mut start = at;
+    for _ in 0..=n {
+        match memchr::memrchr(b'\n', &lower[..start]) {
+            Some(i) => start = i,
+            None => {
+                start = 0;
+                break;
+            }
+        }
+    }
+    let end = memchr::memchr(b'\n', &lower[at..]).map_or(lower.len(), |e| at + e);
+    &lower[start..end]
 }
 
 /// What the name around a word may be read as.

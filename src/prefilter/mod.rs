@@ -158,6 +158,10 @@ pub struct Needs {
     /// for it and its text could hold a training loop. Files parsed for other rules skip that
     /// part of the walk; it never holds a finding for them.
     pub loop_model: bool,
+    /// A parsed Python file needs its memory arithmetic valued: a memory rule is reported for
+    /// it and its text could hold a formula. Files parsed only for the loop and batch rules skip
+    /// that part of the walk.
+    pub value_model: bool,
 }
 
 impl Needs {
@@ -165,6 +169,12 @@ impl Needs {
     pub const ALL: Needs = Needs {
         parse: true,
         loop_model: true,
+        value_model: true,
+    };
+    const NOTHING: Needs = Needs {
+        parse: false,
+        loop_model: false,
+        value_model: false,
     };
 }
 
@@ -176,17 +186,14 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         let parse = wanted.pins || wanted.unknown || (wanted.suppressions && text.contains('#'));
         return Needs {
             parse,
-            loop_model: false,
+            ..Needs::NOTHING
         };
     }
     if !matches!(language, Language::Python | Language::Notebook) || wanted.unknown {
         return Needs::ALL;
     }
     if !wanted.any() {
-        return Needs {
-            parse: false,
-            loop_model: false,
-        };
+        return Needs::NOTHING;
     }
     thread_local! {
         static LOWER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -202,20 +209,27 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     let global_batch = || scan.global_batch() || scan.sample_schedule();
     let loop_model =
         training_loop && (wanted.accumulation || (wanted.global_batch && global_batch()));
-    let parse = loop_model
-        || (wanted.suppressions && scan.directive())
-        || (wanted.batch && scan.batch_key())
-        || (wanted.units && scan.mixed_units())
+    // The families whose rules read valued memory arithmetic (formulas, units, constants,
+    // checkpointed values, tables).
+    let value_model = (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
         || ((wanted.memory || wanted.states) && (scan.sized_name(true) || scan.derived_size()))
         || (wanted.checkpointing && scan.checkpointed_memory())
-        || (wanted.fit && scan.names_a_sized_model())
+        || (wanted.fit && scan.names_a_sized_model());
+    let parse = loop_model
+        || value_model
+        || (wanted.suppressions && scan.directive())
+        || (wanted.batch && scan.batch_key())
         || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
         || (wanted.global_batch
             && contains(scan.bytes, b"DistributedSampler")
             && scan.sample_schedule());
-    Needs { parse, loop_model }
+    Needs {
+        parse,
+        loop_model,
+        value_model,
+    }
 }
 
 /// Whether the file must be parsed (see [`needs`]).

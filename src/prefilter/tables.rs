@@ -20,6 +20,10 @@ impl Scan<'_> {
             if !number_follows(self.text, colon) {
                 return false;
             }
+            // A row gives bytes or states per parameter (`"float16": 835e12` is a rate).
+            if value_after(lower, colon + 1).is_some_and(|v| !per_parameter(v)) {
+                return false;
+            }
             let key_end = lower[..colon]
                 .iter()
                 .rposition(|b| *b != b' ' && *b != b'\t')
@@ -54,18 +58,25 @@ impl Scan<'_> {
                 .find(|b| !matches!(b, b' ' | b'\t'));
             matches!(before, None | Some(b'{' | b',' | b'\n')) && known_key(name)
         });
-        if keyed || paired(lower) || keyword_keys(lower) {
+        if keyed || keyword_keys(lower) {
             return true;
         }
+        // The quoted known keys, found once: most files hold none, and every check below reads
+        // them.
+        let quoted: Vec<(usize, &str)> = quoted_keys(lower).collect();
+        if paired(lower, &quoted) {
+            return true;
+        }
+
         let named = assigns_number(lower, b"byte") || assigns_number(lower, b"multiplier");
         // Unnamed arms make a table in a file that counts memory, with rows of numbers a
         // parameter can take.
-        let unnamed = || number_near_key(lower, 2, &|at| self.counts_memory_near(at));
-        (compares_known_key(lower)
-            && ((named && number_near_key(lower, 1, &|_| true)) || unnamed()))
+        let unnamed = || number_near_key(lower, &quoted, 2, &|at| self.counts_memory_near(at));
+        (compares_known_key(lower, &quoted)
+            && ((named && number_near_key(lower, &quoted, 1, &|_| true)) || unnamed()))
             || (named
                 // A keyword argument or default, written without spaces (`dtype="bf16"`).
-                && quoted_keys(lower).any(|(open, _)| {
+                && quoted.iter().any(|&(open, _)| {
                     open >= 2 && lower[open - 1] == b'=' && is_ident(lower[open - 2])
                 }))
     }
@@ -100,8 +111,8 @@ fn quoted_keys(lower: &[u8]) -> impl Iterator<Item = (usize, &str)> + '_ {
 
 /// `("bf16", 2)` and `.get("bf16", 2)`: a known key opened by `(` and followed by `,` and a
 /// number.
-fn paired(lower: &[u8]) -> bool {
-    quoted_keys(lower).any(|(open, key)| {
+fn paired(lower: &[u8], quoted: &[(usize, &str)]) -> bool {
+    quoted.iter().any(|&(open, key)| {
         let before = lower[..open].trim_ascii_end().last();
         let after = &lower[open + key.len() + 2..];
         let after = after.trim_ascii_start();
@@ -120,6 +131,13 @@ fn keyword_keys(lower: &[u8]) -> bool {
         if lower.get(eq + 1) == Some(&b'=') || eq == 0 {
             return false;
         }
+        let number = lower[eq + 1..]
+            .trim_ascii_start()
+            .first()
+            .is_some_and(|b| b.is_ascii_digit() || *b == b'.');
+        if !number {
+            return false;
+        }
         let key_end = lower[..eq]
             .iter()
             .rposition(|b| *b != b' ')
@@ -129,12 +147,7 @@ fn keyword_keys(lower: &[u8]) -> bool {
         }
         let (start, _) = identifier_at(lower, key_end - 1, false);
         let before = lower[..start].trim_ascii_end().last();
-        let number = lower[eq + 1..]
-            .trim_ascii_start()
-            .first()
-            .is_some_and(|b| b.is_ascii_digit() || *b == b'.');
-        number
-            && matches!(before, Some(b'(' | b','))
+        matches!(before, Some(b'(' | b','))
             && std::str::from_utf8(&lower[start..key_end]).is_ok_and(known_key)
     })
 }
@@ -145,14 +158,20 @@ const ARM_WINDOW: usize = 160;
 /// A known key (quoted, or a `torch.` dtype) with a number assigned or returned just after it:
 /// the arm of an `if` chain, a conditional or a `case` that makes a table row. Library code
 /// compares dtypes everywhere; a table's arms give numbers right away.
-fn number_near_key(lower: &[u8], rows: usize, also: &dyn Fn(usize) -> bool) -> bool {
+fn number_near_key(
+    lower: &[u8],
+    quoted: &[(usize, &str)],
+    rows: usize,
+    also: &dyn Fn(usize) -> bool,
+) -> bool {
     let near = |at: usize| {
         // A conditional gives its number before the test (`2 if d == "bf16" else 4`).
         let window = &lower[at.saturating_sub(ARM_WINDOW / 2)..lower.len().min(at + ARM_WINDOW)];
         arm_numbers(window).any(per_parameter)
     };
     // Dtypes are compared all over library code; an optimizer's name seldom is.
-    let mut keys = quoted_keys(lower)
+    let mut keys = quoted
+        .iter()
         .filter(|(open, key)| near(*open) && (optimizer_key(key) || also(*open)))
         .map(|(_, key)| key.to_string())
         .chain(memchr::memmem::find_iter(lower, b"torch.").filter_map(|i| {
@@ -204,8 +223,10 @@ fn per_parameter(v: f64) -> bool {
 }
 
 /// Lowercase dtype names, and optimizer names as the knowledge lookup normalises them.
-fn known_keys() -> &'static (HashSet<String>, HashSet<String>) {
-    static KEYS: OnceLock<(HashSet<String>, HashSet<String>)> = OnceLock::new();
+type Keys = HashSet<String, foldhash::fast::FixedState>;
+
+fn known_keys() -> &'static (Keys, Keys) {
+    static KEYS: OnceLock<(Keys, Keys)> = OnceLock::new();
     KEYS.get_or_init(|| {
         let k = knowledge();
         let dtypes = k
@@ -224,23 +245,44 @@ fn known_keys() -> &'static (HashSet<String>, HashSet<String>) {
     })
 }
 
-/// `knowledge().dtype(key)` or `knowledge().optimizer(key)` would find a row, for a key
-/// already in lowercase.
-fn optimizer_key(key: &str) -> bool {
-    known_keys().1.contains(&optimizer_name(key))
+/// The longest key worth looking up: no dtype or optimizer name is longer.
+const KEY_MAX: usize = 40;
+
+/// `normalize(key)` (its last segment, without `-` and `_`) for a key already in lowercase,
+/// written into `buf`: the lookup runs for every short string of every file, so it does not
+/// allocate.
+fn normalized<'b>(key: &str, buf: &'b mut [u8; KEY_MAX]) -> Option<&'b str> {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    let mut n = 0;
+    for b in last.bytes().filter(|b| !matches!(b, b'-' | b'_')) {
+        *buf.get_mut(n)? = b.to_ascii_lowercase();
+        n += 1;
+    }
+    std::str::from_utf8(&buf[..n]).ok()
 }
 
+/// `knowledge().optimizer(key)` would find a row, for a key already in lowercase.
+fn optimizer_key(key: &str) -> bool {
+    let mut buf = [0; KEY_MAX];
+    normalized(key, &mut buf).is_some_and(|k| known_keys().1.contains(k))
+}
+
+/// `knowledge().dtype(key)` or `knowledge().optimizer(key)` would find a row, for a key
+/// already in lowercase.
 fn known_key(key: &str) -> bool {
-    let (dtypes, optimizers) = known_keys();
+    if key.is_empty() || key.len() > 2 * KEY_MAX {
+        return false;
+    }
+    let dtypes = &known_keys().0;
     let last = key.rsplit('.').next().unwrap_or(key);
-    dtypes.contains(key) || dtypes.contains(last) || optimizers.contains(&optimizer_name(key))
+    dtypes.contains(key) || dtypes.contains(last) || optimizer_key(key)
 }
 
 /// A known key compared as the `if` chains, conditionals and `match` statements the frontend
 /// reads compare it: `x == "bf16"`, `"bf16" == x`, `x != "bf16"`, `x is "bf16"`,
 /// `x in ("bf16", "fp16")`, `x.startswith("bf16")`, `case "bf16":`, `x == torch.bfloat16`.
-fn compares_known_key(lower: &[u8]) -> bool {
-    let tested = quoted_keys(lower).any(|(open, _)| {
+fn compares_known_key(lower: &[u8], quoted: &[(usize, &str)]) -> bool {
+    let tested = quoted.iter().any(|&(open, _)| {
         let before = lower[..open].trim_ascii_end();
         before.ends_with(b" is")
             || before.ends_with(b"startswith(")
@@ -256,10 +298,11 @@ fn compares_known_key(lower: &[u8]) -> bool {
     let attribute = memchr::memmem::find_iter(lower, b"torch.").any(|i| {
         let before = lower[..i].trim_ascii_end();
         let (_, end) = identifier_at(lower, i + 6, false);
-        (before.ends_with(b"==")
-            || before.ends_with(b" is")
-            || before.ends_with(b"(")
-            || before.ends_with(b"!="))
+        // `(` opens a tuple tested by `in`, not a call's arguments (`x.to(torch.float32)`).
+        let in_tuple = before
+            .strip_suffix(b"(")
+            .is_some_and(|b| b.trim_ascii_end().ends_with(b" in"));
+        (before.ends_with(b"==") || before.ends_with(b" is") || in_tuple || before.ends_with(b"!="))
             && std::str::from_utf8(&lower[i..end]).is_ok_and(known_key)
     });
     attribute || compares_quoted(lower)
@@ -327,6 +370,25 @@ fn compares_quoted(lower: &[u8]) -> bool {
         })
 }
 
+/// The number written at `at`, after spaces and an opening parenthesis (`(2)`), when it is a
+/// plain literal.
+fn value_after(lower: &[u8], at: usize) -> Option<f64> {
+    let rest = lower.get(at..)?;
+    let start = rest
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'('))?;
+    let rest = &rest[start..];
+    let len = rest
+        .iter()
+        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+')))
+        .unwrap_or(rest.len());
+    std::str::from_utf8(&rest[..len])
+        .ok()?
+        .replace('_', "")
+        .parse()
+        .ok()
+}
+
 /// A number (or a sign before one) after optional spaces, a `:` and spaces: a table value.
 fn number_follows(text: &str, at: usize) -> bool {
     let rest = text.get(at..).unwrap_or("");
@@ -365,12 +427,17 @@ fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
         j += 1;
         while lower
             .get(j)
-            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'(' | b'-'))
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'('))
         {
             j += 1;
         }
-        lower
-            .get(j)
-            .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+        // A count of bytes is a number, not a sign (`-1`) or a tuple (`(1,)`).
+        let digits = lower[j..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'e'))
+            .count();
+        digits > 0
+            && lower[j].is_ascii_digit() | (lower[j] == b'.')
+            && lower[j + digits..].trim_ascii_start().first() != Some(&b',')
     })
 }

@@ -416,7 +416,7 @@ impl<'s> Walker<'s> {
                         }
                     }
                     Some(loss) => {
-                        if recv_last.contains("accelerator") {
+                        if self.is_accelerator(recv) {
                             self.accelerate_backwards.push((
                                 span.clone(),
                                 loss.byte_range(),
@@ -452,7 +452,7 @@ impl<'s> Walker<'s> {
                     >= 1 =>
             {
                 CallKind::Clip {
-                    framework: recv_last.contains("accelerator") || recv_last.contains("fabric"),
+                    framework: self.is_accelerator(recv) || recv_last.contains("fabric"),
                 }
             }
             // The call as written, without spaces, tells the optimizers (and scalers) apart.
@@ -489,7 +489,7 @@ impl<'s> Walker<'s> {
     /// `accelerator.backward(loss / n)` or `engine.backward(loss)` after `loss = loss / n`: a
     /// candidate for double scaling, judged once the whole file is read.
     pub(super) fn framework_backward(&mut self, node: Node, recv: &str) {
-        let framework = if recv.to_ascii_lowercase().contains("accelerator") {
+        let framework = if self.is_accelerator(recv) {
             Framework::Accelerate
         } else if self.engine_names.iter().any(|n| n == recv)
             || last_segment(recv).to_ascii_lowercase().contains("engine")
@@ -523,6 +523,15 @@ impl<'s> Walker<'s> {
                 division: Some(division),
             });
         }
+    }
+
+    /// An `Accelerator`: a name bound to one, or one named for it (`self.accelerator`, built
+    /// elsewhere).
+    fn is_accelerator(&self, recv: &str) -> bool {
+        self.accelerator_names.iter().any(|n| n == recv)
+            || last_segment(recv)
+                .to_ascii_lowercase()
+                .contains("accelerator")
     }
 
     /// The division of a loss by the accumulation factor, in the expression or in the latest
@@ -790,4 +799,30 @@ fn factor_in_text(text: &str) -> Option<String> {
         .collect();
     let value = value.trim();
     (!value.is_empty()).then(|| value.to_string())
+}
+
+/// What a framework is told to accumulate over, anywhere in the file
+/// (`accumulate_grad_batches=ACC`, `gradient_accumulation_steps=cfg.ga`): a division by it is a
+/// division by the factor even where the framework is built further down.
+pub(super) fn factors_set(text: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for key in ["accumulate_grad_batches", "gradient_accumulation_steps"] {
+        for at in memchr::memmem::find_iter(text.as_bytes(), key.as_bytes()) {
+            let rest = text[at + key.len()..].trim_start_matches([' ', '\t']);
+            let Some(value) = rest.strip_prefix('=').filter(|r| !r.starts_with('=')) else {
+                continue;
+            };
+            let value = value.trim_start_matches([' ', '\t']);
+            let end = value
+                .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.')))
+                .unwrap_or(value.len());
+            let v = &value[..end];
+            // A call or a subscript is read whole by the walk.
+            let whole = !value[end..].starts_with(['(', '[']);
+            if whole && !v.is_empty() && v.len() < 80 && !found.iter().any(|f| f == v) {
+                found.push(v.to_string());
+            }
+        }
+    }
+    found
 }

@@ -53,29 +53,47 @@ pub fn parse(text: &str) -> Result<Tree, String> {
 }
 
 pub fn extract(text: &str) -> Result<Facts, String> {
-    extract_with(text, true)
+    extract_with(text, Reads::ALL)
 }
 
-/// [`extract`]; without `loops`, the loop model and loss provenance are skipped (the walk only
-/// lowers what the other rules read).
-pub fn extract_with(text: &str, loops: bool) -> Result<Facts, String> {
-    extract_inner(text, loops, true)
+/// The parts of the walk a file needs: files parsed for some rules skip what only others read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reads {
+    /// The loop model and loss provenance (the loop rules).
+    pub loops: bool,
+    /// Memory arithmetic valued into formulas, units, constants and checkpointed values (the
+    /// memory rules).
+    pub values: bool,
+}
+
+impl Reads {
+    pub const ALL: Reads = Reads {
+        loops: true,
+        values: true,
+    };
+}
+
+/// [`extract`], with only the parts of the walk `reads` asks for.
+pub fn extract_with(text: &str, reads: Reads) -> Result<Facts, String> {
+    extract_inner(text, reads, true)
 }
 
 /// The loop model of a text a fix produced: what the fix is checked against (its own missteps
 /// are not fixed again).
 fn extract_unchecked(text: &str) -> Result<Facts, String> {
-    extract_inner(text, true, false)
+    extract_inner(text, Reads::ALL, false)
 }
 
-fn extract_inner(text: &str, loops: bool, verify_fixes: bool) -> Result<Facts, String> {
+fn extract_inner(text: &str, reads: Reads, verify_fixes: bool) -> Result<Facts, String> {
     let blanked = blank_long_comment_runs(text);
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
-    w.loop_model = loops;
+    w.loop_model = reads.loops;
+    w.value_model = reads.values;
     w.verify_fixes = verify_fixes;
     w.trainer_loss.active = memchr::memmem::find(text.as_bytes(), b"compute_loss").is_some();
-    w.facts.loops_read = loops;
+    w.facts.loops_read = reads.loops;
+    w.factor_exprs = calls::factors_set(text);
     w.walk(&tree);
     let mut facts = w.finish(&tree);
     if let Some((_, comments)) = blanked {
@@ -200,6 +218,8 @@ struct Walker<'s> {
     src: &'s str,
     /// Read the loop model's inputs: names assigned in loops, loss provenance, helpers' calls.
     loop_model: bool,
+    /// Memory arithmetic is valued (see [`Reads::values`]).
+    value_model: bool,
     /// Build fixes for the loop's missteps (and check each on the edited text).
     verify_fixes: bool,
     stack: Vec<(usize, Frame)>,
@@ -229,8 +249,9 @@ struct Walker<'s> {
     loss_defs: HashMap<&'s str, Vec<(usize, usize, Prov)>>,
     /// What each function scope returns.
     returns: HashMap<usize, Vec<Prov>>,
-    /// Names bound to an instance of a class (`crit = MyLoss()`), per scope: the class as called.
-    instances: HashMap<&'s str, Vec<(usize, &'s str)>>,
+    /// Names bound to an instance of a class (`crit = MyLoss()`), per scope: the class as called
+    /// and the `reduction=` it was built with.
+    instances: HashMap<&'s str, Vec<Instance<'s>>>,
     /// Imported names: alias → (module, name in it); `import a.b as m` has no name.
     imports: HashMap<String, (String, Option<String>)>,
     /// Counters kept modulo the factor (`acc = (acc + 1) % n`, `acc %= n`): `acc == 0` is the
@@ -250,6 +271,8 @@ struct Walker<'s> {
     /// Names bound to learning-rate schedulers and to DeepSpeed engines.
     scheduler_names: Vec<String>,
     engine_names: Vec<String>,
+    /// Names bound to `Accelerator(...)`.
+    accelerator_names: Vec<String>,
     /// Per name, in source order: whether each assignment divided it (`loss = loss / n`).
     divisions: Divisions,
     /// `Accelerator(...)` constructions and their `gradient_accumulation_steps` as written.
@@ -355,11 +378,16 @@ const OPTIMIZER_CLASSES: &[&str] = &[
     "sgdschedulefree",
 ];
 
+/// Where a name was bound to an instance: the scope, the class as called, and the
+/// `reduction=` it was given.
+type Instance<'s> = (usize, &'s str, Option<&'s str>);
+
 impl<'s> Walker<'s> {
     fn new(src: &'s str) -> Self {
         Walker {
             src,
             loop_model: true,
+            value_model: true,
             verify_fixes: true,
             stack: Vec::new(),
             scopes: vec![Scope {
@@ -396,6 +424,7 @@ impl<'s> Walker<'s> {
             scheduler_names: Vec::new(),
             scaler_names: Vec::new(),
             engine_names: Vec::new(),
+            accelerator_names: Vec::new(),
             divisions: HashMap::default(),
             accelerators: Vec::new(),
             assigned_text: HashMap::default(),
@@ -535,9 +564,12 @@ impl<'s> Walker<'s> {
             // dict for its parent would walk down from the root each time.
             "dictionary" if field == Some("right") => {
                 super::python_config::dict(node, self.src, &mut self.facts);
-                self.dictionary(node, true);
+                if self.value_model {
+                    self.dictionary(node, true);
+                }
             }
-            "dictionary" => self.dictionary(node, false),
+            // Tables are read by the memory rules alone.
+            "dictionary" if self.value_model => self.dictionary(node, false),
             "for_statement" | "while_statement" => {
                 let id = self.loops.len();
                 self.loops.push(LoopInfo {
@@ -560,13 +592,17 @@ impl<'s> Walker<'s> {
             }
             "if_statement" => {
                 self.continue_guard(node);
-                self.chain_table(node);
+                if self.value_model {
+                    self.chain_table(node);
+                }
             }
-            "match_statement" => self.match_table(node),
-            "list" | "tuple" if node.named_child(0).is_some_and(|c| c.ty() == "tuple") => {
+            "match_statement" if self.value_model => self.match_table(node),
+            "list" | "tuple"
+                if self.value_model && node.named_child(0).is_some_and(|c| c.ty() == "tuple") =>
+            {
                 self.pair_table(node)
             }
-            "parameters" => {
+            "parameters" if self.value_model => {
                 let mut c = node.walk();
                 let kids: Vec<Node> = node.named_children(&mut c).collect();
                 self.keyword_pair(&kids);
@@ -648,7 +684,9 @@ impl<'s> Walker<'s> {
             "comparison_operator" => self.comparison(node),
             "call" => {
                 self.call(node);
-                self.call_table(node);
+                if self.value_model {
+                    self.call_table(node);
+                }
             }
             "keyword_argument" => self.keyword(node),
             "ERROR" => self.facts.syntax_error = true,

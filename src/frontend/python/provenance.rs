@@ -36,6 +36,17 @@ const TRANSPARENT: &[&str] = &[
     "as_tensor",
 ];
 
+/// How many terms a sum adds (`a + b + c` → 3; anything else → 1).
+fn terms(node: Node) -> usize {
+    let node = unparen(node);
+    match (node.ty(), node.field("operator").map(|o| o.kind())) {
+        ("binary_operator", Some("+")) => {
+            node.field("left").map_or(1, terms) + node.field("right").map_or(1, terms)
+        }
+        _ => 1,
+    }
+}
+
 impl<'s> Walker<'s> {
     /// The provenance of an expression, with the names it reads followed to their assignments.
     pub(super) fn prov(&self, node: Node, depth: usize) -> Prov {
@@ -53,6 +64,12 @@ impl<'s> Walker<'s> {
                     // A fractional constant is a weight (`(a + 0.1 * b) / 1.1`): no number of
                     // micro-steps is fractional.
                     "/" if matches!(super::parse_number(self.text(unparen(right))), Some(v) if v.fract() != 0.0) => {
+                        self.prov(left, depth + 1)
+                    }
+                    // The mean of its parts (`(start + end) / 2`): a weight, not a window.
+                    "/" if super::parse_number(self.text(unparen(right)))
+                        .is_some_and(|v| v == terms(left) as f64) =>
+                    {
                         self.prov(left, depth + 1)
                     }
                     // Divided by a count of this micro-step's own data: a mean over it, as a
@@ -183,6 +200,17 @@ impl<'s> Walker<'s> {
                 _ => inner(first_arg),
             };
         }
+        // A criterion built to sum (or to keep per-element losses) returns what it was built for.
+        match self
+            .instance(f)
+            .and_then(|(_, r)| r)
+            .map(super::string_key)
+            .as_deref()
+        {
+            Some("sum") => return Prov::UNKNOWN,
+            Some("none") => return Prov::PerElement,
+            _ => {}
+        }
         // A producer handed the accumulation factor or an item count may divide by it.
         // The arguments matter to a function of this file (its parameters stand for them).
         let callee = self.callee(func);
@@ -311,11 +339,19 @@ impl<'s> Walker<'s> {
 
     /// The class a name was built from (`crit = MyLoss()`, `self.crit = MyLoss()`).
     fn instance_of(&self, name: &str) -> Option<String> {
+        self.instance(name).map(|(class, _)| class.to_string())
+    }
+
+    /// The class a name was built from in the nearest enclosing scope, and the `reduction=` it
+    /// was given (`crit = nn.MSELoss(reduction="sum")`).
+    fn instance(&self, name: &str) -> Option<(&'s str, Option<&'s str>)> {
         let built = self.instances.get(name)?;
         let mut scope = Some(super::scope_of_name(self, name));
         while let Some(s) = scope {
-            if let Some((_, class)) = built.iter().rev().find(|(in_scope, _)| *in_scope == s) {
-                return Some(class.to_string());
+            if let Some((_, class, reduction)) =
+                built.iter().rev().find(|(in_scope, ..)| *in_scope == s)
+            {
+                return Some((class, *reduction));
             }
             scope = self.scopes.get(s).and_then(|sc| sc.parent);
         }

@@ -45,6 +45,10 @@ impl<'s> Walker<'s> {
                         self.note_sample_schedule(&target, right);
                     }
                 }
+                // `acc = Accelerator(...)`: whatever the name, its `backward` is accelerate's.
+                if simple_target && last_segment(callee) == "Accelerator" {
+                    self.accelerator_names.push(target.clone());
+                }
                 // `engine, optimizer, _, _ = deepspeed.initialize(...)`
                 if callee == "deepspeed.initialize" {
                     let engine = match left.ty() {
@@ -76,10 +80,11 @@ impl<'s> Walker<'s> {
             let callee = self.text(f);
             if starts_upper(last_segment(callee)) {
                 let scope = scope_of_name(self, &target);
+                let reduction = self.keyword_value(right, "reduction");
                 self.instances
                     .entry(self.text(left))
                     .or_default()
-                    .push((scope, callee));
+                    .push((scope, callee, reduction));
             }
         }
         self.assigned_text.insert(target.clone(), rtext);
@@ -364,4 +369,17 @@ fn is_count_of_data(text: &str) -> bool {
         .iter()
         .any(|w| text.contains(w))
         && !text.contains(" for ")
+}
+
+impl<'s> Walker<'s> {
+    /// The text of a call's keyword argument (`reduction="sum"` → `"sum"` with its quotes).
+    pub(super) fn keyword_value(&self, call: Node, keyword: &str) -> Option<&'s str> {
+        let args = call.field("arguments")?;
+        let mut c = args.walk();
+        let found = args
+            .named_children(&mut c)
+            .filter(|a| a.ty() == "keyword_argument")
+            .find(|a| a.field("name").is_some_and(|n| self.text(n) == keyword))?;
+        found.field("value").map(|v| self.text(v))
+    }
 }

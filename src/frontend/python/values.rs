@@ -57,6 +57,10 @@ pub(super) enum PendingKind {
 impl<'s> Walker<'s> {
     /// The program node of an expression.
     pub(super) fn value_of(&mut self, node: Node, depth: usize) -> Id {
+        // Nothing is valued without the value model: what it would build is never read.
+        if !self.value_model {
+            return 0;
+        }
         if depth == 0 {
             self.program_path();
         }
@@ -488,6 +492,9 @@ impl<'s> Walker<'s> {
     }
 
     pub(super) fn pend(&mut self, kind: PendingKind, value: Id, span: Range<usize>) {
+        if !self.value_model {
+            return;
+        }
         let inference = self.stack.iter().any(|(_, f)| match f {
             Frame::With(_, no_grad) => *no_grad,
             Frame::Scope(s) => self.scopes.get(*s).is_some_and(|s| s.inference),
@@ -532,6 +539,9 @@ impl<'s> Walker<'s> {
     /// Value every pending formula: as written, and in each helper once per call site (a helper
     /// whose parameters' roles only its callers say). Kept: what is sized by the model.
     pub(super) fn value_formulas(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
         let pending = std::mem::take(&mut self.pending);
         let program = std::mem::take(&mut self.program);
         let valuer = program.valuer();
