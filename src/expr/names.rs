@@ -365,3 +365,32 @@ pub fn part_of(name: &str) -> Role {
     }
     Role::Unknown
 }
+
+/// A function named for memory: bytes, a unit or a memory word among its words.
+pub fn sizes_memory(name: &str) -> bool {
+    name.to_ascii_lowercase().split('_').any(|w| {
+        matches!(
+            w,
+            "bytes"
+                | "mem"
+                | "memory"
+                | "gb"
+                | "gib"
+                | "mb"
+                | "mib"
+                | "vram"
+                | "footprint"
+                | "budget"
+        )
+    })
+}
+
+/// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,
+/// `params`, `num_parameters`).
+pub fn counts_parameters(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "n" | "p" | "psi" | "num" | "count" | "params" | "parameters" | "nparams"
+    ) || (n.contains("param") && role_of(name) == Role::Unknown && !n.contains("per_"))
+}

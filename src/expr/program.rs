@@ -513,6 +513,11 @@ impl Valuer<'_, '_> {
                         .find(|(name, _)| name == k)
                         .map(|(_, v)| v)
                         .unwrap_or_else(|| Value::Scalar(opaque(text, span))),
+                    // `cfg["gpu_memory_gb"]` of a config read at run time: the key names the
+                    // value, as an attribute's name does (`args.gpu_memory_gb`).
+                    (Value::Scalar(base), Key::Str(k)) if names_a_container(&base) => {
+                        Value::Scalar(Lin::symbol(text, span).with_role(role_of(k)))
+                    }
                     (Value::Seq(items), Key::Index(i)) => {
                         let n = items.len() as i64;
                         let at = if *i < 0 { n + i } else { *i };
@@ -740,7 +745,12 @@ impl Valuer<'_, '_> {
                 return Value::Scalar(opaque(text, span));
             }
         }
-        first
+        // A helper named for a component (`self.optimizer()`, `grads_gb(n)`) labels what it
+        // returns, as a name bound to the value would.
+        match first {
+            Value::Scalar(l) => Value::Scalar(l.through(part_of(callee))),
+            other => other,
+        }
     }
 
     /// The arguments of one call of `function`, valued where the call is.
@@ -872,6 +882,12 @@ fn covers(suffixes: &[&[(u32, bool)]]) -> bool {
     };
     let (yes, no) = (side(true), side(false));
     !yes.is_empty() && !no.is_empty() && covers(&yes) && covers(&no)
+}
+
+/// A plain name whose value is not known here (`cfg` read from a file): its items are named by
+/// their keys. Not a call's result (`shutil.disk_usage(p).free` is no device's memory).
+fn names_a_container(base: &Lin) -> bool {
+    matches!(base.terms.as_slice(), [t] if !t.opaque && t.coef == 1.0) && base.constant == 0.0
 }
 
 /// Two values that state the same thing (the same symbols, coefficients and constant).

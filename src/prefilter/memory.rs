@@ -4,7 +4,7 @@
 
 use super::scan::{assigned_at, contains, identifier_at, is_ident, Scan};
 use crate::config::parse_number;
-use crate::expr::{is_memory_name, role_of, Role};
+use crate::expr::{counts_parameters, is_memory_name, role_of, sizes_memory, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::project::{params_from_name, MODEL_KEYS};
 use aho_corasick::AhoCorasick;
@@ -105,6 +105,32 @@ impl Scan<'_> {
         let start = at.saturating_sub(NEAR);
         let end = lower.len().min(at + NEAR);
         memory_marks().is_none_or(|m| m.is_match(&lower[start..end]))
+    }
+
+    /// A function named for memory whose parameter has a count's name (`def train_mem_gb(P,
+    /// bpp=2):`): the frontend reads that parameter as a parameter count (see
+    /// [`counts_parameters`]). Near memory arithmetic only, as derived counts are.
+    pub(super) fn memory_function(&self) -> bool {
+        const PARAMS_MAX: usize = 400;
+        let lower = self.lower;
+        memchr::memmem::find_iter(lower, b"def ").any(|at| {
+            let rest = &lower[at + 4..];
+            let skip = rest.iter().take_while(|b| **b == b' ').count();
+            let (start, end) = identifier_at(lower, at + 4 + skip, false);
+            let named = start == at + 4 + skip
+                && self.text.get(start..end).is_some_and(sizes_memory)
+                && lower.get(end) == Some(&b'(');
+            if !named {
+                return false;
+            }
+            let stop = crate::source::floor_char_boundary(self.text, end + 1 + PARAMS_MAX);
+            let tail = self.text.get(end + 1..stop).unwrap_or("");
+            let params = tail.split(')').next().unwrap_or("");
+            params.split(',').any(|p| {
+                let name = p.split([':', '=']).next().unwrap_or("");
+                counts_parameters(name.trim().trim_start_matches('*'))
+            }) && self.counts_memory_near(at)
+        })
     }
 
     /// Where a parameter count is derived: `numel()` (counted over a model's parameters),

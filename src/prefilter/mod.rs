@@ -207,7 +207,8 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (wanted.batch && scan.batch_key())
         || (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
-        || ((wanted.memory || wanted.states) && (scan.sized_name(true) || scan.derived_size()))
+        || ((wanted.memory || wanted.states)
+            && (scan.sized_name(true) || scan.derived_size() || scan.memory_function()))
         || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model())
         || (wanted.trainer_loss && scan.trainer_loss())
@@ -404,6 +405,12 @@ mod tests {
         assert!(yes("n = model.num_parameters()\nneed_gb = 16 * n / 1e9\n"));
         assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
         assert!(yes("PARAMS_B = 8\nprint(PARAMS_B * 16, 'GB')\n"));
+        // A memory function's count parameter, near memory arithmetic.
+        assert!(yes(
+            "def train_mem_gb(P, bpp=2):\n    return P * bpp / 1e9\n"
+        ));
+        assert!(!yes("def train_mem(P):\n    return P + 1\n"));
+        assert!(!yes("def plot(P):\n    return P * 2 / 1e9\n"));
         assert!(!yes("batch_size_b = 8\n"));
         assert!(yes("cfg = {\"num_params\": 7e9}\n"));
         assert!(yes("optimizer_state_bytes = n_params * 8\n"));

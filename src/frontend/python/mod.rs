@@ -30,7 +30,7 @@ mod values;
 use super::loops::{
     self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
 };
-use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
+use super::{clip, clip_tail, flag_evidence, lora_setting, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::program::Program;
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
@@ -651,6 +651,8 @@ impl<'s> Walker<'s> {
                 self.call_table(node);
             }
             "keyword_argument" => self.keyword(node),
+            // `{"lora_r": 16}`, `def plan(n, lora_rank=8)`: LoRA settings written as data.
+            "pair" | "default_parameter" | "typed_default_parameter" => self.setting(node),
             "ERROR" => self.facts.syntax_error = true,
             _ => {}
         }

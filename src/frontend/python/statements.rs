@@ -7,6 +7,26 @@ use crate::frontend::fields::{PyField, PyKind};
 impl<'s> Walker<'s> {
     // ---- statements -------------------------------------------------------------------------
 
+    /// A dict entry or a parameter's default that is a LoRA setting given a literal.
+    pub(super) fn setting(&mut self, node: Node) {
+        let (key, value) = match node.ty() {
+            "pair" => (node.field("key"), node.field("value")),
+            _ => (node.field("name"), node.field("value")),
+        };
+        let (Some(key), Some(value)) = (key, value) else {
+            return;
+        };
+        if is_literal(value) {
+            let key = self.text(key).trim_matches(['"', '\'']);
+            lora_setting(
+                key,
+                self.text(value),
+                node.byte_range(),
+                &mut self.facts.evidence,
+            );
+        }
+    }
+
     pub(super) fn assignment(&mut self, node: Node) {
         let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
             return;
@@ -19,6 +39,9 @@ impl<'s> Walker<'s> {
         let simple_target = matches!(left.ty(), "identifier" | "attribute");
         // Evidence in assignments.
         let rtext = self.text(right);
+        if simple_target && is_literal(right) {
+            lora_setting(&target, rtext, node.byte_range(), &mut self.facts.evidence);
+        }
         if target.ends_with("requires_grad") && rtext == "False" {
             self.facts.evidence.frozen.push(node.byte_range());
         }
@@ -364,4 +387,9 @@ fn is_count_of_data(text: &str) -> bool {
         .iter()
         .any(|w| text.contains(w))
         && !text.contains(" for ")
+}
+
+/// A number, a boolean or a plain string.
+fn is_literal(n: Node) -> bool {
+    matches!(n.ty(), "integer" | "float" | "true" | "false" | "string")
 }
