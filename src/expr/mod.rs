@@ -8,8 +8,8 @@ pub mod program;
 pub mod units;
 
 pub use names::{
-    billions, counts_parameters, device_count, is_memory_name, part_of, role_of, sizes_memory,
-    DeviceCount, Role,
+    billions, counts_parameters, device_count, is_memory_name, names_a_count, part_of, role_of,
+    sizes_memory, DeviceCount, Role,
 };
 use std::ops::Range;
 use units::Conversion;

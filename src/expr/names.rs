@@ -385,6 +385,17 @@ pub fn sizes_memory(name: &str) -> bool {
     })
 }
 
+/// A name that is nothing but a count of parameters (`P`, `n`, `params`, `nparams`): given a
+/// number as large as a model's, it counts the model's parameters. A longer name says what
+/// else it counts (`largest_layer_params`).
+pub fn names_a_count(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    matches!(
+        last.as_str(),
+        "n" | "p" | "psi" | "params" | "parameters" | "nparams" | "num_param" | "n_param"
+    )
+}
+
 /// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,
 /// `params`, `num_parameters`).
 pub fn counts_parameters(name: &str) -> bool {

@@ -10,7 +10,7 @@
 //!   `total_memory` is the device's memory, `WORLD_SIZE` counts devices), and only then from the
 //!   words of its name.
 
-use super::names::{billions, is_node_count};
+use super::names::{billions, is_node_count, names_a_count};
 use super::{part_of, role_of, DeviceCount, Lin, Role};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -26,6 +26,8 @@ pub enum Source {
     Params { trainable: bool },
     /// The device's memory in bytes: `get_device_properties(0).total_memory`, `mem_get_info()`.
     DeviceMemory,
+    /// The weights' own size in bytes: `model.get_memory_footprint()`.
+    Weights,
     /// A count of devices: `dist.get_world_size()`, `int(os.environ["WORLD_SIZE"])`.
     Devices(DeviceCount),
 }
@@ -118,6 +120,8 @@ pub struct Program<'s> {
     calls: Vec<Id>,
 }
 
+/// The least a number a count's name holds must be to count a model's parameters.
+const PARAM_COUNT_MIN: f64 = 1e6;
 /// How many helpers deep valuing follows calls.
 const MAX_CALL_DEPTH: u8 = 3;
 /// How many call sites of one helper its formulas are valued for.
@@ -213,6 +217,23 @@ impl<'s> Program<'s> {
     /// What `name` holds in `scope`, read from a statement that does not bind it.
     pub fn name_role(&mut self, scope: usize, name: &'s str, role: Role, coef: f64) {
         self.roles.insert((scope, name), (role, coef));
+    }
+
+    /// What a statement said `name` holds, in `scope` or the nearest enclosing scope that said
+    /// it (a function reads the module's `P = 7e9` as the module does).
+    fn role_in(&self, scope: usize, name: &str) -> Option<(Role, f64)> {
+        let mut cur = Some(scope);
+        while let Some(s) = cur {
+            if let Some(r) = self.roles.get(&(s, name)) {
+                return Some(*r);
+            }
+            // A name of its own (bound or a parameter) hides the enclosing one.
+            if self.bindings.contains_key(&(s, name)) || self.is_param(s, name) {
+                return None;
+            }
+            cur = self.scopes.get(s).and_then(|d| d.parent);
+        }
+        None
     }
 
     pub fn span(&self, id: Id) -> Range<usize> {
@@ -576,6 +597,7 @@ impl Valuer<'_, '_> {
                     Lin::derived(text, span, role)
                 }
                 Source::DeviceMemory => Lin::derived(text, span, Role::Gpu),
+                Source::Weights => Lin::derived(text, span, Role::Model),
                 Source::Devices(kind) => Lin::devices(text, span, *kind),
             },
             Node::Opaque => opaque(text, span),
@@ -665,8 +687,8 @@ impl Valuer<'_, '_> {
         }
         // A number a statement says is a parameter count (`PARAMS=7000000000` in a shell
         // script) stays a symbol of that role, carrying its value.
-        if let (true, Some(&(Role::ParamCount, coef))) =
-            (lin.is_constant(), self.p.roles.get(&(scope, name)))
+        if let (true, Some((Role::ParamCount, coef))) =
+            (lin.is_constant(), self.p.role_in(scope, name))
         {
             if role_of(name) == Role::Unknown && !billions(name) {
                 let known = Lin::known(name, span, lin.constant)
@@ -674,6 +696,16 @@ impl Valuer<'_, '_> {
                     .scale(coef, None, None);
                 return Value::Scalar(known);
             }
+        }
+        // `P = 7e9`, an argument `estimate(13e9)` for `n`: a count's name holding a number no
+        // smaller than a model's parameter count counts parameters.
+        if lin.is_constant()
+            && lin.constant >= PARAM_COUNT_MIN
+            && names_a_count(name)
+            && role_of(name) == Role::Unknown
+        {
+            let known = Lin::known(name, span, lin.constant).with_role(Role::ParamCount);
+            return Value::Scalar(known);
         }
         if lin.is_constant() && billions(name) {
             let mut known = Lin::known(name, span, lin.constant * 1e9)
@@ -698,7 +730,7 @@ impl Valuer<'_, '_> {
     }
 
     fn apply_role(&self, name: &str, scope: usize, lin: &mut Lin) {
-        let Some(&(role, coef)) = self.p.roles.get(&(scope, name)) else {
+        let Some((role, coef)) = self.p.role_in(scope, name) else {
             return;
         };
         if let [t] = lin.terms.as_mut_slice() {

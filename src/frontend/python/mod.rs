@@ -555,7 +555,7 @@ impl<'s> Walker<'s> {
                     if self.loop_model {
                         self.note_assigned_names(left);
                     }
-                    self.bind_unknown(left);
+                    self.bind_loop(left, node.field("right"));
                 }
             }
             "if_statement" => {
@@ -871,6 +871,13 @@ impl<'s> Walker<'s> {
             let Some(path) = path else {
                 continue;
             };
+            // `from peft import ...`, `import peft`: adapters in the run.
+            if [module.as_str(), path]
+                .iter()
+                .any(|m| m.split('.').next() == Some("peft"))
+            {
+                self.facts.evidence.lora.push(node.byte_range());
+            }
             let (key, value) = if from {
                 (
                     alias.unwrap_or(path).to_string(),

@@ -147,6 +147,7 @@ impl<'s> Walker<'s> {
             self.define(self.text(left), node.start_byte(), prov);
         }
         self.note_counts(&target, right);
+
         // `TP = 4`, `pipeline_parallel_size = 2`: a model-parallel degree written as a constant.
         if let Some(n) = self.number(right).filter(|n| *n > 1.0 && n.fract() == 0.0) {
             if crate::expr::device_count(last_segment(&target))

@@ -215,6 +215,8 @@ impl<'s> Walker<'s> {
                     .map(|a| self.value_of(*a, depth + 1))
                     .collect(),
             ),
+            // transformers' size of the weights in bytes (buffers included).
+            "get_memory_footprint" if callee.contains('.') => source(Source::Weights),
             "num_parameters" | "get_num_params" | "num_params" if callee.contains('.') => {
                 source(Source::Params {
                     trainable: text.contains("trainable=True"),
@@ -483,6 +485,32 @@ impl<'s> Walker<'s> {
             }
             _ => {}
         }
+    }
+
+    /// A loop's target: over a literal list of numbers (`for n in (1.3e9, 7e9):`) it holds
+    /// one of them (the first stands for all: rules read multipliers, not sizes); anything
+    /// else, something unknown.
+    pub(super) fn bind_loop(&mut self, left: Node, right: Option<Node>) {
+        let first = right
+            .filter(|r| matches!(r.ty(), "list" | "tuple") && left.ty() == "identifier")
+            .and_then(|r| r.named_child(0))
+            .filter(|_| right.is_some_and(|r| self.literal_numbers(r)));
+        match first {
+            Some(item) => {
+                self.program_path();
+                let value = self.value_of(item, 0);
+                self.bind_value(left, value, left.byte_range());
+            }
+            None => self.bind_unknown(left),
+        }
+    }
+
+    fn literal_numbers(&self, list: Node) -> bool {
+        let mut c = list.walk();
+        let items: Vec<Node> = list.named_children(&mut c).collect();
+        !items.is_empty()
+            && items.len() <= MAX_ITEMS
+            && items.iter().all(|i| self.number(*i).is_some())
     }
 
     /// A loop's or a `with`'s target holds something unknown from here on.
