@@ -7,7 +7,10 @@ mod names;
 pub mod program;
 pub mod units;
 
-pub use names::{billions, device_count, is_memory_name, part_of, role_of, DeviceCount, Role};
+pub use names::{
+    billions, counts_parameters, device_count, is_memory_name, names_a_count, part_of, role_of,
+    sizes_memory, DeviceCount, Role,
+};
 use std::ops::Range;
 use units::Conversion;
 

@@ -365,3 +365,43 @@ pub fn part_of(name: &str) -> Role {
     }
     Role::Unknown
 }
+
+/// A function named for memory: bytes, a unit or a memory word among its words.
+pub fn sizes_memory(name: &str) -> bool {
+    name.to_ascii_lowercase().split('_').any(|w| {
+        matches!(
+            w,
+            "bytes"
+                | "mem"
+                | "memory"
+                | "gb"
+                | "gib"
+                | "mb"
+                | "mib"
+                | "vram"
+                | "footprint"
+                | "budget"
+        )
+    })
+}
+
+/// A name that is nothing but a count of parameters (`P`, `n`, `params`, `nparams`): given a
+/// number as large as a model's, it counts the model's parameters. A longer name says what
+/// else it counts (`largest_layer_params`).
+pub fn names_a_count(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    matches!(
+        last.as_str(),
+        "n" | "p" | "psi" | "params" | "parameters" | "nparams" | "num_param" | "n_param"
+    )
+}
+
+/// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,
+/// `params`, `num_parameters`).
+pub fn counts_parameters(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "n" | "p" | "psi" | "num" | "count" | "params" | "parameters" | "nparams"
+    ) || (n.contains("param") && role_of(name) == Role::Unknown && !n.contains("per_"))
+}

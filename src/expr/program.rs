@@ -10,7 +10,7 @@
 //!   `total_memory` is the device's memory, `WORLD_SIZE` counts devices), and only then from the
 //!   words of its name.
 
-use super::names::{billions, is_node_count};
+use super::names::{billions, is_node_count, names_a_count};
 use super::{part_of, role_of, DeviceCount, Lin, Role};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -26,6 +26,8 @@ pub enum Source {
     Params { trainable: bool },
     /// The device's memory in bytes: `get_device_properties(0).total_memory`, `mem_get_info()`.
     DeviceMemory,
+    /// The weights' own size in bytes: `model.get_memory_footprint()`.
+    Weights,
     /// A count of devices: `dist.get_world_size()`, `int(os.environ["WORLD_SIZE"])`.
     Devices(DeviceCount),
 }
@@ -118,6 +120,8 @@ pub struct Program<'s> {
     calls: Vec<Id>,
 }
 
+/// The least a number a count's name holds must be to count a model's parameters.
+const PARAM_COUNT_MIN: f64 = 1e6;
 /// How many helpers deep valuing follows calls.
 const MAX_CALL_DEPTH: u8 = 3;
 /// How many call sites of one helper its formulas are valued for.
@@ -213,6 +217,23 @@ impl<'s> Program<'s> {
     /// What `name` holds in `scope`, read from a statement that does not bind it.
     pub fn name_role(&mut self, scope: usize, name: &'s str, role: Role, coef: f64) {
         self.roles.insert((scope, name), (role, coef));
+    }
+
+    /// What a statement said `name` holds, in `scope` or the nearest enclosing scope that said
+    /// it (a function reads the module's `P = 7e9` as the module does).
+    fn role_in(&self, scope: usize, name: &str) -> Option<(Role, f64)> {
+        let mut cur = Some(scope);
+        while let Some(s) = cur {
+            if let Some(r) = self.roles.get(&(s, name)) {
+                return Some(*r);
+            }
+            // A name of its own (bound or a parameter) hides the enclosing one.
+            if self.bindings.contains_key(&(s, name)) || self.is_param(s, name) {
+                return None;
+            }
+            cur = self.scopes.get(s).and_then(|d| d.parent);
+        }
+        None
     }
 
     pub fn span(&self, id: Id) -> Range<usize> {
@@ -513,6 +534,11 @@ impl Valuer<'_, '_> {
                         .find(|(name, _)| name == k)
                         .map(|(_, v)| v)
                         .unwrap_or_else(|| Value::Scalar(opaque(text, span))),
+                    // `cfg["gpu_memory_gb"]` of a config read at run time: the key names the
+                    // value, as an attribute's name does (`args.gpu_memory_gb`).
+                    (Value::Scalar(base), Key::Str(k)) if names_a_container(&base) => {
+                        Value::Scalar(Lin::symbol(text, span).with_role(role_of(k)))
+                    }
                     (Value::Seq(items), Key::Index(i)) => {
                         let n = items.len() as i64;
                         let at = if *i < 0 { n + i } else { *i };
@@ -571,6 +597,7 @@ impl Valuer<'_, '_> {
                     Lin::derived(text, span, role)
                 }
                 Source::DeviceMemory => Lin::derived(text, span, Role::Gpu),
+                Source::Weights => Lin::derived(text, span, Role::Model),
                 Source::Devices(kind) => Lin::devices(text, span, *kind),
             },
             Node::Opaque => opaque(text, span),
@@ -660,8 +687,8 @@ impl Valuer<'_, '_> {
         }
         // A number a statement says is a parameter count (`PARAMS=7000000000` in a shell
         // script) stays a symbol of that role, carrying its value.
-        if let (true, Some(&(Role::ParamCount, coef))) =
-            (lin.is_constant(), self.p.roles.get(&(scope, name)))
+        if let (true, Some((Role::ParamCount, coef))) =
+            (lin.is_constant(), self.p.role_in(scope, name))
         {
             if role_of(name) == Role::Unknown && !billions(name) {
                 let known = Lin::known(name, span, lin.constant)
@@ -669,6 +696,16 @@ impl Valuer<'_, '_> {
                     .scale(coef, None, None);
                 return Value::Scalar(known);
             }
+        }
+        // `P = 7e9`, an argument `estimate(13e9)` for `n`: a count's name holding a number no
+        // smaller than a model's parameter count counts parameters.
+        if lin.is_constant()
+            && lin.constant >= PARAM_COUNT_MIN
+            && names_a_count(name)
+            && role_of(name) == Role::Unknown
+        {
+            let known = Lin::known(name, span, lin.constant).with_role(Role::ParamCount);
+            return Value::Scalar(known);
         }
         if lin.is_constant() && billions(name) {
             let mut known = Lin::known(name, span, lin.constant * 1e9)
@@ -693,7 +730,7 @@ impl Valuer<'_, '_> {
     }
 
     fn apply_role(&self, name: &str, scope: usize, lin: &mut Lin) {
-        let Some(&(role, coef)) = self.p.roles.get(&(scope, name)) else {
+        let Some((role, coef)) = self.p.role_in(scope, name) else {
             return;
         };
         if let [t] = lin.terms.as_mut_slice() {
@@ -740,7 +777,12 @@ impl Valuer<'_, '_> {
                 return Value::Scalar(opaque(text, span));
             }
         }
-        first
+        // A helper named for a component (`self.optimizer()`, `grads_gb(n)`) labels what it
+        // returns, as a name bound to the value would.
+        match first {
+            Value::Scalar(l) => Value::Scalar(l.through(part_of(callee))),
+            other => other,
+        }
     }
 
     /// The arguments of one call of `function`, valued where the call is.
@@ -872,6 +914,12 @@ fn covers(suffixes: &[&[(u32, bool)]]) -> bool {
     };
     let (yes, no) = (side(true), side(false));
     !yes.is_empty() && !no.is_empty() && covers(&yes) && covers(&no)
+}
+
+/// A plain name whose value is not known here (`cfg` read from a file): its items are named by
+/// their keys. Not a call's result (`shutil.disk_usage(p).free` is no device's memory).
+fn names_a_container(base: &Lin) -> bool {
+    matches!(base.terms.as_slice(), [t] if !t.opaque && t.coef == 1.0) && base.constant == 0.0
 }
 
 /// Two values that state the same thing (the same symbols, coefficients and constant).

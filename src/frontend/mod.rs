@@ -97,6 +97,40 @@ pub(crate) fn clip_tail(s: &str) -> &str {
 }
 
 /// Record what a `key value` pair (a CLI flag, a shell variable, a config key) says about training.
+/// Settings that turn LoRA on when given a value that does not switch it off.
+pub const LORA_KEYS: &[&str] = &[
+    "lora_r",
+    "lora_rank",
+    "use_lora",
+    "lora",
+    "use_peft",
+    "peft",
+    "adapter",
+    "finetuning_type",
+    "lora_alpha",
+    "qlora",
+    "use_qlora",
+];
+
+/// A setting's value that turns its feature off (`false`, `0`, `none`, `full` fine-tuning).
+fn switches_off(v: &str) -> bool {
+    matches!(
+        v,
+        "false" | "0" | "0.0" | "no" | "none" | "full" | "freeze" | "\"\"" | "''"
+    )
+}
+
+/// A LoRA setting written in code (`lora_r = 16`, `"use_lora": True`, `def f(lora_rank=8)`)
+/// with a literal value that does not switch it off: the run trains adapters.
+pub fn lora_setting(key: &str, value: &str, span: Range<usize>, ev: &mut Evidence) {
+    let k = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
+    let v = value.trim().to_ascii_lowercase();
+    let literal = v.parse::<f64>().is_ok() || v == "true" || v.starts_with(['"', '\'']);
+    if LORA_KEYS.contains(&k.as_str()) && literal && !switches_off(v.trim_matches(['"', '\''])) {
+        ev.lora.push(span);
+    }
+}
+
 pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Evidence) {
     let k = clip(key.trim_start_matches('-'))
         .to_ascii_lowercase()
@@ -130,15 +164,7 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
                 span,
             })
         }
-        "lora_r" | "lora_rank" | "use_lora" | "lora" | "use_peft" | "peft" | "adapter"
-        | "finetuning_type" | "lora_alpha" | "qlora"
-            if !matches!(
-                v.as_str(),
-                "false" | "0" | "no" | "none" | "full" | "freeze"
-            ) =>
-        {
-            ev.lora.push(span)
-        }
+        _ if LORA_KEYS.contains(&k.as_str()) && !switches_off(&v) => ev.lora.push(span),
         "deepspeed" | "zero_stage" | "fsdp" | "zero" | "offload_optimizer"
         | "zero_optimization" | "fsdp_config" | "sharding_strategy"
             if !matches!(v.as_str(), "false" | "0" | "no" | "none" | "no_shard" | "") =>

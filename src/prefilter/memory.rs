@@ -4,7 +4,7 @@
 
 use super::scan::{assigned_at, contains, identifier_at, is_ident, Scan};
 use crate::config::parse_number;
-use crate::expr::{is_memory_name, role_of, Role};
+use crate::expr::{counts_parameters, is_memory_name, names_a_count, role_of, sizes_memory, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::project::{params_from_name, MODEL_KEYS};
 use aho_corasick::AhoCorasick;
@@ -117,6 +117,70 @@ impl Scan<'_> {
         })
     }
 
+    /// A function named for memory whose parameter has a count's name (`def train_mem_gb(P,
+    /// bpp=2):`): the frontend reads that parameter as a parameter count (see
+    /// [`counts_parameters`]). Near memory arithmetic only, as derived counts are.
+    pub(super) fn memory_function(&self) -> bool {
+        const PARAMS_MAX: usize = 400;
+        let lower = self.lower;
+        memchr::memmem::find_iter(lower, b"def ").any(|at| {
+            let rest = &lower[at + 4..];
+            let skip = rest.iter().take_while(|b| **b == b' ').count();
+            let (start, end) = identifier_at(lower, at + 4 + skip, false);
+            let named = start == at + 4 + skip
+                && self.text.get(start..end).is_some_and(sizes_memory)
+                && lower.get(end) == Some(&b'(');
+            if !named {
+                return false;
+            }
+            let stop = crate::source::floor_char_boundary(self.text, end + 1 + PARAMS_MAX);
+            let tail = self.text.get(end + 1..stop).unwrap_or("");
+            let params = tail.split(')').next().unwrap_or("");
+            params.split(',').any(|p| {
+                let name = p.split([':', '=']).next().unwrap_or("");
+                counts_parameters(name.trim().trim_start_matches('*'))
+            }) && self.counts_memory_near(at)
+        })
+    }
+
+    /// A count's name given a number of parameters (`P = 7e9`, `params = 13 * 10**9`,
+    /// `n = 6_738_415_616`): the frontend reads the name as a parameter count. Near memory
+    /// arithmetic only.
+    pub(super) fn count_constant(&self) -> bool {
+        let lower = self.lower;
+        memchr::memchr_iter(b'=', lower).any(|eq| {
+            let before = lower[..eq].last().copied().unwrap_or(b' ');
+            let after = &lower[eq + 1..];
+            // A number follows, not a comparison or an augmented assignment.
+            let value_start = after.iter().take_while(|b| **b == b' ').count();
+            if !after.get(value_start).is_some_and(u8::is_ascii_digit)
+                || b"=<>!+-*/%&|^:".contains(&before)
+            {
+                return false;
+            }
+            let end = memchr::memchr3(b'\n', b'#', b';', after).unwrap_or(after.len());
+            let value = std::str::from_utf8(&after[value_start..end]).unwrap_or("");
+            let value = value.trim_end();
+            let literal = value.bytes().all(|c| {
+                c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'*' | b' ' | b'e' | b'+')
+            });
+            let large = value.contains('*') || parse_number(value).is_some_and(|v| v >= 1e6);
+            if !literal || !large {
+                return false;
+            }
+            let name_end = lower[..eq]
+                .iter()
+                .rposition(|b| *b != b' ')
+                .map_or(0, |i| i + 1);
+            let (start, end) = identifier_at(lower, name_end, false);
+            let name = self.text.get(start..end).unwrap_or("");
+            end == name_end
+                && names_a_count(name)
+                && role_of(name) == Role::Unknown
+                && self.counts_memory_near(eq)
+        })
+    }
+
     /// Where a parameter count is derived: `numel()` (counted over a model's parameters),
     /// `num_parameters()` and the like, or a name for billions of parameters.
     fn derived_sizes(&self) -> impl Iterator<Item = usize> + '_ {
@@ -127,6 +191,7 @@ impl Scan<'_> {
             b"get_num_params",
             b"num_params(",
             b"get_nb_trainable",
+            b"get_memory_footprint",
             b"billion",
         ];
         // `numel()` of a parameter: the receiver names one, or the lines around iterate a

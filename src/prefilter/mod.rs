@@ -213,7 +213,11 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     // checkpointed values, tables).
     let value_model = (wanted.units && scan.mixed_units())
         || (wanted.tables && scan.table())
-        || ((wanted.memory || wanted.states) && (scan.sized_name(true) || scan.derived_size()))
+        || ((wanted.memory || wanted.states)
+            && (scan.sized_name(true)
+                || scan.derived_size()
+                || scan.memory_function()
+                || scan.count_constant()))
         || (wanted.checkpointing && scan.checkpointed_memory())
         || (wanted.fit && scan.names_a_sized_model());
     let parse = loop_model
@@ -418,6 +422,16 @@ mod tests {
         assert!(yes("n = model.num_parameters()\nneed_gb = 16 * n / 1e9\n"));
         assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
         assert!(yes("PARAMS_B = 8\nprint(PARAMS_B * 16, 'GB')\n"));
+        // A memory function's count parameter, near memory arithmetic.
+        assert!(yes(
+            "def train_mem_gb(P, bpp=2):\n    return P * bpp / 1e9\n"
+        ));
+        assert!(!yes("def train_mem(P):\n    return P + 1\n"));
+        assert!(!yes("def plot(P):\n    return P * 2 / 1e9\n"));
+        // A count's name given a parameter count, near memory arithmetic.
+        assert!(yes("P = 7e9\nneed = P * 16 / 1e9\n"));
+        assert!(yes("n = 6_738_415_616\nprint(n * 2 / 2**30, 'GiB')\n"));
+        assert!(!yes("n = 10000\nx = n * 2\n"));
         assert!(!yes("batch_size_b = 8\n"));
         assert!(yes("cfg = {\"num_params\": 7e9}\n"));
         assert!(yes("optimizer_state_bytes = n_params * 8\n"));

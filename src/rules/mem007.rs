@@ -2,11 +2,14 @@
 //! gradients or optimizer states to every parameter of the model. Documentation:
 //! `rules/MEM007.toml`.
 
+use super::parts::{self, bytes, counted, is_count, Counted, Part};
 use super::requirement::requirement;
-use super::states::{component, in_bytes, says_upper_bound, scope, sharded, Component, Reported};
+use super::states::{says_upper_bound, scope, sharded, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::expr::{Role, Term};
+use crate::facts::Formula;
+use std::ops::Range;
 
 pub struct LoraFullMultiplier;
 
@@ -22,82 +25,41 @@ impl Rule for LoraFullMultiplier {
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         let training = cx.training;
-        let Some(lora_at) = training.lora_at.as_deref() else {
-            return;
-        };
-        if !training.lora || !training.trains || training.inference {
+        if training.inference {
             return;
         }
+        // LoRA by what the run uses (peft, a rank given, a LoRA config it opens or is given), or
+        // by arithmetic: a trainable count computed as a fraction of the model. A formula that
+        // charges gradients or states is a training estimate whatever else the file does.
+        let lora_at = match (&training.lora_at, parts::trainable_fraction(cx)) {
+            (Some(at), _) if training.lora => at.clone(),
+            (_, Some(share)) => cx.file.site(share.start),
+            _ => return,
+        };
         let mut reported = Reported::default();
         for f in &cx.facts.formulas {
             // A formula that branches on LoRA has an arm for full fine-tuning.
             let branches = f.guard.lora || scope(cx, f).is_some_and(|s| s.tests.lora);
             if f.inference
                 || branches
-                || f.lin.saw(Role::Trainable)
                 || f.lin.saw(Role::KvCache)
-                || says_upper_bound(cx, f)
+                || parts::same_terms(cx, f).any(|g| says_upper_bound(cx, g))
+                || parts::for_full_finetuning(cx, f)
+                || parts::stored(cx, f)
             {
                 continue;
             }
             let Some(req) = requirement(f) else { continue };
-            // Embeddings and heads that train in full (`modules_to_save`) carry full states.
-            let whole = |t: &&&Term| !names_a_trained_module(&t.symbol);
-            let terms: Vec<&&Term> = req.terms.iter().filter(whole).collect();
-            let charged: Vec<&&Term> = terms
-                .iter()
-                .copied()
-                .filter(|t| {
-                    matches!(component(t), Component::Grads | Component::States)
-                        && matches!(t.role, Role::Model | Role::ParamCount)
-                        && !sharded(t)
-                })
-                .collect();
-            let per_param: f64 = terms
-                .iter()
-                .filter(|t| component(t) == Component::PerParam && !t.opaque)
-                .map(|t| in_bytes(t.coef.abs()))
-                .sum();
-            let copies: f64 = terms
-                .iter()
-                .filter(|t| component(t) == Component::Weights && !t.opaque)
-                .map(|t| t.coef.abs())
-                .sum();
-            let what = if let Some(t) = charged.first() {
-                let state = if component(t) == Component::Grads {
-                    "gradients"
-                } else {
-                    "optimizer states"
-                };
-                Some((
-                    t.span.clone(),
-                    format!("charges {state} to the whole model (`{}`)", t.symbol),
-                ))
-            } else if per_param > WEIGHT_BYTES_MAX * 1.05 {
-                Some((
-                    f.span.clone(),
-                    format!(
-                        "counts {} bytes for every parameter of the model, more than its weights take",
-                        fmt_num(per_param)
-                    ),
-                ))
-            } else if copies >= SECOND_COPY {
-                Some((
-                    f.span.clone(),
-                    format!(
-                        "counts the whole model {}x, as if every parameter had gradients{}",
-                        fmt_num(copies),
-                        if copies >= 3.0 {
-                            " and optimizer states"
-                        } else {
-                            ""
-                        }
-                    ),
-                ))
-            } else {
-                None
+            let Some((span, what)) = judge(cx, f, &req.terms) else {
+                continue;
             };
-            let Some((span, what)) = what else { continue };
+            // On the term where the formula writes it; on the formula when the term is
+            // written elsewhere (in a helper, on an earlier line).
+            let span = if span.start >= f.span.start && span.end <= f.span.end {
+                span
+            } else {
+                f.span.clone()
+            };
             if !reported.first(f) {
                 continue;
             }
@@ -108,6 +70,92 @@ impl Rule for LoraFullMultiplier {
             out.push(Diagnostic::new("MEM007", span, message).with_help(help));
         }
     }
+}
+
+/// What a requirement charges to every parameter of the model beyond its weights, and where.
+fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>, String)> {
+    // Embeddings and heads that train in full (`modules_to_save`) carry full states; a share
+    // per device is MEM008's.
+    let whole: Vec<&Term> = terms
+        .iter()
+        .copied()
+        .filter(|t| !names_a_trained_module(&t.symbol) && !sharded(t))
+        .collect();
+    let parts = counted(&whole);
+    let sized = |t: &Term| matches!(t.role, Role::Model | Role::ParamCount) && !t.opaque;
+    // Gradients or states labelled as such, on the whole model.
+    if let Some(c) = parts
+        .iter()
+        .find(|c| matches!(c.part, Part::Grads | Part::States) && sized(c.term))
+    {
+        let state = if c.part == Part::Grads {
+            "gradients"
+        } else {
+            "optimizer states"
+        };
+        return Some((
+            c.term.span.clone(),
+            format!("charges {state} to the whole model (`{}`)", c.term.symbol),
+        ));
+    }
+    // Counts of the whole model times bytes: more than its weights take, or counted again.
+    let counts: Vec<&Counted> = parts
+        .iter()
+        .filter(|c| matches!(c.part, Part::Weights | Part::Bytes) && is_count(c.term))
+        .filter(|c| !c.term.opaque)
+        .collect();
+    let per_param: f64 = counts.iter().map(|c| bytes(c.term)).sum();
+    let labelled = counts.iter().any(|c| c.part == Part::Weights);
+    let again = counts
+        .iter()
+        .find(|c| labelled && c.part == Part::Bytes && bytes(c.term) >= 1.0);
+    let copies: f64 = parts
+        .iter()
+        .filter(|c| c.part == Part::Weights && c.term.role == Role::Model && !c.term.opaque)
+        .map(|c| c.term.coef.abs())
+        .sum();
+    if per_param > WEIGHT_BYTES_MAX * 1.05 {
+        return Some((
+            f.span.clone(),
+            format!(
+                "counts {} bytes for every parameter of the model, more than its weights take",
+                fmt_num(per_param)
+            ),
+        ));
+    }
+    if let Some(c) = again {
+        return Some((
+            c.term.span.clone(),
+            format!(
+                "counts every parameter of the model again beside its weights (`{}`), as if all had gradients",
+                cx.file.slice(&c.term.span)
+            ),
+        ));
+    }
+    let whole_copies = counts.iter().filter(|c| bytes(c.term) >= 1.0).count();
+    if whole_copies >= 2 {
+        return Some((
+            f.span.clone(),
+            format!(
+                "counts every parameter of the model {whole_copies} times ({} bytes in all), as if all had gradients",
+                fmt_num(per_param)
+            ),
+        ));
+    }
+    (copies >= SECOND_COPY).then(|| {
+        (
+            f.span.clone(),
+            format!(
+                "counts the whole model {}x, as if every parameter had gradients{}",
+                fmt_num(copies),
+                if copies >= 3.0 {
+                    " and optimizer states"
+                } else {
+                    ""
+                }
+            ),
+        )
+    })
 }
 
 /// `embed_params`, `lm_head_gb`, `modules_to_save_mem`: a module that trains in full beside the

@@ -27,6 +27,7 @@ mod mem008;
 mod mem009;
 mod mem010;
 mod mem011;
+mod parts;
 mod requirement;
 mod states;
 

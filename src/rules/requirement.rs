@@ -95,6 +95,10 @@ fn against(terms: &[&Term], constant: f64, name: Option<&str>) -> Option<Against
 }
 
 pub fn requirement(f: &Formula) -> Option<Requirement<'_>> {
+    // What a checkpoint or a file holds is no device's memory.
+    if super::states::target(f).is_some_and(super::parts::names_storage) {
+        return None;
+    }
     let lin = &f.lin;
     let model_terms: Vec<&Term> = lin.terms.iter().filter(|t| sized(t)).collect();
     if model_terms.is_empty() || !model_terms.iter().any(|t| is_memory(t)) {

@@ -115,7 +115,14 @@ pub fn says_upper_bound(cx: &Checker<'_>, f: &Formula) -> bool {
             .any(|w| n.contains(w))
     });
     let line = cx.file.lines.line_of(f.span.start);
-    let text = cx.file.line_text(line).to_ascii_lowercase();
+    let mut text = cx.file.line_text(line).to_ascii_lowercase();
+    // A comment alone on the line above speaks for the formula below it.
+    if let Some(above) = line.checked_sub(1) {
+        let above = cx.file.line_text(above).trim_start();
+        if above.starts_with('#') {
+            text.push_str(&above.to_ascii_lowercase());
+        }
+    }
     let written = cx.file.slice(&f.span).to_ascii_lowercase();
     named
         || ["upper", "worst_case", "max_mem"]

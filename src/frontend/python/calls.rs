@@ -49,7 +49,16 @@ impl<'s> Walker<'s> {
                 node.byte_range(),
                 &mut self.facts.evidence,
             );
-        } else if matches!(value.ty(), "integer" | "attribute") && v.len() < 80 {
+        } else if matches!(value.ty(), "integer" | "float") {
+            // `lora_r=16`: a rank given is LoRA in use; `zero_stage=2` a stage.
+            lora_setting(key, v, node.byte_range(), &mut self.facts.evidence);
+            crate::frontend::regime::flag(
+                &key.to_ascii_lowercase(),
+                &v.to_ascii_lowercase(),
+                node.byte_range(),
+                &mut self.facts.evidence,
+            );
+        } else if value.ty() == "attribute" && v.len() < 80 {
             // `zero_stage=2`, `sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`.
             crate::frontend::regime::flag(
                 &key.to_ascii_lowercase(),

@@ -30,7 +30,7 @@ mod values;
 use super::loops::{
     self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
 };
-use super::{clip, clip_tail, flag_evidence, parse_number, MAX_EXPR_DEPTH};
+use super::{clip, clip_tail, flag_evidence, lora_setting, parse_number, MAX_EXPR_DEPTH};
 use crate::expr::program::Program;
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
@@ -587,7 +587,7 @@ impl<'s> Walker<'s> {
                     if self.loop_model {
                         self.note_assigned_names(left);
                     }
-                    self.bind_unknown(left);
+                    self.bind_loop(left, node.field("right"));
                 }
             }
             "if_statement" => {
@@ -689,6 +689,8 @@ impl<'s> Walker<'s> {
                 }
             }
             "keyword_argument" => self.keyword(node),
+            // `{"lora_r": 16}`, `def plan(n, lora_rank=8)`: LoRA settings written as data.
+            "pair" | "default_parameter" | "typed_default_parameter" => self.setting(node),
             "ERROR" => self.facts.syntax_error = true,
             _ => {}
         }
@@ -907,6 +909,13 @@ impl<'s> Walker<'s> {
             let Some(path) = path else {
                 continue;
             };
+            // `from peft import ...`, `import peft`: adapters in the run.
+            if [module.as_str(), path]
+                .iter()
+                .any(|m| m.split('.').next() == Some("peft"))
+            {
+                self.facts.evidence.lora.push(node.byte_range());
+            }
             let (key, value) = if from {
                 (
                     alias.unwrap_or(path).to_string(),

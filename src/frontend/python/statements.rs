@@ -7,6 +7,26 @@ use crate::frontend::fields::{PyField, PyKind};
 impl<'s> Walker<'s> {
     // ---- statements -------------------------------------------------------------------------
 
+    /// A dict entry or a parameter's default that is a LoRA setting given a literal.
+    pub(super) fn setting(&mut self, node: Node) {
+        let (key, value) = match node.ty() {
+            "pair" => (node.field("key"), node.field("value")),
+            _ => (node.field("name"), node.field("value")),
+        };
+        let (Some(key), Some(value)) = (key, value) else {
+            return;
+        };
+        if is_literal(value) {
+            let key = self.text(key).trim_matches(['"', '\'']);
+            lora_setting(
+                key,
+                self.text(value),
+                node.byte_range(),
+                &mut self.facts.evidence,
+            );
+        }
+    }
+
     pub(super) fn assignment(&mut self, node: Node) {
         let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
             return;
@@ -19,6 +39,9 @@ impl<'s> Walker<'s> {
         let simple_target = matches!(left.ty(), "identifier" | "attribute");
         // Evidence in assignments.
         let rtext = self.text(right);
+        if simple_target && is_literal(right) {
+            lora_setting(&target, rtext, node.byte_range(), &mut self.facts.evidence);
+        }
         if target.ends_with("requires_grad") && rtext == "False" {
             self.facts.evidence.frozen.push(node.byte_range());
         }
@@ -129,6 +152,7 @@ impl<'s> Walker<'s> {
             self.define(self.text(left), node.start_byte(), prov);
         }
         self.note_counts(&target, right);
+
         // `TP = 4`, `pipeline_parallel_size = 2`: a model-parallel degree written as a constant.
         if let Some(n) = self.number(right).filter(|n| *n > 1.0 && n.fract() == 0.0) {
             if crate::expr::device_count(last_segment(&target))
@@ -382,4 +406,9 @@ impl<'s> Walker<'s> {
             .find(|a| a.field("name").is_some_and(|n| self.text(n) == keyword))?;
         found.field("value").map(|v| self.text(v))
     }
+}
+
+/// A number, a boolean or a plain string.
+fn is_literal(n: Node) -> bool {
+    matches!(n.ty(), "integer" | "float" | "true" | "false" | "string")
 }

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::expr::program::{Id, Key, Node as V, ScopeDef, Source};
-use crate::expr::DeviceCount;
+use crate::expr::{counts_parameters, sizes_memory, DeviceCount};
 use crate::frontend::fields::{PyField, PyKind};
 
 /// How many items of a dict, tuple or list are read: larger ones are data, not arithmetic.
@@ -219,6 +219,8 @@ impl<'s> Walker<'s> {
                     .map(|a| self.value_of(*a, depth + 1))
                     .collect(),
             ),
+            // transformers' size of the weights in bytes (buffers included).
+            "get_memory_footprint" if callee.contains('.') => source(Source::Weights),
             "num_parameters" | "get_num_params" | "num_params" if callee.contains('.') => {
                 source(Source::Params {
                     trainable: text.contains("trainable=True"),
@@ -429,6 +431,11 @@ impl<'s> Walker<'s> {
         } else {
             Vec::new()
         };
+        // `def lora_memory_gb(...)`: an estimate written for a LoRA run.
+        if !is_class && sizes_memory(name) && Topics::of(name).lora {
+            let at = node.field("name").map_or(0..0, |n| n.byte_range());
+            self.facts.evidence.lora.push(at);
+        }
         let id = self.program.add_scope(ScopeDef {
             name,
             parent: Some(parent),
@@ -482,6 +489,32 @@ impl<'s> Walker<'s> {
             }
             _ => {}
         }
+    }
+
+    /// A loop's target: over a literal list of numbers (`for n in (1.3e9, 7e9):`) it holds
+    /// one of them (the first stands for all: rules read multipliers, not sizes); anything
+    /// else, something unknown.
+    pub(super) fn bind_loop(&mut self, left: Node, right: Option<Node>) {
+        let first = right
+            .filter(|r| matches!(r.ty(), "list" | "tuple") && left.ty() == "identifier")
+            .and_then(|r| r.named_child(0))
+            .filter(|_| right.is_some_and(|r| self.literal_numbers(r)));
+        match first {
+            Some(item) => {
+                self.program_path();
+                let value = self.value_of(item, 0);
+                self.bind_value(left, value, left.byte_range());
+            }
+            None => self.bind_unknown(left),
+        }
+    }
+
+    fn literal_numbers(&self, list: Node) -> bool {
+        let mut c = list.walk();
+        let items: Vec<Node> = list.named_children(&mut c).collect();
+        !items.is_empty()
+            && items.len() <= MAX_ITEMS
+            && items.iter().all(|i| self.number(*i).is_some())
     }
 
     /// A loop's or a `with`'s target holds something unknown from here on.
@@ -546,15 +579,27 @@ impl<'s> Walker<'s> {
         let program = std::mem::take(&mut self.program);
         let valuer = program.valuer();
         let reads = program.reads();
+        // A value printed is reported, not added into a larger sum: it still states a total.
+        let printed: Vec<Range<usize>> = pending
+            .iter()
+            .filter_map(|p| match &p.kind {
+                PendingKind::Printed { figures } => Some(figures.iter().map(|f| f.2.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         for p in &pending {
             self.judge_units(p, &program, &valuer);
             if matches!(p.kind, PendingKind::Printed { .. }) {
                 continue;
             }
             let feeds = match &p.kind {
-                PendingKind::Assign { target } => reads
-                    .get(&(p.scope, target.as_str()))
-                    .is_some_and(|at| at.iter().any(|a| *a > p.span.end)),
+                PendingKind::Assign { target } => {
+                    reads.get(&(p.scope, target.as_str())).is_some_and(|at| {
+                        at.iter()
+                            .any(|a| *a > p.span.end && !printed.iter().any(|r| r.contains(a)))
+                    })
+                }
                 _ => false,
             };
             let per_call = matches!(
@@ -653,26 +698,6 @@ impl<'s> Walker<'s> {
             stages: p.stages.clone(),
         });
     }
-}
-
-/// A function named for memory: bytes, a unit or a memory word among its words.
-fn sizes_memory(name: &str) -> bool {
-    name.to_ascii_lowercase().split('_').any(|w| {
-        matches!(
-            w,
-            "bytes" | "mem" | "memory" | "gb" | "gib" | "mb" | "mib" | "vram" | "footprint"
-        )
-    })
-}
-
-/// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,
-/// `params`, `num_parameters`).
-fn counts_parameters(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    matches!(
-        n.as_str(),
-        "n" | "p" | "psi" | "num" | "count" | "params" | "parameters" | "nparams"
-    ) || (n.contains("param") && role_of(name) == Role::Unknown && !n.contains("per_"))
 }
 
 /// The device count an environment variable holds (`"WORLD_SIZE"`, `'LOCAL_WORLD_SIZE'`).

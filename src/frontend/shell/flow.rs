@@ -4,6 +4,7 @@
 
 use super::expand::{is_known, text_of, Mode, RChar};
 use super::Walker;
+use crate::facts::Topics;
 use crate::frontend::fields::ShField;
 use tree_sitter::Node;
 
@@ -25,6 +26,8 @@ pub(super) struct StatusFrame {
     body: Status,
     /// A `list` (`a && b`): its first command, which always runs.
     pub(super) first: Option<usize>,
+    /// `if`/`case`: what its tests read (`if [[ $USE_LORA == 1 ]]`), for the formulas under it.
+    pub(super) topics: Topics,
 }
 
 /// Whether a statement runs when the script runs as written.
@@ -108,7 +111,19 @@ impl<'s> Walker<'s> {
             test: self.next_test,
             body: Status::Live,
             first: None,
+            topics: Topics::default(),
         };
+        match kind {
+            "if_statement" | "case_statement" => {
+                frame.topics = self.tested(node);
+                // As in Python, a function (or the script) that tests LoRA has an arm for each.
+                let scope = self.scope();
+                if let Some(s) = self.facts.scopes.get_mut(scope) {
+                    s.tests = s.tests.union(frame.topics);
+                }
+            }
+            _ => {}
+        }
         match kind {
             "if_statement" => {
                 frame.branches = self.if_branches(node);
@@ -146,6 +161,28 @@ impl<'s> Walker<'s> {
         }
         self.next_test += frame.conds as u32;
         self.frames.push(frame);
+    }
+
+    /// What the tests of an `if` (and its `elif`s) or the word a `case` matches read.
+    fn tested(&self, node: Node) -> Topics {
+        let mut topics = Topics::default();
+        let mut c = node.walk();
+        for (i, ch) in node.children(&mut c).enumerate() {
+            let field = node.field_name_for_child(i as u32);
+            if matches!(field, Some("condition" | "value")) {
+                topics = topics.union(Topics::of(self.text(ch)));
+            } else if ch.kind() == "elif_clause" {
+                topics = topics.union(self.tested(ch));
+            }
+        }
+        topics
+    }
+
+    /// The topics the tests around the node being visited read.
+    pub(super) fn guard(&self) -> Topics {
+        self.frames
+            .iter()
+            .fold(Topics::default(), |t, f| t.union(f.topics))
     }
 
     /// The status of each branch of an `if`: the first whose known condition holds runs, the

@@ -29,6 +29,7 @@ pub(super) struct Pending {
     value: Id,
     span: Range<usize>,
     scope: usize,
+    guard: Topics,
 }
 
 pub(super) enum PendingKind {
@@ -140,11 +141,13 @@ impl<'s> Walker<'s> {
 
     pub(super) fn pend(&mut self, kind: PendingKind, value: Id, span: Range<usize>) {
         let scope = self.scope();
+        let guard = self.guard();
         self.pending.push(Pending {
             kind,
             value,
             span,
             scope,
+            guard,
         });
     }
 
@@ -200,7 +203,8 @@ impl<'s> Walker<'s> {
                     return self.opaque(span);
                 };
                 match self.text(op) {
-                    op @ ("+" | "-" | "*" | "/" | "%" | "**") => {
+                    // `>> 30` converts bytes to GiB as `/ 2**30` does.
+                    op @ ("+" | "-" | "*" | "/" | "%" | "**" | ">>" | "<<") => {
                         let a = self.value_of(l, depth + 1);
                         let b = self.value_of(r, depth + 1);
                         V::Bin(op, a, b)
@@ -628,7 +632,7 @@ impl<'s> Walker<'s> {
             span: p.span.clone(),
             inference: false,
             scope: p.scope,
-            guard: Topics::default(),
+            guard: p.guard,
             feeds,
             stages: None,
         });
