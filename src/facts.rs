@@ -431,6 +431,9 @@ pub struct AccumLoop {
     pub factor: String,
     /// N is a plain name, attribute or literal: a fix may use it as written.
     pub factor_is_simple: bool,
+    /// N as written means the same where the backwards are: not `self.n` read by a method of
+    /// another object (a callback's `on_batch_end`) that the loop calls to step.
+    pub factor_here: bool,
     /// N's value when it is a literal or a module constant (`ACCUM = 4`).
     pub factor_value: Option<f64>,
     /// The micro-step counter the boundary test reads, when it is one that is reset

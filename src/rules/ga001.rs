@@ -69,11 +69,14 @@ impl Rule for UnscaledAccumulationLoss {
                 let message = format!(
                     "{reaches} undivided while the optimizer steps every `{n}` micro-batches: gradients come out {times} the full-batch gradient{assumed}"
                 );
-                let help = format!(
-                    "divide the loss by the accumulation steps before the backward: `{}`",
-                    scaled(&bw.loss_text, n, receiver(bw))
-                );
-                let fix = (!bw.in_helper).then(|| Fix {
+                let help = match lp.factor_here {
+                    true => format!(
+                        "divide the loss by the accumulation steps before the backward: `{}`",
+                        scaled(&bw.loss_text, n, receiver(bw))
+                    ),
+                    false => format!("divide the loss before the backward by the accumulation steps (`{n}` where the optimizer steps)"),
+                };
+                let fix = (!bw.in_helper && lp.factor_here).then(|| Fix {
                     applicability: if lp.factor_is_simple {
                         Applicability::Safe
                     } else {

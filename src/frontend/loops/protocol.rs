@@ -158,9 +158,18 @@ fn accum_loop(
             }
         }
     }
+    // `self.n` read where the step is taken, in a helper the loop calls, may be another
+    // object's attribute (a callback's): it cannot be written where the backward is.
+    let factor_here = !factor.starts_with("self.")
+        || backs.iter().all(|b| {
+            w.steps
+                .iter()
+                .all(|i| rec.calls.get(*i).is_none_or(|c| c.depth == b.depth))
+        });
     Some(AccumLoop {
         header: w.header.clone(),
         factor_is_simple: is_simple_factor(&factor),
+        factor_here,
         factor_value: None,
         factor,
         counter: w.counter.clone(),
