@@ -484,20 +484,24 @@ fn with_imported_helpers(
     cwd: &Path,
     overlay: &Overlay,
 ) -> Vec<TrainingContext> {
-    for (cx, unit) in contexts.iter_mut().zip(units) {
-        let registers = |p: &Path| {
-            let text = match overlay.get(p) {
-                Some(t) => t.as_bytes().to_vec(),
-                None => std::fs::read(p).ok()?,
-            };
-            Some(memchr::memmem::find(&text, b"_hook(").is_some())
-        };
-        let hooks = helpers::hook_helpers(unit, &registers);
-        if helpers::needed(&unit.facts, &hooks).is_empty() {
-            continue;
-        }
-        // Each round reads the candidates the one before found missing: a few at most.
-        for _ in 0..8 {
+    let read = |p: &Path| match overlay.get(p) {
+        Some(t) => Some(t.as_bytes().to_vec()),
+        None => std::fs::read(p).ok(),
+    };
+    // The files that call helpers of other modules, with the hook registrars they call.
+    let mut pending: Vec<(usize, Vec<(String, String)>)> = units
+        .iter()
+        .enumerate()
+        .filter_map(|(i, unit)| {
+            let hooks = helpers::hook_helpers(unit, &read);
+            (!helpers::needed(&unit.facts, &hooks).is_empty()).then_some((i, hooks))
+        })
+        .collect();
+    // Each round reads, once and in parallel, the modules that any file found missing in the
+    // round before: a few rounds at most.
+    for _ in 0..8 {
+        let mut missing: Vec<PathBuf> = Vec::new();
+        pending.retain(|(i, hooks)| {
             let read: &ContextFiles = context;
             // A linted file parsed without the loop model exports nothing: read it whole.
             let look = |p: &Path| match units.iter().find(|u| u.abs == p && u.facts.loops_read) {
@@ -509,19 +513,31 @@ fn with_imported_helpers(
                     None => Looked::NotRead,
                 },
             };
-            let judged = helpers::imported_returns(unit, &hooks, &look);
-            match judged {
+            match helpers::imported_returns(units[*i], hooks, &look) {
                 Ok(found) => {
-                    cx.imported = Arc::new(found);
-                    break;
+                    contexts[*i].imported = Arc::new(found);
+                    false
                 }
                 Err(paths) => {
-                    for p in paths {
-                        let file = load_for_context(&p, cwd, overlay);
-                        context.insert(p, file);
-                    }
+                    missing.extend(paths);
+                    true
                 }
             }
+        });
+        if missing.is_empty() {
+            break;
+        }
+        missing.sort();
+        missing.dedup();
+        let read: Vec<(PathBuf, Option<ContextFile>)> = missing
+            .into_par_iter()
+            .map(|p| {
+                let file = load_for_context(&p, cwd, overlay);
+                (p, file)
+            })
+            .collect();
+        for (path, file) in read {
+            context.insert(path, file);
         }
     }
     contexts

@@ -72,13 +72,10 @@ pub fn candidates(file: &Path, module: &str) -> Vec<PathBuf> {
 }
 
 /// The helpers a file gives its model to, where a gradient hook they register would matter
-/// (the file scales or accumulates), and whose module may register one: `registers` tells,
-/// from a module's text, or `None` when there is no such file. Most modules register no hook
-/// and are never analysed for it.
-pub fn hook_helpers(
-    unit: &Unit,
-    registers: &dyn Fn(&Path) -> Option<bool>,
-) -> Vec<(String, String)> {
+/// (the file scales or accumulates), and that register one in their own body (see
+/// [`registers_hook`]): `read` gives a module's text, or `None` when there is no such file.
+/// Most helpers register no hook, and their modules are never analysed for it.
+pub fn hook_helpers(unit: &Unit, read: &dyn Fn(&Path) -> Option<Vec<u8>>) -> Vec<(String, String)> {
     if !unit.facts.hooks_see_each_backward() {
         return Vec::new();
     }
@@ -91,25 +88,53 @@ pub fn hook_helpers(
     calls.sort();
     calls.dedup();
     // Each module is read once, however many of its helpers the file calls.
-    let mut modules: Vec<(&String, bool)> = Vec::new();
+    let mut modules: Vec<(&String, Option<Vec<u8>>)> = Vec::new();
     let mut out = Vec::new();
     for (module, name) in calls {
-        let registers = match modules.iter().find(|(m, _)| *m == module) {
-            Some((_, r)) => *r,
+        let at = match modules.iter().position(|(m, _)| *m == module) {
+            Some(at) => at,
             None => {
-                let r = candidates(&unit.abs, module)
-                    .iter()
-                    .find_map(|p| registers(p))
-                    == Some(true);
-                modules.push((module, r));
-                r
+                let text = candidates(&unit.abs, module).iter().find_map(|p| read(p));
+                modules.push((module, text));
+                modules.len() - 1
             }
         };
-        if registers {
+        if modules[at]
+            .1
+            .as_deref()
+            .is_some_and(|t| registers_hook(t, name))
+        {
             out.push((module.clone(), name.clone()));
         }
     }
     out
+}
+
+/// Whether `name` is a function defined at the top of the module whose text holds a hook
+/// registration (`..._hook(`) in its body: the walk exports a clipping hook only by the
+/// module-level function its registration sits in. The body runs to the next top-level `def`,
+/// `class` or decorator, which may take in more than the body, never less.
+pub fn registers_hook(text: &[u8], name: &str) -> bool {
+    let top_level = |line: &[u8]| {
+        [&b"def "[..], b"async def ", b"class ", b"@"]
+            .iter()
+            .any(|p| line.starts_with(p))
+    };
+    let defines = |line: &[u8]| {
+        let line = line.strip_prefix(b"async ").unwrap_or(line);
+        line.strip_prefix(b"def ")
+            .and_then(|rest| rest.strip_prefix(name.as_bytes()))
+            .is_some_and(|rest| rest.trim_ascii_start().starts_with(b"("))
+    };
+    let mut lines = text.split(|b| *b == b'\n');
+    while let Some(line) = lines.next() {
+        if defines(line) {
+            return lines
+                .take_while(|l| !top_level(l))
+                .any(|l| memchr::memmem::find(l, b"_hook(").is_some());
+        }
+    }
+    false
 }
 
 /// What each needed helper returns, or the paths that must be read first.
@@ -168,4 +193,44 @@ fn returns(facts: &Facts, name: &str) -> Scaling {
         .map_or(Scaling::Unknown, |(_, prov)| {
             prov.scaling(&|_, _| Some(Scaling::Unknown))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registers_hook;
+
+    const MODULE: &str = "\
+import torch
+
+def unwrap(model):
+    return model.module
+
+async def attach(\n    model,\n    limit,\n):
+    def clip(g):
+        return g.clamp(-limit, limit)
+
+    for p in model.parameters():
+        p.register_hook(clip)
+
+@torch.no_grad()
+def later(model):
+    model.register_forward_hook(print)
+
+class Guard:
+    def install(self, model):
+        model.register_full_backward_hook(self)
+";
+
+    #[test]
+    fn a_helper_registers_a_hook_only_in_its_own_body() {
+        let text = MODULE.as_bytes();
+        assert!(registers_hook(text, "attach"));
+        assert!(registers_hook(text, "later"));
+        // The registrations below `unwrap` belong to other functions.
+        assert!(!registers_hook(text, "unwrap"));
+        // A class is not an exported hook registrar, nor is a name the module does not define.
+        assert!(!registers_hook(text, "Guard"));
+        assert!(!registers_hook(text, "attac"));
+        assert!(!registers_hook(text, "missing"));
+    }
 }
