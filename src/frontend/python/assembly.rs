@@ -14,6 +14,18 @@ impl<'s> Walker<'s> {
                 self.facts.evidence.frameworks.retain(|m| m.span != *span);
             }
         }
+        // An engine named so but built from a class the file defines is not DeepSpeed's.
+        for (at, recv) in &self.named_engines {
+            let own_class = self.instances.get(recv.as_str()).is_some_and(|built| {
+                built.iter().any(|(_, class, _)| {
+                    let class = last_segment(class);
+                    self.scopes.iter().any(|s| s.is_class && s.name == class)
+                })
+            });
+            if own_class {
+                self.facts.manual_divisions.retain(|d| d.at != *at);
+            }
+        }
         // accelerate divides only when it was told to accumulate (its default is 1).
         // Under its DeepSpeed plugin, `accelerator.backward` is the engine's, which divides by
         // the config's accumulation steps.
@@ -144,10 +156,13 @@ impl<'s> Walker<'s> {
         }
         // A schedule whose length divides by a loop's factor, whatever the factor is called,
         // counts optimizer steps.
+        // A factor kept on the object (`self.acc = acc`) is divided by under the name it was
+        // handed in as.
         if assembled.loops.iter().any(|lp| {
+            let handed = self.assigned_text.get(lp.factor.as_str()).copied();
             self.schedule_lengths
                 .iter()
-                .any(|t| divides_by(t, &lp.factor))
+                .any(|t| divides_by(t, &lp.factor) || handed.is_some_and(|h| divides_by(t, h)))
         }) {
             self.facts.schedule_in_optimizer_steps = true;
         }

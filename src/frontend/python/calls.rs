@@ -500,9 +500,11 @@ impl<'s> Walker<'s> {
     pub(super) fn framework_backward(&mut self, node: Node, recv: &str) {
         let framework = if self.is_accelerator(recv) {
             Framework::Accelerate
-        } else if self.engine_names.iter().any(|n| n == recv)
-            || last_segment(recv).to_ascii_lowercase().contains("engine")
-        {
+        } else if self.engine_names.iter().any(|n| n == recv) {
+            Framework::DeepSpeed
+        } else if last_segment(recv).to_ascii_lowercase().contains("engine") {
+            self.named_engines
+                .push((node.byte_range(), recv.to_string()));
             Framework::DeepSpeed
         } else {
             return;
@@ -591,6 +593,49 @@ impl<'s> Walker<'s> {
                 }
                 None
             }
+            // `loss.div(n)`: the same division as a method.
+            "call" => {
+                let (object, divisor) = self.divide_method(node)?;
+                let divisor_text = self.text(divisor);
+                if !self.is_factor(divisor_text) {
+                    return None;
+                }
+                Some((
+                    divisor_text.to_string(),
+                    Division {
+                        operator_and_divisor: object.end_byte()..node.end_byte(),
+                        statement: None,
+                    },
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// `x.div(n)` (also `divide`, `true_divide`), without a rounding mode: the object and the
+    /// divisor.
+    pub(super) fn divide_method<'t>(&self, call: Node<'t>) -> Option<(Node<'t>, Node<'t>)> {
+        let func = call.field("function")?;
+        if func.ty() != "attribute"
+            || !matches!(
+                func.field("attribute").map(|a| self.text(a)),
+                Some("div" | "divide" | "true_divide")
+            )
+        {
+            return None;
+        }
+        let object = func.field("object")?;
+        if matches!(self.text(object), "torch" | "th") {
+            return None;
+        }
+        let args = call.field("arguments")?;
+        let mut c = args.walk();
+        let kids: Vec<Node> = args
+            .named_children(&mut c)
+            .filter(|n| n.ty() != "comment")
+            .collect();
+        match kids.as_slice() {
+            [divisor] if divisor.ty() != "keyword_argument" => Some((object, *divisor)),
             _ => None,
         }
     }

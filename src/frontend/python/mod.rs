@@ -304,6 +304,9 @@ struct Walker<'s> {
     sample_sized: Vec<schedules::SampleSized>,
     /// Calls of a class named like a framework's trainer (`Trainer(...)`), with the name.
     trainer_calls: Vec<(Range<usize>, String)>,
+    /// Backwards taken for a DeepSpeed engine's by the receiver's name alone (`engine.backward`),
+    /// with the receiver: judged once the file's classes are known.
+    named_engines: Vec<(Range<usize>, String)>,
     /// What frameworks are told to accumulate over, as written (`gradient_accumulation_steps=k`).
     factor_exprs: Vec<String>,
     /// Nested and module functions by name, as written (a schedule's lambda reads them).
@@ -446,6 +449,7 @@ impl<'s> Walker<'s> {
             def_texts: HashMap::default(),
             factor_exprs: Vec::new(),
             trainer_calls: Vec::new(),
+            named_engines: Vec::new(),
             trainer_loss: Default::default(),
             hooks: Default::default(),
             facts: Facts::default(),
@@ -949,13 +953,21 @@ impl<'s> Walker<'s> {
             }
         }
         if !self.facts.ddp_wraps.is_empty() {
+            // Written in code, not only in a comment (`# TODO: use no_sync()`).
+            let src = self.src.as_bytes();
+            let in_code = |at: usize| {
+                let line = memchr::memrchr(b'\n', &src[..at]).map_or(0, |i| i + 1);
+                memchr::memchr(b'#', &src[line..at]).is_none()
+            };
             self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
                 .iter()
-                .any(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()).is_some());
+                .any(|w| memchr::memmem::find_iter(src, w.as_bytes()).any(in_code));
         }
-        self.facts
-            .manual_divisions
-            .retain(|d| d.framework != Framework::Accelerate || accelerate_divides);
+        // Under a default `Accelerator()`, only a DeepSpeed plugin that the run's launch
+        // configures divides: the rule judges those against the run's DeepSpeed config.
+        self.facts.manual_divisions.retain(|d| {
+            d.framework != Framework::Accelerate || accelerate_divides || d.engine_config
+        });
         // What the conditions of each function test, read for functions with memory formulas.
         let mut scopes: Vec<ScopeFacts> = self
             .scopes

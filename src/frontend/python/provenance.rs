@@ -188,6 +188,19 @@ impl<'s> Walker<'s> {
             ("sum", None) => return inner(first_arg),
             _ => {}
         }
+        // `loss.div(n)`: a division written as a method.
+        if let Some((object, divisor)) = self.divide_method(node) {
+            let divisor = unparen(divisor);
+            let text = self.text(divisor);
+            // As for `/`: a count of this micro-step's data makes a mean, a fraction a weight.
+            if self.counts_data_here(divisor) {
+                return Prov::UNSCALED;
+            }
+            if super::parse_number(text).is_some_and(|v| v.fract() != 0.0) {
+                return self.prov(object, depth + 1);
+            }
+            return Prov::DividedBy(text.to_string());
+        }
         if f == "torch.mean" {
             return Prov::Averaged(Box::new(inner(first_arg)));
         }
@@ -215,13 +228,23 @@ impl<'s> Walker<'s> {
         // The arguments matter to a function of this file (its parameters stand for them).
         let callee = self.callee(func);
         let mut given: Args = Vec::new();
+        // A function of this file is read with what it is handed; any other producer handed a
+        // count may divide by it, unseen.
+        let mut handed_count = false;
         if let Some(a) = args {
             let mut c = a.walk();
             for arg in a.named_children(&mut c) {
                 // A count is handed as a name or a short keyword (`num_items_in_batch=n`).
                 let t = self.text(arg);
                 if t.len() <= 80 && names_count(t) {
-                    return Prov::UNKNOWN;
+                    // Only a function the file has defined by now is read.
+                    let defined = callee.as_ref().is_some_and(|c| {
+                        !c.instance && self.def_texts.contains_key(c.name.as_str())
+                    });
+                    if !defined {
+                        return Prov::UNKNOWN;
+                    }
+                    handed_count = true;
                 }
                 match arg.ty() {
                     "keyword_argument" => {
@@ -258,6 +281,7 @@ impl<'s> Walker<'s> {
         // criterion is a mean; a helper imported from the project is judged with its module; a
         // model or anything else returns a mean by the policy.
         let otherwise = match self.imported(f) {
+            _ if handed_count => Prov::UNKNOWN,
             // torch's own losses are means; a helper of the project is judged with its module.
             Some((module, _)) if known_loss && module.starts_with("torch") => Prov::UNSCALED,
             Some((module, name)) => Prov::Imported { module, name },

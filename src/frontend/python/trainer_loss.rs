@@ -198,7 +198,7 @@ impl<'s> Walker<'s> {
                 || notes
                     .classes
                     .iter()
-                    .any(|c| c.name == name && !c.opts_out && hf_bases(&c.bases))
+                    .any(|c| c.name == name && hf_derived(&notes.classes, c))
         };
         let mut out = Vec::new();
         for arg in &notes.loss_funcs {
@@ -245,7 +245,7 @@ impl<'s> Walker<'s> {
                 let Some(c) = notes.classes.iter().rev().find(|c| c.name == class) else {
                     continue;
                 };
-                if def.name != "compute_loss" || c.opts_out || !hf_bases(&c.bases) {
+                if def.name != "compute_loss" || !hf_derived(&notes.classes, c) {
                     continue;
                 }
                 let Some(param) = def.count_param.clone().filter(|_| !def.handles_count) else {
@@ -280,9 +280,36 @@ impl<'s> Walker<'s> {
     }
 }
 
-/// Derives directly from transformers' `Trainer` (or `Seq2SeqTrainer`).
-fn hf_bases(bases: &[String]) -> bool {
-    bases.iter().any(|b| HF_TRAINERS.contains(&b.as_str()))
+/// The class derives from transformers' `Trainer` (or `Seq2SeqTrainer`), directly or through
+/// classes of the file, none of which says how its loss is scaled (a subclass inherits that).
+fn hf_derived(classes: &[ClassDef], class: &ClassDef) -> bool {
+    let mut seen = vec![class.name.as_str()];
+    let mut level = vec![class];
+    // A chain of a few classes at most; `seen` stops a cycle.
+    for _ in 0..8 {
+        let mut next = Vec::new();
+        for c in level {
+            if c.opts_out {
+                return false;
+            }
+            if c.bases.iter().any(|b| HF_TRAINERS.contains(&b.as_str())) {
+                return true;
+            }
+            for b in &c.bases {
+                if let Some(parent) = classes.iter().rev().find(|p| p.name == *b) {
+                    if !seen.contains(&parent.name.as_str()) {
+                        seen.push(&parent.name);
+                        next.push(parent);
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            return false;
+        }
+        level = next;
+    }
+    false
 }
 
 /// `name` appears in `text` as a whole identifier.
