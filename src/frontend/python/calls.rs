@@ -624,10 +624,8 @@ impl<'s> Walker<'s> {
         {
             return None;
         }
+        // `torch.div(a, b)` takes two arguments and is not read.
         let object = func.field("object")?;
-        if matches!(self.text(object), "torch" | "th") {
-            return None;
-        }
         let args = call.field("arguments")?;
         let mut c = args.walk();
         let kids: Vec<Node> = args

@@ -953,15 +953,12 @@ impl<'s> Walker<'s> {
             }
         }
         if !self.facts.ddp_wraps.is_empty() {
-            // Written in code, not only in a comment (`# TODO: use no_sync()`).
-            let src = self.src.as_bytes();
-            let in_code = |at: usize| {
-                let line = memchr::memrchr(b'\n', &src[..at]).map_or(0, |i| i + 1);
-                memchr::memchr(b'#', &src[line..at]).is_none()
-            };
+            // Written in code, not only in a comment the walk saw (`# TODO: use no_sync()`).
+            let comments = &self.facts.comments;
+            let in_code = |at: usize| !comments.iter().any(|c| c.range.contains(&at));
             self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
                 .iter()
-                .any(|w| memchr::memmem::find_iter(src, w.as_bytes()).any(in_code));
+                .any(|w| memchr::memmem::find_iter(self.src.as_bytes(), w.as_bytes()).any(in_code));
         }
         // Under a default `Accelerator()`, only a DeepSpeed plugin that the run's launch
         // configures divides: the rule judges those against the run's DeepSpeed config.
