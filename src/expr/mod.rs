@@ -8,8 +8,8 @@ pub mod program;
 pub mod units;
 
 pub use names::{
-    billions, counts_parameters, device_count, is_memory_name, names_a_count, part_of, role_of,
-    sizes_memory, DeviceCount, Role,
+    billions, count_scale, counts_parameters, device_count, is_memory_name, names_a_count, part_of,
+    role_of, sizes_memory, DeviceCount, Role,
 };
 use std::ops::Range;
 use units::Conversion;
@@ -52,6 +52,9 @@ pub struct Term {
     pub conversion: Option<Conversion>,
     /// The first name that held it (`free_gib` for `free_gib = free / 2**30`).
     pub via: Option<String>,
+    /// For a model size read from a parameter count (`model_gb = n_params * 4 / 1e9`), what one
+    /// unit of the symbol is per parameter, in the unit it was converted to (`4e-9`).
+    pub per_param: Option<f64>,
 }
 
 /// How much of an opaque term's text is kept as its symbol.
@@ -104,6 +107,7 @@ impl Lin {
                 derived: false,
                 conversion: None,
                 via: None,
+                per_param: None,
             }],
             roles_seen: vec![role],
             ..Lin::default()
@@ -360,7 +364,11 @@ impl Lin {
                 .iter()
                 .all(|t| t.role == Role::ParamCount && !t.opaque);
         if role == Role::Model && counts {
-            return Lin::symbol(name, span).in_unit(value.common_conversion());
+            let mut size = Lin::symbol(name, span).in_unit(value.common_conversion());
+            if let ([t], 0.0) = (size.terms.as_mut_slice(), value.constant) {
+                t.per_param = Some(value.terms.iter().map(|v| v.coef).sum());
+            }
+            return size;
         }
         if value.terms.is_empty() {
             // A running total starts at zero: nothing to count, whatever it is called.

@@ -304,15 +304,25 @@ pub fn is_memory_name(name: &str) -> bool {
 /// A name for a count in billions (`PARAMS_B`, `n_params_b`, `model_size_bn`, `billions`): one
 /// unit of it is 10^9 parameters.
 pub fn billions(name: &str) -> bool {
+    count_scale(name) == Some(1e9)
+}
+
+/// How many parameters one unit of a count named in billions (`PARAMS_B`, `n_params_bn`,
+/// `model_billions`) or millions (`PARAMS_M`, `num_params_million`) stands for.
+pub fn count_scale(name: &str) -> Option<f64> {
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let segs: Vec<&str> = last.split('_').filter(|s| !s.is_empty()).collect();
-    let Some((tail, head)) = segs.split_last() else {
-        return false;
-    };
+    let (tail, head) = segs.split_last()?;
     let about_params = head
         .iter()
         .any(|s| s.starts_with("param") || matches!(*s, "n" | "num" | "model"));
-    matches!(*tail, "billion" | "billions") || (matches!(*tail, "b" | "bn") && about_params)
+    match *tail {
+        "billion" | "billions" => Some(1e9),
+        "b" | "bn" if about_params => Some(1e9),
+        "million" | "millions" => Some(1e6),
+        "m" | "mn" if about_params => Some(1e6),
+        _ => None,
+    }
 }
 
 /// A count of nodes (`nodes`, `num_nodes`, `nnodes`): times the GPUs of a node, every GPU.

@@ -10,7 +10,7 @@
 //!   `total_memory` is the device's memory, `WORLD_SIZE` counts devices), and only then from the
 //!   words of its name.
 
-use super::names::{billions, is_node_count, names_a_count};
+use super::names::{count_scale, is_node_count, names_a_count};
 use super::{part_of, role_of, DeviceCount, Lin, Role};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -690,7 +690,7 @@ impl Valuer<'_, '_> {
         if let (true, Some((Role::ParamCount, coef))) =
             (lin.is_constant(), self.p.role_in(scope, name))
         {
-            if role_of(name) == Role::Unknown && !billions(name) {
+            if role_of(name) == Role::Unknown && count_scale(name).is_none() {
                 let known = Lin::known(name, span, lin.constant)
                     .with_role(Role::ParamCount)
                     .scale(coef, None, None);
@@ -707,10 +707,10 @@ impl Valuer<'_, '_> {
             let known = Lin::known(name, span, lin.constant).with_role(Role::ParamCount);
             return Value::Scalar(known);
         }
-        if lin.is_constant() && billions(name) {
-            let mut known = Lin::known(name, span, lin.constant * 1e9)
+        if let (true, Some(scale)) = (lin.is_constant(), count_scale(name)) {
+            let mut known = Lin::known(name, span, lin.constant * scale)
                 .with_role(Role::ParamCount)
-                .scale(1e-9, None, None);
+                .scale(1.0 / scale, None, None);
             known.roles_seen.push(Role::ParamCount);
             return Value::Scalar(known);
         }
@@ -723,8 +723,12 @@ impl Valuer<'_, '_> {
     fn symbol(&self, name: &str, span: Range<usize>, scope: usize) -> Lin {
         let mut lin = Lin::symbol(name, span);
         self.apply_role(name, scope, &mut lin);
-        if billions(name) && lin.terms.iter().all(|t| t.role == Role::Unknown) {
-            lin = lin.with_role(Role::ParamCount).scale(1e-9, None, None);
+        if let Some(scale) = count_scale(name) {
+            if lin.terms.iter().all(|t| t.role == Role::Unknown) {
+                lin = lin
+                    .with_role(Role::ParamCount)
+                    .scale(1.0 / scale, None, None);
+            }
         }
         lin
     }

@@ -208,14 +208,16 @@ impl Scan<'_> {
         let named = words
             .iter()
             .flat_map(move |w| memchr::memmem::find_iter(lower, w));
-        let billions = [b"_b".as_slice(), b"_bn"]
+        let billions = [b"_b".as_slice(), b"_bn", b"_m", b"_mn", b"illion"]
             .into_iter()
             .flat_map(move |suffix| {
                 memchr::memmem::find_iter(lower, suffix).filter(move |&at| {
                     let end = at + suffix.len();
                     !lower.get(end).is_some_and(|b| is_ident(*b)) && {
                         let (start, end) = identifier_at(lower, at, false);
-                        self.text.get(start..end).is_some_and(crate::expr::billions)
+                        self.text
+                            .get(start..end)
+                            .is_some_and(|n| crate::expr::count_scale(n).is_some())
                     }
                 })
             });

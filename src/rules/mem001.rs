@@ -73,11 +73,28 @@ impl Rule for MissingOptimizerState {
             };
             let several = optimizers.len() > 1;
             if !per_param.is_empty() {
-                // Sizes and bytes per parameter in one sum: units that cannot be added here.
-                if !counted.is_empty() {
-                    continue;
-                }
-                if let Some(d) = judge_bytes(cx, f, &per_param, least, several) {
+                // Sizes and bytes per parameter in one sum add up only where each size is known
+                // per parameter (`params_gb = n * 4 / 1e9` beside `grads_gb` read as `n * 4 / 1e9`).
+                let sizes: Option<Vec<PerParam>> = counted
+                    .iter()
+                    .map(|t| {
+                        t.per_param.map(|p| PerParam {
+                            coef: t.coef * p,
+                            part: t.part,
+                        })
+                    })
+                    .collect();
+                let Some(sizes) = sizes else { continue };
+                let mut all: Vec<PerParam> = sizes;
+                all.extend(per_param.iter().map(|t| PerParam {
+                    coef: t.coef,
+                    part: t.part,
+                }));
+                let single = match (counted.as_slice(), per_param.as_slice()) {
+                    ([], [t]) => Some(**t),
+                    _ => None,
+                };
+                if let Some(d) = judge_bytes(cx, f, &all, single, least, several) {
                     let mut symbols: Vec<_> =
                         per_param.iter().map(|t| t.symbol_span.clone()).collect();
                     symbols.sort_by_key(|r| (r.start, r.end));
@@ -113,16 +130,32 @@ impl Rule for MissingOptimizerState {
 /// A need counted in bytes per parameter (`n_params * 4`, `PARAMS_B * 6`): at least the
 /// weights, gradients and the optimizer's states at 16 bits each (4 bytes per element when the
 /// run trains in fp32 only).
+/// A term's bytes per parameter, in the unit its formula is written in, and what it counts.
+struct PerParam {
+    coef: f64,
+    part: Role,
+}
+
 fn judge_bytes(
     cx: &Checker<'_>,
     f: &Formula,
-    terms: &[&&Term],
+    terms: &[PerParam],
+    single: Option<&Term>,
     opt: &OptimizerChoice,
     several: bool,
 ) -> Option<Diagnostic> {
     let b: f64 = terms.iter().map(|t| in_bytes(t.coef).abs()).sum();
-    let fp32 = !cx.training.precision.is_empty()
-        && cx.training.precision.iter().all(|p| *p == Precision::Fp32);
+    // Weights counted at 4 bytes each are fp32 weights, whatever else the run shows of its
+    // precision: gradients and torch's optimizer states take the parameters' dtype.
+    let weights_fp32 = terms.len() > 1
+        && terms
+            .iter()
+            .find(|t| t.part == Role::Model)
+            .is_some_and(|t| (in_bytes(t.coef).abs() - 4.0).abs() < 1e-9);
+    // Under mixed precision the states' dtype is MEM009's to judge: 16 bits is the least here.
+    let fp32 = (!cx.training.precision.is_empty()
+        && cx.training.precision.iter().all(|p| *p == Precision::Fp32))
+        || (cx.training.precision.is_empty() && weights_fp32);
     let (element, state_bytes) = if fp32 {
         (4.0, opt.row.bytes_per_param_fp32)
     } else {
@@ -138,7 +171,8 @@ fn judge_bytes(
             .precision
             .iter()
             .all(|p| *p == Precision::Pure16);
-    let beyond_weights = b > 4.0 + 1e-9 || grads || (pure16 && b > 2.0 + 1e-9);
+    // Two per-parameter terms count two components (`n * 2 + n * 2`), not the weights alone.
+    let beyond_weights = b > 4.0 + 1e-9 || grads || terms.len() > 1 || (pure16 && b > 2.0 + 1e-9);
     if b <= 0.0 || b >= expected * (1.0 - TOLERANCE) || !beyond_weights {
         return None;
     }
@@ -164,12 +198,12 @@ fn judge_bytes(
         fmt_num(4.0 + opt.row.bytes_per_param_bf16),
         fmt_num(8.0 + opt.row.bytes_per_param_fp32),
     );
-    let span = match terms {
-        [t] => t.span.clone(),
-        _ => f.span.clone(),
+    let span = match single {
+        Some(t) => t.span.clone(),
+        None => f.span.clone(),
     };
-    let fix = match terms {
-        [t] if (expected - expected.round()).abs() < 1e-9 => t
+    let fix = match single {
+        Some(t) if (expected - expected.round()).abs() < 1e-9 => t
             .literal
             .clone()
             .filter(|l| {

@@ -562,7 +562,18 @@ impl<'s> Walker<'s> {
                 if node.ty() == "class_definition" {
                     super::python_config::class_defaults(node, self.src, &mut self.facts);
                 }
-                self.enter_scope(node, parent)
+                self.enter_scope(node, parent, node.field("name"))
+            }
+            // `need = lambda b: 2 * model_gb + b * act_gb`: a function named by its target.
+            "lambda" if field == Some("right") => {
+                let target = parent
+                    .filter(|p| p.ty() == "assignment")
+                    .and_then(|p| p.field("left"))
+                    .filter(|l| l.ty() == "identifier");
+                if let (Some(target), Some(body)) = (target, node.field("body")) {
+                    self.enter_scope(node, parent, Some(target));
+                    self.returned(node, body);
+                }
             }
             // Only a dict on the right of an assignment can be a named config; asking any other
             // dict for its parent would walk down from the root each time.
@@ -717,13 +728,13 @@ impl<'s> Walker<'s> {
         }
     }
 
-    fn enter_scope(&mut self, node: Node, above: Option<Node>) {
-        let name = node
-            .field("name")
+    /// A function, class or lambda, named by `name_node`.
+    fn enter_scope(&mut self, node: Node, above: Option<Node>, name_node: Option<Node>) {
+        let name = name_node
             .map(|n| self.text(n).to_string())
             .unwrap_or_default();
-        if self.loop_model {
-            if let Some(n) = node.field("name") {
+        if self.loop_model && node.ty() != "lambda" {
+            if let Some(n) = name_node {
                 if node.ty() == "function_definition" {
                     self.def_texts.insert(self.text(n), self.text(node));
                 } else {
@@ -787,8 +798,10 @@ impl<'s> Walker<'s> {
         } else {
             self.params_of(node)
         };
-        self.note_definition(node, Some(parent).filter(|_| !is_class));
-        self.program_scope(node, parent, class);
+        if node.ty() != "lambda" {
+            self.note_definition(node, Some(parent).filter(|_| !is_class));
+        }
+        self.program_scope(node, parent, class, name_node);
         self.scopes.push(Scope {
             name,
             class,

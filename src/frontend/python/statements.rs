@@ -270,9 +270,13 @@ impl<'s> Walker<'s> {
     }
 
     pub(super) fn ret(&mut self, node: Node) {
-        let Some(value) = node.named_child(0) else {
-            return;
-        };
+        if let Some(value) = node.named_child(0) {
+            self.returned(node, value);
+        }
+    }
+
+    /// `value` returned by the statement (or lambda) `node`.
+    pub(super) fn returned(&mut self, node: Node, value: Node) {
         let scope = self.scope();
         let function = self
             .scopes

@@ -132,17 +132,30 @@ impl<'s> Walker<'s> {
         if pairs.len() < 2 {
             return;
         }
-        let Some(key) = pairs.iter().find_map(|(k, v)| {
-            (names_choice(k) && v.ty() == "string")
-                .then(|| string_key(self.text(*v)))
-                .filter(|s| known_key(s))
-        }) else {
+        let choices: Vec<(&str, String)> = pairs
+            .iter()
+            .filter_map(|(k, v)| {
+                (names_choice(k) && v.ty() == "string")
+                    .then(|| string_key(self.text(*v)))
+                    .filter(|s| known_key(s))
+                    .map(|s| (*k, s))
+            })
+            .collect();
+        let amounts: Vec<&(&str, Node)> = pairs.iter().filter(|(k, _)| names_amount(k)).collect();
+        let [(_, first), ..] = choices.as_slice() else {
             return;
         };
-        for (k, v) in &pairs {
-            if !names_amount(k) {
-                continue;
-            }
+        for (k, v) in amounts.iter().copied() {
+            // One dtype and one amount go together; among several, an amount goes with the
+            // dtype of its own qualifier (`ckpt_bytes` with `ckpt_dtype`, not `act_bytes`).
+            let key = if choices.len() == 1 && amounts.len() == 1 {
+                first.clone()
+            } else {
+                match choices.iter().find(|(c, _)| qualifier(c) == qualifier(k)) {
+                    Some((_, key)) => key.clone(),
+                    None => continue,
+                }
+            };
             if let Some(value) = self.number(*v) {
                 let entry = TableEntry {
                     key: key.clone(),
@@ -399,4 +412,29 @@ fn collect_strings(n: Node, src: &str, out: &mut Vec<String>, depth: usize) {
     for k in n.named_children(&mut c) {
         collect_strings(k, src, out, depth + 1);
     }
+}
+
+/// What a dtype or byte-count name is about, without the words that say it is one
+/// (`ckpt_dtype` and `ckpt_bytes` are both about `ckpt`).
+fn qualifier(name: &str) -> Vec<String> {
+    const WORDS: &[&str] = &[
+        "dtype",
+        "type",
+        "precision",
+        "bytes",
+        "byte",
+        "nbytes",
+        "num",
+        "n",
+        "size",
+        "per",
+        "elem",
+        "element",
+        "width",
+    ];
+    name.to_ascii_lowercase()
+        .split('_')
+        .filter(|s| !s.is_empty() && !WORDS.contains(s))
+        .map(str::to_string)
+        .collect()
 }

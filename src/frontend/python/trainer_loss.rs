@@ -187,9 +187,16 @@ impl<'s> Walker<'s> {
 
     /// The custom losses that ignore the window's item count.
     pub(super) fn custom_losses(&mut self) -> Vec<CustomLoss> {
-        let notes = std::mem::take(&mut self.trainer_loss);
+        let mut notes = std::mem::take(&mut self.trainer_loss);
         if !notes.active {
             return Vec::new();
+        }
+        // `trainer.model_accepts_loss_kwargs = False` on an instance before `train()` says how
+        // its loss is scaled as the class attribute does.
+        for class in instances_told_loss_scaling(self.src) {
+            for c in notes.classes.iter_mut().filter(|c| c.name == class) {
+                c.opts_out = true;
+            }
         }
         // A trainer class of transformers' kind: one of its own, or a class of this file that
         // derives from one and sets nothing about loss scaling.
@@ -278,6 +285,45 @@ impl<'s> Walker<'s> {
             });
         }
     }
+}
+
+/// The classes of the objects the file sets `model_accepts_loss_kwargs` on (`trainer =
+/// DistillTrainer(...)` then `trainer.model_accepts_loss_kwargs = False`).
+fn instances_told_loss_scaling(src: &str) -> Vec<String> {
+    const ATTR: &str = ".model_accepts_loss_kwargs";
+    let bytes = src.as_bytes();
+    let mut classes = Vec::new();
+    for at in memchr::memmem::find_iter(bytes, ATTR) {
+        let rest = src[at + ATTR.len()..].trim_start_matches([' ', '\t']);
+        if !rest.starts_with('=') || rest.starts_with("==") {
+            continue;
+        }
+        let receiver = &src[ident_around(bytes, at)];
+        if receiver.is_empty() || receiver == "self" {
+            continue;
+        }
+        // Where the receiver is bound to a constructor call: `receiver = Name(`.
+        for (line_at, _) in src.match_indices(receiver) {
+            let before = &src[..line_at];
+            let starts_line = before
+                .rsplit('\n')
+                .next()
+                .is_some_and(|b| b.trim().is_empty());
+            let after = src[line_at + receiver.len()..].trim_start_matches([' ', '\t']);
+            let Some(value) = after.strip_prefix('=').filter(|v| !v.starts_with('=')) else {
+                continue;
+            };
+            let value = value.trim_start_matches([' ', '\t']);
+            let callee: String = value
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+                .collect();
+            if starts_line && !callee.is_empty() && value[callee.len()..].starts_with('(') {
+                classes.push(super::last_segment(&callee).to_string());
+            }
+        }
+    }
+    classes
 }
 
 /// The class derives from transformers' `Trainer` (or `Seq2SeqTrainer`), directly or through

@@ -274,7 +274,16 @@ impl<'s> Walker<'s> {
                     None => V::Opaque,
                 }
             }
-            _ if reads_device_memory(text) && !callee.starts_with("self.") => {
+            // The call itself reads the device (`torch.cuda.get_device_properties(0)`,
+            // `gpu_memory_gb()`), not merely an argument of it (`fit(n, props.total_memory)`);
+            // a function of the file handed a value (`static_vram_gib(n)`) is valued as a call.
+            _ if reads_device_memory(callee)
+                && !callee.starts_with("self.")
+                && (callee.contains('.')
+                    || positional
+                        .iter()
+                        .all(|a| matches!(a.ty(), "integer" | "string"))) =>
+            {
                 source(Source::DeviceMemory)
             }
             // `Breakdown(weights=w, grads=g)`: a dataclass of components, read by field.
@@ -388,9 +397,15 @@ impl<'s> Walker<'s> {
     }
 
     /// Register a function or class with the program (same ids as the walk's scopes).
-    pub(super) fn program_scope(&mut self, node: Node, parent: usize, class: Option<usize>) {
+    pub(super) fn program_scope(
+        &mut self,
+        node: Node,
+        parent: usize,
+        class: Option<usize>,
+        name_node: Option<Node>,
+    ) {
         let is_class = node.ty() == "class_definition";
-        let name = node.field("name").map(|n| self.text(n)).unwrap_or("");
+        let name = name_node.map(|n| self.text(n)).unwrap_or("");
         let mut params = Vec::new();
         if let (false, Some(list)) = (is_class, node.field("parameters")) {
             let mut c = list.walk();

@@ -1,0 +1,20 @@
+//! The formulas and memory facts memlint reads from one Python file (a debugging aid).
+fn main() {
+    let path = std::env::args().nth(1).expect("usage: facts_dump FILE");
+    let text = std::fs::read_to_string(&path).expect("read");
+    match memlint::frontend::python::extract_with(&text, memlint::frontend::python::Reads::ALL) {
+        Ok(f) => {
+            for x in &f.formulas {
+                println!(
+                    "FORMULA {:?} `{}`\n  {:?}",
+                    x.kind,
+                    &text[x.span.clone()],
+                    x.lin
+                );
+            }
+            println!("EVIDENCE {:#?}", f.evidence);
+            println!("CONSTANTS {:?}", f.constants);
+        }
+        Err(e) => eprintln!("{e}"),
+    }
+}
