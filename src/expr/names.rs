@@ -178,7 +178,8 @@ fn role_of_name(name: &str) -> Role {
         "kv_gb",
         "cache_gb",
         "cache_mem",
-    ]) {
+    ]) || n.split('_').any(|seg| seg == "kv")
+    {
         return Role::KvCache;
     }
     if has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]) {

@@ -342,12 +342,23 @@ impl Value {
     }
 }
 
+/// A key for memory off the GPU (`cpu_mem_gb`, `host_gb`, `ram`, `nvme_bytes`).
+fn names_host_memory(key: &str) -> bool {
+    key.to_ascii_lowercase()
+        .split(['_', '-', ' '])
+        .any(|seg| matches!(seg, "cpu" | "host" | "ram" | "nvme" | "disk" | "dram"))
+}
+
 /// The total a bundle of memory components states: its entry named for the total, or the sum of
 /// the entries that are model-sized or named for a component.
 fn bundle_total(entries: Vec<(String, Value)>) -> Option<Lin> {
     let mut total: Option<Lin> = None;
     let mut parts: Vec<Lin> = Vec::new();
     for (key, v) in entries {
+        // Host memory is another budget (`{"gpu_gb": ..., "cpu_mem_gb": ...}`): not added in.
+        if names_host_memory(&key) {
+            continue;
+        }
         let Some(lin) = v.scalar() else { continue };
         let role = role_of(&key);
         if role == Role::Total && lin.is_sized() {

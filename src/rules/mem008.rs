@@ -229,11 +229,21 @@ fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic>
             return None;
         }
     }
+    // What is kept whole is judged over the count that is divided: a buffer sized by another
+    // count (`largest_layer_params * 4`, the gathered layer of ZeRO-3) is no model state.
+    let divided_counts: Vec<&str> = f
+        .lin
+        .terms
+        .iter()
+        .filter(|t| t.role == Role::ParamCount && is_sharded(t))
+        .map(|t| t.symbol.as_str())
+        .collect();
     let bytes = |divided: bool| -> f64 {
         f.lin
             .terms
             .iter()
             .filter(|t| t.role == Role::ParamCount && is_sharded(t) == divided)
+            .filter(|t| divided || divided_counts.contains(&t.symbol.as_str()))
             // Divided by the model-parallel degree alone, a term is still whole here.
             .filter(|t| divided || !t.opaque || t.divided_by.is_some())
             .map(|t| in_bytes(t.coef))

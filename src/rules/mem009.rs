@@ -44,17 +44,19 @@ impl Rule for MixedPrecisionHalving {
         let Some(optimizers) = training.judged_optimizers() else {
             return;
         };
-        let Some(least) = optimizers
-            .iter()
-            .min_by(|a, b| a.row.states.total_cmp(&b.row.states))
-        else {
+        let Some(least) = optimizers.iter().min_by(|a, b| {
+            a.row
+                .bytes_per_param_fp32
+                .total_cmp(&b.row.bytes_per_param_fp32)
+        }) else {
             return;
         };
-        // fp32 master weights, fp32 gradients (or 16-bit ones plus the master copy) and fp32
-        // states: 4 + 4 + 4 x states bytes per parameter (KNOWLEDGE.md §3.1).
+        // fp32 master weights, fp32 gradients (or 16-bit ones plus the master copy) and the
+        // states in the dtype the optimizer keeps them in with fp32 parameters: 4 + 4 + 8 for
+        // AdamW, 4 + 4 + 2 for an 8-bit AdamW (KNOWLEDGE.md §3.1).
         let states = least.row.states;
-        let expected = FP32 * (2.0 + states);
-        let all_half = HALF * (2.0 + states);
+        let expected = FP32 * 2.0 + least.row.bytes_per_param_fp32;
+        let all_half = HALF * 2.0 + least.row.bytes_per_param_bf16;
         let mut reported = Reported::default();
         for f in &cx.facts.formulas {
             if f.inference || per_device(f) || f.lin.saw(Role::KvCache) || says_upper_bound(cx, f) {
@@ -95,18 +97,31 @@ impl Rule for MixedPrecisionHalving {
             if b < all_half * 0.95 || b >= expected * 0.95 || !reported.first(f) {
                 continue;
             }
+            let state_words = if states == 1.0 { "state" } else { "states" };
+            let eight_bit = least.row.state_dtype == "8bit";
+            let kept = if eight_bit {
+                format!(
+                    "its {state_words} take {} bytes",
+                    fmt_num(least.row.bytes_per_param_fp32)
+                )
+            } else {
+                format!("keeps its {state_words} in fp32")
+            };
             let message = format!(
-                "memory formula counts {} bytes per parameter, every model state at 16 bits, but mixed precision (seen at {}) keeps fp32 master weights, and {} keeps its {} in fp32: {} bytes per parameter",
+                "memory formula counts {} bytes per parameter, every model state at 16 bits, but mixed precision (seen at {}) keeps fp32 master weights, and {} {kept}: {} bytes per parameter",
                 fmt_num(b),
                 mixed.at,
                 least.row.display,
-                if states == 1.0 { "state" } else { "states" },
                 fmt_num(expected),
             );
+            let states_part = if eight_bit {
+                format!("{} for the states", fmt_num(least.row.bytes_per_param_fp32))
+            } else {
+                format!("{} x 4 for the states", fmt_num(states))
+            };
             let help = format!(
-                "mixed precision saves activation memory, not model states: count {} bytes per parameter (fp32 weights 4 + gradients 4 + {} x 4 for the states), or cast the model to 16 bits if that is what trains",
+                "mixed precision saves activation memory, not model states: count {} bytes per parameter (fp32 weights 4 + gradients 4 + {states_part}), or cast the model to 16 bits if that is what trains",
                 fmt_num(expected),
-                fmt_num(states)
             );
             out.push(
                 Diagnostic::new("MEM009", f.span.clone(), message)

@@ -107,7 +107,8 @@ pub fn scope<'a>(cx: &Checker<'a>, f: &Formula) -> Option<&'a ScopeFacts> {
     cx.facts.scopes.get(f.scope)
 }
 
-/// The estimate says it is a bound, not a prediction (`upper_bound_gb`, `# worst case`).
+/// The estimate says it is a bound, not a prediction (`upper_bound_gb`, `# worst case`,
+/// `lower_bound_gb`: a quick reject below any real need).
 pub fn says_upper_bound(cx: &Checker<'_>, f: &Formula) -> bool {
     let named = target(f).map(str::to_ascii_lowercase).is_some_and(|n| {
         ["upper", "worst", "bound", "max_mem"]
@@ -125,10 +126,11 @@ pub fn says_upper_bound(cx: &Checker<'_>, f: &Formula) -> bool {
     }
     let written = cx.file.slice(&f.span).to_ascii_lowercase();
     named
-        || ["upper", "worst_case", "max_mem"]
+        || ["upper", "worst_case", "max_mem", "lower_bound"]
             .iter()
             .any(|w| written.contains(w))
         || text.contains("upper bound")
+        || text.contains("lower bound")
         || text.contains("worst case")
         || text.contains("worst-case")
 }
