@@ -232,3 +232,192 @@ fn the_readme_gives_estimate_flags_the_values_the_command_accepts() {
     }
     assert!(tried > 20, "{readme:?}");
 }
+
+/// Documents outside this repository that the project's own text once cited.
+const OUTSIDE: &[&str] = &[
+    "KNOWLEDGE.md",
+    "PRODUCT.md",
+    "RULES.md",
+    "ECOSYSTEM.md",
+    "ANCHORS.md",
+    "../shared",
+    "/work/",
+];
+
+/// Where a path written in the text points into this repository.
+const REPO_PREFIXES: &[&str] = &[
+    "docs/knowledge.md",
+    "docs/measure/",
+    "rules/",
+    "fixtures/",
+    "scripts/",
+    "bench/",
+    "tests/",
+    "https://github.com/memlint/memlint/blob/main/",
+];
+
+/// Paths into this repository written in `text` (relative to its root), and the links to it.
+/// A path that is part of another URL is not one.
+fn repo_paths(text: &str) -> Vec<String> {
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "_./-#:".contains(c);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        let before = text[..i].chars().next_back();
+        let boundary = before.is_none_or(|c| !path_char(c) || c == ':' || c == '#');
+        let prefix = REPO_PREFIXES.iter().find(|p| rest.starts_with(**p));
+        match prefix {
+            Some(p) if boundary => {
+                let len = rest.find(|c: char| !path_char(c)).unwrap_or(rest.len());
+                let mut token = &rest[..len];
+                token = token.split('#').next().unwrap_or(token);
+                // `launch.sh:10`: a line of the file.
+                if !token.starts_with("https://") {
+                    token = token.split(':').next().unwrap_or(token);
+                }
+                let token = token.trim_end_matches(['.', ',', ':', ';']);
+                let rel = token
+                    .strip_prefix("https://github.com/memlint/memlint/blob/main/")
+                    .unwrap_or(token);
+                out.push(rel.to_string());
+                i += len.max(p.len());
+            }
+            _ => i += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    out
+}
+
+/// Problems with the citations of one text: documents outside the repository, paths into it that
+/// do not exist, and (with `strict`) a `.md` or `.rst` named outside a URL that is not a file of
+/// the repository.
+fn citation_problems(name: &str, text: &str, strict: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for o in OUTSIDE {
+        if text.contains(o) {
+            out.push(format!(
+                "{name} cites `{o}`, which is not in this repository"
+            ));
+        }
+    }
+    for p in repo_paths(text) {
+        if !root().join(&p).exists() {
+            out.push(format!("{name} points to `{p}`, which does not exist"));
+        }
+    }
+    if strict {
+        for word in text.split(|c: char| c.is_whitespace() || "`()[]\"',;".contains(c)) {
+            let bare = word.trim_end_matches(['.', ':']);
+            let doc = bare.ends_with(".md") || bare.ends_with(".rst");
+            if doc && !bare.contains("://") && !root().join(bare).is_file() {
+                out.push(format!(
+                    "{name} names `{bare}`, which is not a file of this repository"
+                ));
+            }
+        }
+    }
+    // `docs/knowledge.md §N` names a section it has.
+    let knowledge = std::fs::read_to_string(root().join("docs/knowledge.md")).unwrap_or_default();
+    for (at, _) in text.match_indices("docs/knowledge.md §") {
+        let n: String = text[at + "docs/knowledge.md §".len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if !n.is_empty() && !knowledge.contains(&format!("\n## {n}. ")) {
+            out.push(format!(
+                "{name} cites docs/knowledge.md §{n}, which it does not have"
+            ));
+        }
+    }
+    // A measurement `[M#]` is one the knowledge index lists.
+    for (at, _) in text.match_indices("[M") {
+        let id: String = text[at + 2..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if !id.is_empty() && !knowledge.contains(&format!("\n| M{id} |")) {
+            out.push(format!(
+                "{name} cites measurement M{id}, which docs/knowledge.md does not index"
+            ));
+        }
+    }
+    out
+}
+
+fn toml_files(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .expect("read dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn pages_cite_only_what_the_repository_holds() {
+    let mut problems = Vec::new();
+    let mut pages = 0;
+    for path in toml_files("rules")
+        .into_iter()
+        .chain(toml_files("rules/knowledge"))
+    {
+        let text = std::fs::read_to_string(&path).expect("read page");
+        let name = path
+            .strip_prefix(root())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        problems.extend(citation_problems(&name, &text, true));
+        // Each reference of a rule page gives a link or a file of this repository.
+        if let Ok(page) = toml::from_str::<toml::Table>(&text) {
+            let refs = page.get("references").and_then(|r| r.as_array());
+            for r in refs.into_iter().flatten().filter_map(|r| r.as_str()) {
+                let local = repo_paths(r).iter().any(|p| root().join(p).exists())
+                    || r.starts_with("README.md");
+                if !r.contains("https://") && !local {
+                    problems.push(format!("{name}: reference without a link: {r}"));
+                }
+            }
+            pages += usize::from(page.contains_key("references"));
+        }
+    }
+    for doc in ["README.md", "ARCHITECTURE.md", "docs/measure/README.md"] {
+        let text = std::fs::read_to_string(root().join(doc)).expect("read doc");
+        problems.extend(citation_problems(doc, &text, false));
+    }
+    let knowledge = std::fs::read_to_string(root().join("docs/knowledge.md")).expect("knowledge");
+    problems.extend(citation_problems("docs/knowledge.md", &knowledge, false));
+    assert!(pages >= 27, "{pages} rule pages read");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_citation_check_finds_what_it_looks_for() {
+    let page = "references = [\n  \"KNOWLEDGE.md §5a [M9]\",\n  \"docs/knowledge.md §42\",\n  \"docs/measure/nope.py\",\n  \"see https://github.com/memlint/memlint/blob/main/rules/NOPE.toml#x\",\n  \"PRODUCT.md (suppression)\",\n  \"[M99]\",\n]";
+    let found = citation_problems("page", page, true);
+    for expected in [
+        "cites `KNOWLEDGE.md`",
+        "cites `PRODUCT.md`",
+        "cites docs/knowledge.md §42",
+        "points to `docs/measure/nope.py`",
+        "points to `rules/NOPE.toml`",
+        "names `KNOWLEDGE.md`",
+        "measurement M99",
+    ] {
+        assert!(
+            found.iter().any(|p| p.contains(expected)),
+            "{expected}: {found:?}"
+        );
+    }
+    let fine = "docs/knowledge.md §5a [M9]; docs/measure/measure_grad_accum.py; rules/knowledge/dtypes.toml; \
+                https://github.com/pytorch/pytorch/blob/v2.15.0/torch/optim/adam.py#L179-L188; \
+                https://github.com/memlint/memlint/blob/main/README.md#suppression";
+    assert_eq!(citation_problems("page", fine, true), Vec::<String>::new());
+    assert_eq!(
+        repo_paths("a https://github.com/x/y/blob/main/rules/Z.toml b rules/GA001.toml."),
+        ["rules/GA001.toml"]
+    );
+}

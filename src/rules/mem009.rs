@@ -51,7 +51,7 @@ impl Rule for MixedPrecisionHalving {
             return;
         };
         // fp32 master weights, fp32 gradients (or 16-bit ones plus the master copy) and fp32
-        // states: 4 + 4 + 4 x states bytes per parameter (KNOWLEDGE.md §3.1).
+        // states: 4 + 4 + 4 x states bytes per parameter (docs/knowledge.md §3.1).
         let states = least.row.states;
         let expected = FP32 * (2.0 + states);
         let all_half = HALF * (2.0 + states);
