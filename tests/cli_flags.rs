@@ -466,3 +466,43 @@ fn a_run_with_an_unreadable_file_never_says_the_check_passed() {
     assert_eq!(stderr, "memlint: error: locked.py: permission denied\n");
     assert_eq!(stdout, "", "no success line after an error");
 }
+
+#[test]
+fn add_noqa_writes_into_a_notebook_cells_source() {
+    let nb = fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/notebook/finetune.ipynb"),
+    )
+    .expect("fixture");
+    let dir = project(&[("finetune.ipynb", &nb)]);
+    let (code, _, err) = run(memlint(dir.path()).args(["--add-noqa", "."]));
+    assert_eq!(
+        (code, err.as_str()),
+        (0, "Added 2 suppression directives.\n")
+    );
+    let after = fs::read_to_string(dir.path().join("finetune.ipynb")).expect("read");
+    let v: serde_json::Value = serde_json::from_str(&after).expect("still a notebook");
+    let lines: Vec<&str> = v["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .flat_map(|c| c["source"].as_array().into_iter().flatten())
+        .filter_map(|l| l.as_str())
+        .filter(|l| l.contains("# memlint: ignore["))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "usable_gb = gpu_memory_gb - model_size_gb * 2  # memlint: ignore[MEM001]\n",
+            "    loss.backward()  # memlint: ignore[GA001]\n"
+        ]
+    );
+    // Only those two source lines changed.
+    let changed = nb
+        .lines()
+        .zip(after.lines())
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!((changed, nb.lines().count()), (2, after.lines().count()));
+    let (code, out, _) = run(memlint(dir.path()).args(["--output-format", "concise", "."]));
+    assert_eq!((code, out.as_str()), (0, "All checks passed!\n"));
+}
