@@ -4,7 +4,7 @@
 #
 #   usage: scripts/bench.sh [CORPUS]        (run from anywhere; paths are relative to the repo root)
 #
-# CORPUS is a folder made by ../shared/bench/fetch-corpus.sh (it holds src/); when it is missing or
+# CORPUS is a folder made by scripts/fetch-corpus.sh (it holds src/); when it is missing or
 # not given, the corpus is fetched into target/bench/corpus. ruff is installed into a virtualenv
 # under target/bench. Environment: RUNS (default 7), SMALL_RUNS (default 30), RUFF_VERSION
 # (default 0.17.6), PYTHON (default python3).
@@ -22,7 +22,7 @@ python=${PYTHON:-python3}
 corpus=${1:-$work/corpus}
 if [ ! -d "$corpus/src" ]; then
   echo "fetching the corpus into $corpus" >&2
-  bash ../shared/bench/fetch-corpus.sh "$corpus" >&2
+  bash scripts/fetch-corpus.sh "$corpus" >&2
 fi
 corpus=$(cd "$corpus" && pwd)
 src=$corpus/src

@@ -6,6 +6,7 @@
 use crate::diagnostic::{apply_edits, select_edits, splice, Applicability, Diagnostic, Edit};
 use crate::lint::{analyse, check, FileResult};
 use crate::source::SourceFile;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
 
@@ -109,4 +110,103 @@ pub fn unified_diff(display: &str, old: &str, new: &str) -> String {
         .context_radius(3)
         .header(&format!("a/{display}"), &format!("b/{display}"))
         .to_string()
+}
+
+/// The edit that silences `codes` on the 0-based `line`: the codes added to a
+/// `# memlint: ignore[...]` directive the line already has, else the directive at the end of
+/// the line; a line continued with a backslash gets it alone on the line above (a comment there
+/// would end the continuation). `None` where comments cannot be written (JSON).
+pub fn suppression_edit(file: &SourceFile, line: usize, codes: &[&str]) -> Option<Edit> {
+    if !file.language.has_hash_comments() || codes.is_empty() {
+        return None;
+    }
+    let list = codes.join(", ");
+    let start = file.lines.line_start(line).min(file.text.len());
+    let end = file.line_end(line);
+    let text = file.line_text(line);
+    let lower = text.to_ascii_lowercase();
+    if let Some(i) = lower.find("memlint: ignore[") {
+        let open = i + "memlint: ignore[".len();
+        let close = open + text[open..].find(']')?;
+        let sep = if text[open..close].trim().is_empty() {
+            ""
+        } else {
+            ", "
+        };
+        return Some(Edit::insert(start + close, format!("{sep}{list}")));
+    }
+    if text.trim_end().ends_with('\\') {
+        let indent = file.indent_at(start);
+        return Some(Edit::insert(
+            start,
+            format!("{indent}# memlint: ignore[{list}]\n"),
+        ));
+    }
+    Some(Edit::insert(end, format!("  # memlint: ignore[{list}]")))
+}
+
+/// A linted file with a directive added for every diagnostic it reports (`--add-noqa`).
+pub struct Directed {
+    pub file: SourceFile,
+    /// Lines that got a directive or codes added to one.
+    pub lines: usize,
+}
+
+/// Add `# memlint: ignore[CODE]` for each diagnostic of `result`, merged into the directive its
+/// line already has. The new text must parse as the old one did, and the file read again must
+/// report none of the diagnostics: otherwise (a line that ends inside a string, a heredoc) it is
+/// not rewritten, and the reason is given. `Ok(None)`: nothing to add.
+pub fn add_directives(result: &FileResult) -> Result<Option<Directed>, String> {
+    let file = &result.file;
+    if result.diagnostics.is_empty() {
+        return Ok(None);
+    }
+    if result.syntax_error {
+        return Err("does not parse; not rewritten".into());
+    }
+    if !file.language.has_hash_comments() {
+        return Err(format!(
+            "{} has no comments to hold a directive: use `per-file-ignores`",
+            file.language.name().to_uppercase()
+        ));
+    }
+    let mut by_line: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
+    for d in &result.diagnostics {
+        let line = file.lines.line_of(d.range.start.min(file.text.len()));
+        by_line.entry(line).or_default().insert(d.code);
+    }
+    let edits: Vec<Edit> = by_line
+        .iter()
+        .filter_map(|(line, codes)| {
+            let codes: Vec<&str> = codes.iter().copied().collect();
+            suppression_edit(file, *line, &codes)
+        })
+        .collect();
+    if edits.len() != by_line.len() {
+        return Err("a line cannot hold a directive; not rewritten".into());
+    }
+    let groups: Vec<&[Edit]> = edits.iter().map(std::slice::from_ref).collect();
+    let (chosen, n) = select_edits(&file.text, &groups);
+    if n != edits.len() {
+        return Err("the directives overlap; not rewritten".into());
+    }
+    let text = splice(&file.text, &chosen);
+    let candidate =
+        rewrite(file, &chosen, text).ok_or("the directives cannot be written into the file")?;
+    let facts = analyse(&candidate).map_err(|e| format!("does not read back: {e}"))?;
+    if facts.syntax_error {
+        return Err("a directive would break the syntax; not rewritten".into());
+    }
+    let left = check(&candidate, &facts, &result.training, &result.settings);
+    let targeted: BTreeSet<&str> = result.diagnostics.iter().map(|d| d.code).collect();
+    if left.iter().any(|d| targeted.contains(d.code)) {
+        return Err(
+            "a directive would not silence its diagnostic (the line ends inside a string?); not rewritten"
+                .into(),
+        );
+    }
+    Ok(Some(Directed {
+        file: candidate,
+        lines: by_line.len(),
+    }))
 }

@@ -11,7 +11,7 @@ use crate::prefilter::Needs;
 use crate::project::helpers::{self, Looked};
 use crate::project::pins;
 use crate::project::{self, ContextFile, ContextFiles, Join, Unit};
-use crate::rules::{Checker, RULES, UNUSED_SUPPRESSION};
+use crate::rules::{Checker, INVALID_CONFIG, RULES, UNUSED_SUPPRESSION};
 use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
 use crate::suppress;
@@ -64,6 +64,9 @@ pub struct Run {
     pub results: Vec<FileResult>,
     pub errors: Vec<PathError>,
     pub skipped: Vec<Skipped>,
+    /// What the run noticed outside the files it lints (a config a run reaches that does not
+    /// parse), for stderr.
+    pub warnings: Vec<String>,
 }
 
 /// Texts that stand in for files on disk, by absolute path (an editor's unsaved buffers): a file
@@ -84,6 +87,19 @@ pub fn lint_with(
     opts: LintOptions,
     overlay: &Overlay,
 ) -> Run {
+    let (candidates, errors) = candidates_with(paths, resolver, opts, overlay);
+    lint_candidates(candidates, errors, resolver, opts, overlay)
+}
+
+/// The files a run of `paths` reads, one per file however it was named, with the problems met
+/// finding them: the files of `overlay` as given, the others discovered as on the command line.
+/// A text of the overlay named `-` (standard input without a name) is read as Python.
+pub fn candidates_with(
+    paths: &[PathBuf],
+    resolver: &Resolver,
+    opts: LintOptions,
+    overlay: &Overlay,
+) -> (Vec<Candidate>, Vec<PathError>) {
     let cwd = crate::discover::cwd();
     let (held, on_disk): (Vec<&PathBuf>, Vec<&PathBuf>) = paths
         .iter()
@@ -97,7 +113,9 @@ pub fn lint_with(
     for p in held {
         let text = overlay.get(&absolute(p, &cwd)).map_or("", String::as_str);
         let first = text.as_bytes().split(|b| *b == b'\n').next().unwrap_or(b"");
-        let language = if p.extension().is_some() {
+        let language = if p.as_os_str() == "-" {
+            Some(Language::Python)
+        } else if p.extension().is_some() {
             Language::from_path(p)
         } else {
             Language::from_shebang(first)
@@ -117,11 +135,24 @@ pub fn lint_with(
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     keyed.dedup_by(|a, b| a.0 == b.0);
     let candidates: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
+    (candidates, errors)
+}
+
+/// Lint the files [`candidates_with`] found.
+pub fn lint_candidates(
+    candidates: Vec<Candidate>,
+    errors: Vec<PathError>,
+    resolver: &Resolver,
+    opts: LintOptions,
+    overlay: &Overlay,
+) -> Run {
+    let cwd = crate::discover::cwd();
     let mut got = Loading {
         units: Vec::new(),
         ruled_out: Vec::new(),
         errors,
         skipped: Vec::new(),
+        invalid: Vec::new(),
         overlay,
     };
     let all: Vec<&Candidate> = candidates.iter().collect();
@@ -157,12 +188,32 @@ pub fn lint_with(
         .filter_map(|l| pins::project_root(&l.unit.abs).map(Path::to_path_buf))
         .collect();
     if !roots.is_empty() {
-        ruled_out.retain(|c| {
-            let abs = absolute(&c.path, &cwd);
-            roots.iter().any(|r| abs.starts_with(r)) && shows_pinned_project(&abs, overlay)
-        });
-        if !ruled_out.is_empty() {
-            got.load(&ruled_out, resolver, &cwd, whole);
+        let (pinned, rest): (Vec<&Candidate>, Vec<&Candidate>) =
+            ruled_out.into_iter().partition(|c| {
+                let abs = absolute(&c.path, &cwd);
+                roots.iter().any(|r| abs.starts_with(r)) && shows_pinned_project(&abs, overlay)
+            });
+        ruled_out = rest;
+        if !pinned.is_empty() {
+            got.load(&pinned, resolver, &cwd, whole);
+            contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
+        }
+    }
+    // Whether a run reaches a config that does not parse may rest on a Python file the prefilter
+    // ruled out (`TrainingArguments(deepspeed="ds.json")`, `open("ds.json")`): those that name
+    // one are analysed whole, and the runs joined again.
+    if !got.invalid.is_empty() {
+        let names: Vec<String> = got
+            .invalid
+            .iter()
+            .filter_map(|c| c.path.file_name()?.to_str().map(str::to_string))
+            .collect();
+        let naming: Vec<&Candidate> = ruled_out
+            .into_iter()
+            .filter(|c| names_any(&absolute(&c.path, &cwd), overlay, &names))
+            .collect();
+        if !naming.is_empty() {
+            got.load(&naming, resolver, &cwd, whole);
             contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
         }
     }
@@ -170,8 +221,18 @@ pub fn lint_with(
         units,
         mut errors,
         mut skipped,
+        invalid,
         ..
     } = got;
+    let (reported, warnings) = invalid_configs(
+        &invalid,
+        &contexts.outside,
+        &context,
+        resolver,
+        &cwd,
+        overlay,
+    );
+    skipped.retain(|s| !reported.iter().any(|r| r.file.display == s.path));
     let contexts = contexts.contexts;
     let mut results: Vec<FileResult> = units
         .into_par_iter()
@@ -187,6 +248,7 @@ pub fn lint_with(
             }
         })
         .collect();
+    results.extend(reported);
     results.sort_by(|a, b| a.file.display.cmp(&b.file.display));
     errors.sort();
     skipped.sort();
@@ -194,7 +256,139 @@ pub fn lint_with(
         results,
         errors,
         skipped,
+        warnings,
     }
+}
+
+/// Whether the file's text holds one of `names` (the file names of configs that do not parse).
+fn names_any(abs: &Path, overlay: &Overlay, names: &[String]) -> bool {
+    let has = |bytes: &[u8]| {
+        names
+            .iter()
+            .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some())
+    };
+    match overlay.get(abs) {
+        Some(t) => has(t.as_bytes()),
+        None => std::fs::read(abs).is_ok_and(|bytes| has(&bytes)),
+    }
+}
+
+/// The configs that do not parse and that a run reaches (`outside`: the files outside the units
+/// that the join looked up, sorted). A linted one gets ML001 at the parse error, where the run
+/// would stop loading it; one that is not linted is a warning (it is read for context, never
+/// reported on). Configs nothing reaches stay skipped, with their warning.
+fn invalid_configs(
+    invalid: &[&Candidate],
+    outside: &[PathBuf],
+    context: &ContextFiles,
+    resolver: &Resolver,
+    cwd: &Path,
+    overlay: &Overlay,
+) -> (Vec<FileResult>, Vec<String>) {
+    let mut reported = Vec::new();
+    let mut linted: Vec<PathBuf> = Vec::new();
+    for c in invalid {
+        let abs = absolute(&c.path, cwd);
+        if outside.binary_search(&abs).is_err() {
+            continue;
+        }
+        linted.push(abs.clone());
+        if let Some(r) = invalid_config(c, &abs, resolver, cwd, overlay) {
+            reported.push(r);
+        }
+    }
+    let mut warnings = Vec::new();
+    for p in outside {
+        let unread = matches!(context.get(p), Some(None));
+        let config = matches!(
+            Language::from_path(p),
+            Some(Language::Yaml | Language::Json | Language::Toml)
+        );
+        if !unread || !config || linted.contains(p) {
+            continue;
+        }
+        let Some((language, text)) = config_text(p, p, overlay) else {
+            continue;
+        };
+        if let Err(e) = config::parse(language, &text) {
+            let at = SourceFile::new(p.clone(), String::new(), language, text).position(e.offset);
+            warnings.push(format!(
+                "{}: invalid {} at {}:{}: {} (a run of the files linted reads it; give its \
+                 path to report it)",
+                display_path(p, cwd),
+                language.name().to_uppercase(),
+                at.row,
+                at.column,
+                e.message
+            ));
+        }
+    }
+    (reported, warnings)
+}
+
+/// A config's language and text, from the overlay or the disk: `None` when it is not a config,
+/// is larger than [`MAX_FILE_BYTES`], binary or not UTF-8.
+fn config_text(path: &Path, abs: &Path, overlay: &Overlay) -> Option<(Language, String)> {
+    let language = Language::from_path(path)
+        .filter(|l| matches!(l, Language::Yaml | Language::Json | Language::Toml))?;
+    let text = match overlay.get(abs) {
+        Some(t) => t.clone(),
+        None => {
+            let mut bytes = Vec::new();
+            read_bounded(path, &mut bytes).ok()?;
+            String::from_utf8(bytes).ok()?
+        }
+    };
+    (text.len() as u64 <= MAX_FILE_BYTES && !text.contains('\0')).then_some((language, text))
+}
+
+/// ML001 for a linted config that a run reaches and that does not parse, at the parse error.
+/// `None` when it parses after all, or ML001 is not reported for it.
+fn invalid_config(
+    c: &Candidate,
+    abs: &Path,
+    resolver: &Resolver,
+    cwd: &Path,
+    overlay: &Overlay,
+) -> Option<FileResult> {
+    let (language, text) = config_text(&c.path, abs, overlay)?;
+    let error = config::parse(language, &text).err()?;
+    let settings = resolver.for_file(&c.path).ok()?;
+    if !settings.reports(INVALID_CONFIG, abs) {
+        return None;
+    }
+    let file = SourceFile::new(c.path.clone(), display_path(&c.path, cwd), language, text);
+    let start = crate::source::floor_char_boundary(&file.text, error.offset.min(file.text.len()));
+    let end = file.text[start..]
+        .chars()
+        .next()
+        .filter(|ch| *ch != '\n')
+        .map_or(start, |ch| start + ch.len_utf8());
+    let kind = language.name().to_uppercase();
+    let mut diagnostics = vec![Diagnostic::new(
+        INVALID_CONFIG,
+        start..end,
+        format!(
+            "invalid {kind} ({}): a run of this project reads this config and fails to load it",
+            error.message
+        ),
+    )
+    .with_help(format!(
+        "make it valid {kind}; a template with placeholders should not be a file a launcher, a \
+         Trainer argument or an `open()` names"
+    ))];
+    let directives = suppress::directives(&file, &[]);
+    suppress::apply(&file, &directives, &mut diagnostics);
+    if diagnostics.is_empty() {
+        return None;
+    }
+    Some(FileResult {
+        file: Arc::new(file),
+        diagnostics,
+        settings,
+        training: TrainingContext::default(),
+        syntax_error: true,
+    })
 }
 
 /// Whether a file the prefilter ruled out could show the project of a pin something
@@ -214,6 +408,8 @@ struct Loading<'c> {
     ruled_out: Vec<&'c Candidate>,
     errors: Vec<PathError>,
     skipped: Vec<Skipped>,
+    /// Configs that do not parse (also in `skipped`): ML001 where a run reaches one.
+    invalid: Vec<&'c Candidate>,
     overlay: &'c Overlay,
 }
 
@@ -235,6 +431,10 @@ impl<'c> Loading<'c> {
                 Ok(None) => self.ruled_out.push(c),
                 Err(Loaded::Error(e)) => self.errors.push(e),
                 Err(Loaded::Skipped(s)) => self.skipped.push(s),
+                Err(Loaded::Invalid(s)) => {
+                    self.skipped.push(s);
+                    self.invalid.push(c);
+                }
             }
         }
         self.units.sort_by(|a, b| a.unit.abs.cmp(&b.unit.abs));
@@ -244,6 +444,8 @@ impl<'c> Loading<'c> {
 enum Loaded {
     Error(PathError),
     Skipped(Skipped),
+    /// A config that does not parse.
+    Invalid(Skipped),
 }
 
 fn load(
@@ -338,7 +540,13 @@ fn load_bytes(
             values: needs.value_model,
         },
     )
-    .map_err(|reason| skip(&reason))?;
+    .map_err(|reason| match c.language {
+        Language::Yaml | Language::Json | Language::Toml => Loaded::Invalid(Skipped {
+            path: display.clone(),
+            reason,
+        }),
+        _ => skip(&reason),
+    })?;
     let defaults = Defaults {
         optimizer: settings.options.optimizer.clone(),
         world_size: settings.options.world_size,

@@ -34,7 +34,7 @@ struct Pyproject {
 
 #[derive(Deserialize)]
 struct PyprojectTool {
-    memlint: Option<toml::Value>,
+    memlint: Option<Options>,
 }
 
 /// Selection given on the command line; it wins over the file.
@@ -93,27 +93,39 @@ impl std::fmt::Display for SettingsError {
 /// Read the memlint options of a configuration file (`None`: a pyproject without the table).
 pub fn read_options(path: &Path) -> Result<Option<Options>, SettingsError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| SettingsError(format!("{}: cannot read: {e}", path.display())))?;
+        .map_err(|e| SettingsError(format!("{}: cannot read: {e}", shown(path))))?;
     let is_pyproject = path.file_name().is_some_and(|n| n == "pyproject.toml");
     let parsed: Result<Option<Options>, toml::de::Error> = if is_pyproject {
-        toml::from_str::<Pyproject>(&text).and_then(|p| match p.tool.and_then(|t| t.memlint) {
-            Some(v) => v.try_into::<Options>().map(Some),
-            None => Ok(None),
-        })
+        toml::from_str::<Pyproject>(&text).map(|p| p.tool.and_then(|t| t.memlint))
     } else {
         toml::from_str::<Options>(&text).map(Some)
     };
     parsed.map_err(|e| {
         let msg = e.message().replace('\n', " ");
-        let at = e
-            .span()
-            .map(|s| {
-                let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                format!(":{line}")
-            })
-            .unwrap_or_default();
-        SettingsError(format!("{}{at}: {msg}", path.display()))
+        match e.span() {
+            Some(span) => {
+                let start = span.start.min(text.len());
+                let line = text[..start].matches('\n').count() + 1;
+                let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+                let line_text = text[line_start..].lines().next().unwrap_or("").trim();
+                let shown_line = if line_text.is_empty() || line_text.len() > 80 {
+                    String::new()
+                } else {
+                    format!(" (`{line_text}`)")
+                };
+                SettingsError(format!("{}:{line}: {msg}{shown_line}", shown(path)))
+            }
+            None => SettingsError(format!("{}: {msg}", shown(path))),
+        }
     })
+}
+
+/// A configuration file as messages name it: relative to the current directory when under it.
+fn shown(path: &Path) -> String {
+    match std::env::current_dir() {
+        Ok(cwd) => crate::source::display_path(path, &cwd),
+        Err(_) => path.display().to_string(),
+    }
 }
 
 fn globset(patterns: &[String]) -> Result<GlobSet, SettingsError> {
@@ -133,6 +145,15 @@ fn globset(patterns: &[String]) -> Result<GlobSet, SettingsError> {
 
 /// Expand rule selectors (`MEM`, `GA0`, `MEM001`, `ALL`) into codes. Unknown selectors are errors.
 pub fn expand(selectors: &[String]) -> Result<BTreeSet<&'static str>, SettingsError> {
+    expand_in(selectors, None)
+}
+
+/// [`expand`], naming where the selectors were written (`--select`, the `select` key) in the
+/// error, with the closest valid selectors.
+pub fn expand_in(
+    selectors: &[String],
+    origin: Option<&str>,
+) -> Result<BTreeSet<&'static str>, SettingsError> {
     let codes = crate::rules::implemented_codes();
     let mut out = BTreeSet::new();
     for s in selectors {
@@ -148,11 +169,72 @@ pub fn expand(selectors: &[String]) -> Result<BTreeSet<&'static str>, SettingsEr
                 .iter()
                 .any(|p| p.code.starts_with(s.as_str()))
         {
-            return Err(SettingsError(format!("unknown rule selector `{s}`")));
+            let within = origin.map(|o| format!(" in {o}")).unwrap_or_default();
+            let closest = closest_selectors(&s, &codes);
+            let closest = if closest.is_empty() {
+                String::new()
+            } else {
+                format!("closest: {}; ", closest.join(", "))
+            };
+            return Err(SettingsError(format!(
+                "unknown rule selector `{s}`{within} ({closest}`memlint rules` lists the codes)"
+            )));
         }
         out.extend(matched);
     }
     Ok(out)
+}
+
+/// The valid selectors nearest to `s` by edit distance: codes, and the prefixes that name a
+/// family (`MEM`, `GA`, `BS`, `ML`). At most three, nearest first, and none that differs in more
+/// than half its characters.
+fn closest_selectors(s: &str, codes: &[&'static str]) -> Vec<String> {
+    let mut candidates: Vec<String> = codes.iter().map(|c| c.to_string()).collect();
+    for c in codes {
+        let family: String = c.chars().take_while(char::is_ascii_alphabetic).collect();
+        if !candidates.contains(&family) {
+            candidates.push(family);
+        }
+    }
+    candidates.push("ALL".into());
+    let mut scored: Vec<(usize, String)> = candidates
+        .into_iter()
+        .map(|c| (edit_distance(s, &c), c))
+        .filter(|(d, c)| *d * 2 <= c.len().max(s.len()))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, c)| c).collect()
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Check the selectors given on the command line, each named by its flag: before any file is
+/// read, so that a typo ends the run at once.
+pub fn validate_cli(cli: &CliOverrides) -> Result<(), SettingsError> {
+    if let Some(select) = &cli.select {
+        expand_in(select, Some("--select"))?;
+    }
+    expand_in(&cli.extend_select, Some("--extend-select"))?;
+    expand_in(&cli.ignore, Some("--ignore"))?;
+    Ok(())
 }
 
 impl Settings {
@@ -163,7 +245,7 @@ impl Settings {
         cli: &CliOverrides,
     ) -> Result<Settings, SettingsError> {
         let ctx = |e: SettingsError| match &config_file {
-            Some(f) => SettingsError(format!("{}: {e}", f.display())),
+            Some(f) => SettingsError(format!("{}: {e}", shown(f))),
             None => e,
         };
         let defaults: Vec<String> = catalog::pages()
@@ -171,18 +253,25 @@ impl Settings {
             .filter(|p| p.default_enabled)
             .map(|p| p.code.clone())
             .collect();
-        let select = cli
-            .select
-            .clone()
-            .or_else(|| options.select.clone())
-            .unwrap_or(defaults);
-        let mut enabled = expand(&select).map_err(ctx)?;
-        enabled.extend(expand(options.extend_select.as_deref().unwrap_or(&[])).map_err(ctx)?);
-        enabled.extend(expand(&cli.extend_select)?);
-        for code in expand(options.ignore.as_deref().unwrap_or(&[])).map_err(ctx)? {
+        let mut enabled = match (&cli.select, &options.select) {
+            (Some(s), _) => expand_in(s, Some("--select"))?,
+            (None, Some(s)) => expand_in(s, Some("`select`")).map_err(ctx)?,
+            (None, None) => expand(&defaults)?,
+        };
+        enabled.extend(
+            expand_in(
+                options.extend_select.as_deref().unwrap_or(&[]),
+                Some("`extend-select`"),
+            )
+            .map_err(ctx)?,
+        );
+        enabled.extend(expand_in(&cli.extend_select, Some("--extend-select"))?);
+        for code in
+            expand_in(options.ignore.as_deref().unwrap_or(&[]), Some("`ignore`")).map_err(ctx)?
+        {
             enabled.remove(code);
         }
-        for code in expand(&cli.ignore)? {
+        for code in expand_in(&cli.ignore, Some("--ignore"))? {
             enabled.remove(code);
         }
         let mut exclude: Vec<String> = match &options.exclude {
@@ -194,7 +283,7 @@ impl Settings {
         let exclude = globset(&exclude).map_err(ctx)?;
         let mut per_file_ignores = Vec::new();
         for (pattern, codes) in options.per_file_ignores.clone().unwrap_or_default() {
-            expand(&codes).map_err(ctx)?;
+            expand_in(&codes, Some(&format!("`per-file-ignores` for `{pattern}`"))).map_err(ctx)?;
             per_file_ignores.push((globset(&[pattern]).map_err(ctx)?, codes));
         }
         let fail_on = match options.fail_on.as_deref() {

@@ -39,16 +39,121 @@ fn concise_output_and_exit_codes() {
 }
 
 #[test]
-fn missing_path_is_exit_2_and_the_rest_is_still_linted() {
+fn missing_path_ends_the_run_before_any_file_is_read() {
     let dir = project(&[("train.py", BUDGET)]);
-    let (code, out, err) =
-        stdout(memlint(dir.path()).args(["--output-format", "concise", "nope.py", "train.py"]));
+    fs::write(dir.path().join("bin.py"), b"\x00\x01model_gb").expect("write");
+    let (code, out, err) = stdout(memlint(dir.path()).args([
+        "--output-format",
+        "concise",
+        "nope.py",
+        "train.py",
+        "bin.py",
+    ]));
     assert_eq!(code, 2);
+    assert_eq!(err, "memlint: error: nope.py: no such file or directory\n");
+    assert_eq!(out, "", "nothing is linted, nothing says the check passed");
+}
+
+#[test]
+fn unknown_selectors_name_their_flag_and_the_closest_codes() {
+    // bin.py would be skipped with a warning if it were read: the run ends before.
+    let dir = project(&[("train.py", BUDGET)]);
+    fs::write(dir.path().join("bin.py"), b"\x00\x01model_gb").expect("write");
+    let (code, out, err) = stdout(memlint(dir.path()).args(["--select", "MEM01X", "."]));
+    assert_eq!(code, 2);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "memlint: error: unknown rule selector `MEM01X` in --select (closest: MEM010, MEM011, MEM001; `memlint rules` lists the codes)\n"
+    );
+    let (code, out, err) =
+        stdout(memlint(dir.path()).args(["--extend-select", "GA", "--ignore", "ga01", "."]));
+    assert_eq!((code, out.as_str()), (2, ""));
     assert!(
-        err.contains("memlint: error: nope.py: no such file or directory"),
+        err.starts_with(
+            "memlint: error: unknown rule selector `GA01` in --ignore (closest: GA001, "
+        ),
         "{err}"
     );
-    assert!(out.contains("train.py:5:31: MEM001"), "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let (code, out, err) = stdout(memlint(dir.path()).args(["--extend-select", "FOO123", "."]));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err,
+        "memlint: error: unknown rule selector `FOO123` in --extend-select (`memlint rules` lists the codes)\n"
+    );
+}
+
+#[test]
+fn an_unknown_selector_in_a_config_file_names_the_file_and_the_key() {
+    let dir = project(&[
+        ("train.py", BUDGET),
+        (
+            ".memlint.toml",
+            "extend-select = [\"GA\"]\nignore = [\"MEMM001\"]\n",
+        ),
+    ]);
+    fs::write(dir.path().join("bin.py"), b"\x00\x01model_gb").expect("write");
+    let (code, out, err) = stdout(memlint(dir.path()).arg("."));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(
+        err.starts_with(
+            "memlint: error: .memlint.toml: unknown rule selector `MEMM001` in `ignore` (closest: MEM001, "
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn an_invalid_config_file_ends_the_run_with_one_error() {
+    let bin: &[u8] = b"\x00\x01model_gb";
+    // Invalid TOML at the root.
+    let dir = project(&[
+        ("train.py", BUDGET),
+        (".memlint.toml", "select = [\"MEM\"\n"),
+    ]);
+    fs::write(dir.path().join("bin.py"), bin).expect("write");
+    let (code, out, err) = stdout(memlint(dir.path()).arg("."));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(err.starts_with("memlint: error: .memlint.toml:"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // A pyproject table with a value of the wrong type.
+    let dir = project(&[
+        ("train.py", BUDGET),
+        (
+            "pyproject.toml",
+            "[project]\nname = \"x\"\n\n[tool.memlint]\nfail-on = 3\n",
+        ),
+    ]);
+    let (code, out, err) = stdout(memlint(dir.path()).arg("train.py"));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(
+        err.starts_with("memlint: error: pyproject.toml:5: ") && err.contains("`fail-on = 3`"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // A project's own configuration below the path given is read before any file is.
+    let dir = project(&[
+        ("a/train.py", BUDGET),
+        ("b/train.py", BUDGET),
+        ("b/.memlint.toml", "fail-on = \"fatal\"\n"),
+    ]);
+    fs::write(dir.path().join("a/bin.py"), bin).expect("write");
+    let (code, out, err) = stdout(memlint(dir.path()).arg("."));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err,
+        "memlint: error: b/.memlint.toml: `fail-on` must be one of info, warning, error (got `fatal`)\n"
+    );
+    // `--config` naming a file that is not there.
+    let (code, out, err) = stdout(memlint(dir.path()).args(["--config", "nope.toml", "a"]));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(
+        err.starts_with("memlint: error: nope.toml: cannot read: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 #[test]

@@ -83,7 +83,7 @@ fn both_diagnostics_name_their_cell_in_human_and_json_output() {
         out,
         "finetune.ipynb:cell 5:1:29: MEM001 memory formula counts the model 2x (params + grads); AdamW keeps 2 more states per parameter: expected at least 4x (seen at finetune.ipynb:cell 3:4)\n\
          finetune.ipynb:cell 7:7:5: GA001 loss reaches backward() undivided while the optimizer steps every `accum_steps` micro-batches: gradients come out 8x (`accum_steps`) the full-batch gradient [*]\n\
-         Found 2 diagnostics.\n[*] 1 fixable with the `--fix` option.\n"
+         Found 2 diagnostics.\n[*] 1 fixable with the `--fix` option (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"
     );
 
     let (_, out, _) = run(memlint(dir.path()).args(["--output-format", "json", "."]));

@@ -85,10 +85,15 @@ pub enum EstimateFormat {
     Json,
 }
 
+/// FSDP's sharding strategies, as `--help` lists them; FSDP's own spellings (`full_shard`,
+/// `FULL_SHARD`) are accepted too.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 pub enum FsdpArg {
+    #[value(alias = "full_shard", alias = "FULL_SHARD")]
     FullShard,
+    #[value(alias = "shard_grad_op", alias = "SHARD_GRAD_OP")]
     ShardGradOp,
+    #[value(alias = "hybrid_shard", alias = "HYBRID_SHARD")]
     HybridShard,
 }
 

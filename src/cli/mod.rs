@@ -1,17 +1,16 @@
 //! The command line: `memlint [check] [PATHS]`, `memlint rule CODE`, `memlint rules`,
-//! `memlint estimate`, `memlint server`.
+//! `memlint estimate`, `memlint server`. `check.rs` runs a lint, `show.rs` answers
+//! `--show-files` and `--show-settings`.
 
+mod check;
 mod estimate;
+mod show;
 
-use crate::diagnostic::Applicability;
-use crate::fix;
-use crate::lint::{lint, LintOptions};
-use crate::report::{self, DocFormat, Format};
+use crate::report::{self, DocFormat};
 use crate::rules::catalog;
-use crate::settings::{CliOverrides, Resolver};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use check::CheckArgs;
+use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -49,60 +48,10 @@ enum Command {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
-enum Color {
+pub(crate) enum Color {
     Auto,
     Always,
     Never,
-}
-
-#[derive(Args, Debug, Default)]
-struct CheckArgs {
-    /// Files or folders to lint (default: the current folder).
-    paths: Vec<PathBuf>,
-    /// Rule codes or prefixes to enable (replaces the default set).
-    #[arg(long, value_delimiter = ',')]
-    select: Option<Vec<String>>,
-    /// Rule codes or prefixes to disable.
-    #[arg(long, value_delimiter = ',')]
-    ignore: Vec<String>,
-    /// Rule codes or prefixes to enable in addition.
-    #[arg(long, value_delimiter = ',')]
-    extend_select: Vec<String>,
-    /// Glob patterns to exclude in addition to the configured ones.
-    #[arg(long, value_delimiter = ',')]
-    extend_exclude: Vec<String>,
-    /// Apply safe fixes.
-    #[arg(long)]
-    fix: bool,
-    /// Also apply unsafe fixes (with --fix or --diff).
-    #[arg(long)]
-    unsafe_fixes: bool,
-    /// Print the fixes as a unified diff and change nothing.
-    #[arg(long)]
-    diff: bool,
-    /// Exit with 0 even when diagnostics are reported.
-    #[arg(long)]
-    exit_zero: bool,
-    /// Apply excludes to files given explicitly too (for pre-commit).
-    #[arg(long)]
-    force_exclude: bool,
-    /// Use this configuration file instead of discovering one.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Ignore all configuration files.
-    #[arg(long, conflicts_with = "config")]
-    isolated: bool,
-    /// Output format (default: full on a terminal, concise otherwise).
-    #[arg(long, value_enum, env = "MEMLINT_OUTPUT_FORMAT")]
-    output_format: Option<Format>,
-    #[arg(long, value_enum, default_value = "auto")]
-    color: Option<Color>,
-    /// Parse every file, even those the literal prefilter rules out (for testing the prefilter).
-    #[arg(long, hide = true)]
-    no_prefilter: bool,
-    /// Number of worker threads (default: one per core).
-    #[arg(long, hide = true)]
-    threads: Option<usize>,
 }
 
 /// Run the command line; returns the exit code.
@@ -116,7 +65,7 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Some(Command::Check(args)) => check(args),
+        Some(Command::Check(args)) => check::check(args),
         Some(Command::Rule {
             code,
             output_format,
@@ -124,7 +73,7 @@ pub fn main() -> i32 {
         Some(Command::Rules { output_format }) => rules(output_format),
         Some(Command::Server) => crate::server::main(),
         Some(Command::Estimate(args)) => estimate::run(args),
-        None => check(cli.check),
+        None => check::check(cli.check),
     }
 }
 
@@ -170,161 +119,5 @@ fn use_color(choice: Color) -> bool {
                 std::io::stdout().is_terminal()
             }
         }
-    }
-}
-
-fn check(args: CheckArgs) -> i32 {
-    if let Some(n) = args.threads {
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
-            .build_global();
-    }
-    let cwd = crate::discover::cwd();
-    let overrides = CliOverrides {
-        select: args.select.clone(),
-        ignore: args.ignore.clone(),
-        extend_select: args.extend_select.clone(),
-        extend_exclude: args.extend_exclude.clone(),
-    };
-    let resolver = match Resolver::new(overrides, args.config.as_deref(), args.isolated, cwd) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("memlint: error: {e}");
-            return 2;
-        }
-    };
-    let paths = if args.paths.is_empty() {
-        vec![PathBuf::from(".")]
-    } else {
-        args.paths.clone()
-    };
-    let opts = LintOptions {
-        prefilter: !args.no_prefilter,
-        force_exclude: args.force_exclude,
-    };
-    let mut run = lint(&paths, &resolver, opts);
-
-    let threshold = if args.unsafe_fixes {
-        Applicability::Unsafe
-    } else {
-        Applicability::Safe
-    };
-    let mut fixed = 0;
-    let mut io_failed = false;
-    let mut diffs = String::new();
-    if args.fix || args.diff {
-        for r in &mut run.results {
-            let Some(result) = fix::fix_file(r, threshold) else {
-                continue;
-            };
-            if args.diff {
-                diffs.push_str(&fix::unified_diff(
-                    &r.file.display,
-                    r.file.disk_text(),
-                    &result.new_text,
-                ));
-                fixed += result.applied;
-                continue;
-            }
-            match fix::write_atomic(&r.file.path, &result.new_text) {
-                Ok(()) => {
-                    fixed += r.diagnostics.len().saturating_sub(result.remaining.len());
-                    r.diagnostics = result.remaining;
-                    // Positions of what remains refer to the new text.
-                    r.file = std::sync::Arc::new(result.file);
-                }
-                Err(e) => {
-                    eprintln!(
-                        "memlint: error: {}: cannot write the fix: {e}",
-                        r.file.display
-                    );
-                    io_failed = true;
-                }
-            }
-        }
-    }
-    for e in &run.errors {
-        eprintln!("memlint: error: {}: {}", e.path, e.message);
-    }
-    for s in &run.skipped {
-        eprintln!("memlint: warning: {}: skipped: {}", s.path, s.reason);
-    }
-    if args.fix {
-        for r in &run.results {
-            if r.syntax_error && r.diagnostics.iter().any(|d| d.fix.is_some()) {
-                eprintln!(
-                    "memlint: warning: {}: has syntax errors; analysed what parses, not rewritten",
-                    r.file.display
-                );
-            }
-        }
-    }
-
-    if args.diff {
-        print_out(&diffs);
-        if fixed > 0 {
-            eprintln!(
-                "Would fix {fixed} diagnostic{}.",
-                if fixed == 1 { "" } else { "s" }
-            );
-        }
-        return if !run.errors.is_empty() || io_failed {
-            2
-        } else if fixed > 0 && !args.exit_zero {
-            1
-        } else {
-            0
-        };
-    }
-
-    let entries = report::entries(&run.results);
-    let terminal = std::io::stdout().is_terminal();
-    let format = args.output_format.unwrap_or(if terminal {
-        Format::Full
-    } else {
-        Format::Concise
-    });
-    let out = match format {
-        Format::Full => {
-            let width = std::env::var("COLUMNS")
-                .ok()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(100);
-            let mut s = report::render_full(
-                &entries,
-                use_color(args.color.unwrap_or(Color::Auto)),
-                width,
-            );
-            s.push_str(&report::summary(&entries, fixed));
-            s
-        }
-        Format::Concise => {
-            let mut s = report::render_concise(&entries);
-            s.push_str(&report::summary(&entries, fixed));
-            s
-        }
-        Format::Json => report::render_json(&entries),
-        Format::JsonLines => report::render_json_lines(&entries),
-        Format::Github => {
-            let mut s = report::render_github(&entries);
-            s.push_str(&report::summary(&entries, fixed));
-            s
-        }
-        Format::Sarif => report::render_sarif(&entries),
-    };
-    print_out(&out);
-
-    if !run.errors.is_empty() || io_failed {
-        return 2;
-    }
-    let failing = run.results.iter().any(|r| {
-        r.diagnostics
-            .iter()
-            .any(|d| report::severity_of(d.code) >= r.settings.fail_on)
-    });
-    if failing && !args.exit_zero {
-        1
-    } else {
-        0
     }
 }

@@ -5,14 +5,27 @@
 //! dict: the HF Trainer and accelerate load a DeepSpeed config that way and hand DeepSpeed the
 //! dict (DeepSpeed itself refuses repeated keys only in a file it opens by path).
 
-use super::{ConfigError, Key, Node, Value, MAX_DEPTH};
+use super::{ConfigDoc, ConfigError, Key, Node, Repeated, Value, MAX_DEPTH};
 use std::collections::HashMap;
 
+/// The document's one value.
+#[cfg(test)]
 pub fn parse(text: &str) -> Result<Node, ConfigError> {
+    parse_doc(text).and_then(|mut doc| {
+        doc.roots.pop().ok_or(ConfigError {
+            message: "no JSON value".into(),
+            offset: 0,
+        })
+    })
+}
+
+/// The document, with the keys written twice in one object.
+pub fn parse_doc(text: &str) -> Result<ConfigDoc, ConfigError> {
     let mut p = Reader {
         s: text.as_bytes(),
         text,
         i: 0,
+        repeated: Vec::new(),
     };
     p.ws();
     let node = p.value(0)?;
@@ -26,13 +39,17 @@ pub fn parse(text: &str) -> Result<Node, ConfigError> {
             "unexpected text after the JSON value"
         }));
     }
-    Ok(node)
+    Ok(ConfigDoc {
+        roots: vec![node],
+        repeated: p.repeated,
+    })
 }
 
 struct Reader<'a> {
     s: &'a [u8],
     text: &'a str,
     i: usize,
+    repeated: Vec<Repeated>,
 }
 
 impl Reader<'_> {
@@ -78,7 +95,7 @@ impl Reader<'_> {
         match self.s.get(self.i) {
             Some(b'{') => {
                 self.i += 1;
-                let mut entries = Vec::new();
+                let mut entries: Vec<(Key, Node)> = Vec::new();
                 // The entry each key name holds: a repeated key replaces it.
                 let mut seen: HashMap<String, usize> = HashMap::new();
                 self.ws();
@@ -106,7 +123,14 @@ impl Reader<'_> {
                         self.ws();
                         let v = self.value(depth + 1)?;
                         match seen.get(&key.name).and_then(|&i| entries.get_mut(i)) {
-                            Some(entry) => *entry = (key, v),
+                            Some(entry) => {
+                                self.repeated.push(Repeated {
+                                    name: key.name.clone(),
+                                    shadowed: entry.0.span.clone(),
+                                    kept: key.span.clone(),
+                                });
+                                *entry = (key, v)
+                            }
                             None => {
                                 seen.insert(key.name.clone(), entries.len());
                                 entries.push((key, v));
@@ -288,6 +312,34 @@ mod tests {
             node.get("steps_per_print").and_then(Node::as_number),
             Some(10.0)
         );
+        let doc = parse_doc(text).unwrap();
+        let repeated: Vec<(&str, &str, &str)> = doc
+            .repeated
+            .iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    &text[r.shadowed.clone()],
+                    &text[r.kept.clone()],
+                )
+            })
+            .collect();
+        assert_eq!(
+            repeated,
+            [
+                ("stage", "\"stage\"", "\"stage\""),
+                (
+                    "train_batch_size",
+                    "\"train_batch_size\"",
+                    "\"train_batch_size\""
+                )
+            ]
+        );
+        assert_eq!(
+            doc.repeated[0].shadowed.start,
+            text.find("\"stage\"").unwrap()
+        );
+        assert_eq!(doc.repeated[1].shadowed.start, 1);
         let replaced = parse("{\"opt\": {\"lr\": 1, \"wd\": 0}, \"opt\": {\"lr\": 2}}").unwrap();
         let opt = replaced.get("opt").unwrap();
         assert_eq!(opt.get("lr").and_then(Node::as_number), Some(2.0));

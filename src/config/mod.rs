@@ -72,6 +72,19 @@ impl Node {
 #[derive(Debug, Clone, Default)]
 pub struct ConfigDoc {
     pub roots: Vec<Node>,
+    /// Keys written twice in one mapping, in the order they were read.
+    pub repeated: Vec<Repeated>,
+}
+
+/// A key written again in the same mapping. The reader keeps the last value, as `json.load` and
+/// PyYAML's `safe_load` build the dict; the earlier value is discarded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repeated {
+    pub name: String,
+    /// The earlier key, whose value is discarded.
+    pub shadowed: Range<usize>,
+    /// The key written after it, whose value is kept (unless written again).
+    pub kept: Range<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -84,9 +97,13 @@ pub fn parse(language: Language, text: &str) -> Result<ConfigDoc, ConfigError> {
     match language {
         // An empty file holds no config (and is not worth a warning).
         Language::Json if text.trim().is_empty() => Ok(ConfigDoc::default()),
-        Language::Json => json::parse(text).map(|root| ConfigDoc { roots: vec![root] }),
+        Language::Json => json::parse_doc(text),
         Language::Yaml => yaml::parse(text),
-        Language::Toml => toml::parse(text).map(|root| ConfigDoc { roots: vec![root] }),
+        // TOML forbids a repeated key: the reader refuses it, as Python's tomllib does.
+        Language::Toml => toml::parse(text).map(|root| ConfigDoc {
+            roots: vec![root],
+            repeated: Vec::new(),
+        }),
         _ => Ok(ConfigDoc::default()),
     }
 }

@@ -2,7 +2,7 @@
 //! never expanded (they become unknowns), so alias bombs cost nothing. A repeated key keeps its
 //! last value, where the first one stood, as PyYAML's `safe_load` builds the dict.
 
-use super::{ConfigDoc, ConfigError, Key, Node, Value, MAX_DEPTH};
+use super::{ConfigDoc, ConfigError, Key, Node, Repeated, Value, MAX_DEPTH};
 use crate::source::LineIndex;
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 use std::collections::HashMap;
@@ -108,7 +108,14 @@ fn parse_shifted(text: &str, original: &str, shift: &[usize]) -> Result<ConfigDo
             Some(Open::Map(_, entries, pending, seen)) => match pending.take() {
                 Some(Pending { key, unique }) => {
                     match seen.get(&key.name).and_then(|&i| entries.get_mut(i)) {
-                        Some(entry) if unique => *entry = (key, node),
+                        Some(entry) if unique => {
+                            doc.repeated.push(Repeated {
+                                name: key.name.clone(),
+                                shadowed: entry.0.span.clone(),
+                                kept: key.span.clone(),
+                            });
+                            *entry = (key, node)
+                        }
                         _ => {
                             if unique {
                                 seen.insert(key.name.clone(), entries.len());
@@ -270,6 +277,18 @@ mod tests {
         assert_eq!(&text[gas.span.clone()], "4");
         assert!(matches!(&train.value, Value::Map(e) if e.len() == 2));
         assert_eq!(root.get("next").and_then(Node::as_number), Some(5.0));
+        let repeated: Vec<(&str, usize, usize)> = doc
+            .repeated
+            .iter()
+            .map(|r| (r.name.as_str(), r.shadowed.start, r.kept.start))
+            .collect();
+        assert_eq!(
+            repeated,
+            [
+                ("gas", text.find("gas").unwrap(), text.rfind("gas").unwrap()),
+                ("lr", 0, key_at),
+            ]
+        );
     }
 
     #[test]

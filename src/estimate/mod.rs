@@ -78,7 +78,7 @@ pub enum Sharding {
 }
 
 impl Sharding {
-    /// The ZeRO stage the strategy matches (`KNOWLEDGE.md` §3.2).
+    /// The ZeRO stage the strategy matches (`docs/knowledge.md` §3.2).
     pub fn stage(self) -> u8 {
         match self {
             Sharding::None => 0,
@@ -230,7 +230,7 @@ impl Component {
 }
 
 /// The CUDA context and allocator workspace a training process holds beyond its tensors: PyTorch
-/// takes "between 300 MiB and 2 GiB" on first use of CUDA (`KNOWLEDGE.md` §4.4); the low end
+/// takes "between 300 MiB and 2 GiB" on first use of CUDA (`docs/knowledge.md` §4.4); the low end
 /// with lazy module loading, the default since CUDA 11.7.
 pub const CUDA_CONTEXT_BYTES: f64 = 500.0 * 1024.0 * 1024.0;
 

@@ -1,5 +1,5 @@
 //! Model states per GPU: weights, gradients, master weights and optimizer states, by precision
-//! and optimizer (`KNOWLEDGE.md` §3.1), divided over the data-parallel ranks by the ZeRO stage or
+//! and optimizer (`docs/knowledge.md` §3.1), divided over the data-parallel ranks by the ZeRO stage or
 //! FSDP strategy (`rules/knowledge/sharding.toml`, §3.2), moved to the host by an offload (§4.2),
 //! and for LoRA and QLoRA only the adapters trained (§3.3).
 
@@ -49,13 +49,13 @@ pub struct States {
 /// GPUs per node when nothing says (HYBRID_SHARD's shard group, DeepSpeed's host estimate).
 const DEFAULT_GPUS_PER_NODE: u64 = 8;
 /// DeepSpeed's estimator multiplies host memory by this safety factor (`stage_1_and_2.py`,
-/// `additional_buffer_factor=1.5`; `KNOWLEDGE.md` §4.2).
+/// `additional_buffer_factor=1.5`; `docs/knowledge.md` §4.2).
 const HOST_BUFFER_FACTOR: f64 = 1.5;
 /// 4-bit NF4: 4 bits and an fp32 scale per block of 64 weights (4.5 bits); with double
-/// quantization 4.127 bits (QLoRA, arXiv:2305.14314 §2, reproduced in `KNOWLEDGE.md` §3.3 [M3]).
+/// quantization 4.127 bits (QLoRA, arXiv:2305.14314 §2, reproduced in `docs/knowledge.md` §3.3 [M3]).
 const NF4_BYTES: f64 = 4.5 / 8.0;
 const NF4_DQ_BYTES: f64 = 4.127 / 8.0;
-/// LLM.int8(): one byte per weight (bitsandbytes `Int8Params`; `KNOWLEDGE.md` §1).
+/// LLM.int8(): one byte per weight (bitsandbytes `Int8Params`; `docs/knowledge.md` §1).
 const INT8_BYTES: f64 = 1.0;
 /// LoRA's rank and targets when only LoRA is said: PEFT's default targets for Llama-style
 /// models are `q_proj` and `v_proj`.
@@ -116,7 +116,7 @@ pub(super) fn regime(
             Precision::Fp16Mixed
         };
     }
-    // Bytes per trained parameter (KNOWLEDGE.md §3.1): under DeepSpeed (and Megatron) mixed
+    // Bytes per trained parameter (docs/knowledge.md §3.1): under DeepSpeed (and Megatron) mixed
     // precision the weights and gradients are 16-bit and fp32 masters sit beside the states;
     // under AMP and FSDP's mixed precision the weights stay fp32.
     let (weight, grad, fp32_grad, master, state) = match precision {
@@ -250,7 +250,7 @@ pub fn model_states(r: &Regime) -> States {
     };
     if stage == 3 {
         // The layer being computed is gathered whole, with its 16-bit gradients: 4 bytes per
-        // parameter of the largest layer (DeepSpeed's `largest_layer_memory`, KNOWLEDGE.md
+        // parameter of the largest layer (DeepSpeed's `largest_layer_memory`, docs/knowledge.md
         // §4.2). The gradient shards stay (DeepSpeed's flat partition buffer, FSDP's sharded
         // gradients).
         s.gathered = 4.0 * r.largest_module / mp;
@@ -258,7 +258,7 @@ pub fn model_states(r: &Regime) -> States {
     if r.offload_optimizer.is_some() {
         // DeepSpeed's CPU (or NVMe) offload moves master weights, states and gradients off the
         // GPU; the host of each node holds the fp32 copies. Host bytes per parameter as
-        // DeepSpeed's estimators give them (KNOWLEDGE.md §4.2): at ZeRO-2, max(4 x GPUs, 16);
+        // DeepSpeed's estimators give them (docs/knowledge.md §4.2): at ZeRO-2, max(4 x GPUs, 16);
         // at ZeRO-3 (zero_init), 16, or 18 with the parameters offloaded too, over the nodes.
         let total_gpus = n * mp;
         let nodes = (total_gpus / r.gpus_per_node.max(1.0)).max(1.0);

@@ -129,6 +129,9 @@ impl Wanted {
                 }
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
+                // Read from configs, which are always parsed: an invalid one (ML001) by the
+                // pipeline, a repeated key (ML002) by the reader.
+                "ML001" | "ML002" => {}
                 _ => w.unknown = true,
             }
         }

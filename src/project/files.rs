@@ -237,6 +237,7 @@ pub(super) fn located(files: &Files, f: Fid, config: Option<ConfigRef>) -> Locat
             };
             let doc = ConfigDoc {
                 roots: vec![c.root.clone()],
+                ..ConfigDoc::default()
             };
             Located::new(evidence(&doc), &|at| {
                 format!("{}:{}", file.display, file.position(at).row)

@@ -1,6 +1,6 @@
 //! The project around a dependency pin: a `transformers` pin that keeps the project before 4.46
 //! matters only if the project's Trainer accumulates gradients for a language model trained on
-//! token losses, without packing its sequences (KNOWLEDGE.md §5d′). The project of a pin file is the
+//! token losses, without packing its sequences (docs/knowledge.md §5d′). The project of a pin file is the
 //! folder that holds it (the parent of a `requirements/` folder).
 
 use super::files::{Fid, Files};

@@ -1,5 +1,7 @@
-//! The human format: miette reports rendered through a line-indexed source, so each lookup is a
-//! binary search instead of a rescan of the file (miette's own `str` source is O(file) per call).
+//! The human format: each diagnostic once, as miette renders it: `train.py:5:31: MEM001 (url)`,
+//! the message, the source lines with the span labelled, the help and the fix. Reports are
+//! rendered through a line-indexed source, so each lookup is a binary search instead of a rescan
+//! of the file (miette's own `str` source is O(file) per call).
 
 use super::Entry;
 use crate::diagnostic::Severity;
@@ -59,6 +61,8 @@ impl SourceCode for Indexed<'_> {
 
 struct Report<'a> {
     entry: &'a Entry<'a>,
+    /// `train.py:5:31: MEM001`: miette's header line, above the message.
+    header: String,
     source: Indexed<'a>,
     /// The diagnostic's span in `source` (a notebook shows its cell, whose offsets start at 0).
     span: std::ops::Range<usize>,
@@ -101,7 +105,7 @@ impl std::error::Error for Report<'_> {}
 
 impl Diagnostic for Report<'_> {
     fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        Some(Box::new(self.entry.diagnostic.code))
+        Some(Box::new(&self.header))
     }
 
     fn severity(&self) -> Option<miette::Severity> {
@@ -185,8 +189,10 @@ pub fn render_full(entries: &[Entry], color: bool, width: usize) -> String {
                 e.file.display.clone(),
             ),
         };
+        // The location and code head the report; miette prints the message once, below them.
         let report = Report {
             entry: e,
+            header: format!("{}: {}", e.location(), e.diagnostic.code),
             source: Indexed {
                 name: &name,
                 text,
@@ -196,12 +202,6 @@ pub fn render_full(entries: &[Entry], color: bool, width: usize) -> String {
             url: catalog::url(e.diagnostic.code),
             snippet: snippet_fits(e),
         };
-        out.push_str(&format!(
-            "{}: {} {}\n",
-            e.location(),
-            e.diagnostic.code,
-            e.diagnostic.message
-        ));
         if handler.render_report(&mut out, &report).is_err() {
             out.push_str("  (could not render the source snippet)\n");
         }

@@ -6,14 +6,16 @@ mod full;
 mod github;
 mod pages;
 mod sarif;
+mod statistics;
 
 pub use estimate::{render_estimate_json, render_estimate_table, EstimatedRun};
 pub use full::render_full;
 pub use github::render_github;
 pub use pages::{render_rule_list, render_rule_page, DocFormat};
 pub use sarif::render_sarif;
+pub use statistics::{render_statistics, render_statistics_json};
 
-use crate::diagnostic::{Diagnostic, Severity};
+use crate::diagnostic::{Applicability, Diagnostic, Severity};
 use crate::lint::FileResult;
 use crate::rules::catalog;
 use crate::source::{Position, SourceFile};
@@ -195,15 +197,37 @@ pub fn render_json_lines(entries: &[Entry]) -> String {
     s
 }
 
+/// Whether the diagnostic's fix is applied by `--fix` at this threshold (`Safe`, or `Unsafe`
+/// with `--unsafe-fixes`).
+pub fn applicable(d: &Diagnostic, threshold: Applicability) -> bool {
+    d.fix.as_ref().is_some_and(|f| {
+        f.applicability >= threshold && f.applicability != Applicability::DisplayOnly
+    })
+}
+
+/// Whether the diagnostic's fix is unsafe and `--unsafe-fixes` was not given: a hidden fix.
+fn hidden(d: &Diagnostic, threshold: Applicability) -> bool {
+    threshold == Applicability::Safe
+        && d.fix
+            .as_ref()
+            .is_some_and(|f| f.applicability == Applicability::Unsafe)
+}
+
+/// One line per diagnostic; `[*]` marks the ones `--fix` applies (safe fixes).
 pub fn render_concise(entries: &[Entry]) -> String {
+    render_concise_with(entries, Applicability::Safe)
+}
+
+/// [`render_concise`], `[*]` marking the fixes applied at this threshold (`Unsafe` with
+/// `--unsafe-fixes`).
+pub fn render_concise_with(entries: &[Entry], threshold: Applicability) -> String {
     let mut s = String::new();
     for e in entries {
-        let safe = e
-            .diagnostic
-            .fix
-            .as_ref()
-            .is_some_and(|f| f.applicability == crate::diagnostic::Applicability::Safe);
-        let fixable = if safe { " [*]" } else { "" };
+        let fixable = if applicable(e.diagnostic, threshold) {
+            " [*]"
+        } else {
+            ""
+        };
         s.push_str(&format!(
             "{}: {} {}{fixable}\n",
             e.location(),
@@ -214,21 +238,36 @@ pub fn render_concise(entries: &[Entry]) -> String {
     s
 }
 
-/// The closing line of the human formats.
-pub fn summary(entries: &[Entry], fixed: usize) -> String {
+/// What the closing lines of the human formats count.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tally {
+    /// Diagnostics fixed by `--fix` in this run.
+    pub fixed: usize,
+    /// The fix threshold: `Unsafe` with `--unsafe-fixes`.
+    pub threshold: Option<Applicability>,
+    /// Files could not be read: no line may say that the check passed.
+    pub failed: bool,
+}
+
+/// The closing lines of the human formats: the count, what `--fix` would fix, and the unsafe
+/// fixes that `--unsafe-fixes` would enable, as ruff words them.
+pub fn summary(entries: &[Entry], tally: Tally) -> String {
+    let threshold = tally.threshold.unwrap_or(Applicability::Safe);
+    let fixed = tally.fixed;
     let n = entries.len();
     let fixable = entries
         .iter()
-        .filter(|e| {
-            e.diagnostic
-                .fix
-                .as_ref()
-                .is_some_and(|f| f.applicability == crate::diagnostic::Applicability::Safe)
-        })
+        .filter(|e| applicable(e.diagnostic, threshold))
+        .count();
+    let hidden = entries
+        .iter()
+        .filter(|e| hidden(e.diagnostic, threshold))
         .count();
     let mut s = String::new();
     if n == 0 && fixed == 0 {
-        s.push_str("All checks passed!\n");
+        if !tally.failed {
+            s.push_str("All checks passed!\n");
+        }
         return s;
     }
     if fixed > 0 {
@@ -243,8 +282,16 @@ pub fn summary(entries: &[Entry], fixed: usize) -> String {
             if n == 1 { "" } else { "s" }
         ));
     }
-    if fixable > 0 {
-        s.push_str(&format!("[*] {fixable} fixable with the `--fix` option.\n"));
+    let es = if hidden == 1 { "" } else { "es" };
+    match (fixable, hidden) {
+        (0, 0) => {}
+        (f, 0) => s.push_str(&format!("[*] {f} fixable with the `--fix` option.\n")),
+        (0, h) => s.push_str(&format!(
+            "No fixes available ({h} hidden fix{es} can be enabled with the `--unsafe-fixes` option).\n"
+        )),
+        (f, h) => s.push_str(&format!(
+            "[*] {f} fixable with the `--fix` option ({h} hidden fix{es} can be enabled with the `--unsafe-fixes` option).\n"
+        )),
     }
     s
 }

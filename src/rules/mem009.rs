@@ -53,7 +53,7 @@ impl Rule for MixedPrecisionHalving {
         };
         // fp32 master weights, fp32 gradients (or 16-bit ones plus the master copy) and the
         // states in the dtype the optimizer keeps them in with fp32 parameters: 4 + 4 + 8 for
-        // AdamW, 4 + 4 + 2 for an 8-bit AdamW (KNOWLEDGE.md §3.1).
+        // AdamW, 4 + 4 + 2 for an 8-bit AdamW (docs/knowledge.md §3.1).
         let states = least.row.states;
         let expected = FP32 * 2.0 + least.row.bytes_per_param_fp32;
         let all_half = HALF * 2.0 + least.row.bytes_per_param_bf16;

@@ -15,7 +15,7 @@ use crate::facts::{Formula, Offload, Offloaded};
 pub struct OffloadedStatesOnGpu;
 
 /// What DeepSpeed keeps on the GPU when the optimizer is offloaded: the 16-bit weights
-/// (`estimate_zero2_model_states_mem_needs`: `gpu_mem = 2 * total_params`; KNOWLEDGE.md §4.2).
+/// (`estimate_zero2_model_states_mem_needs`: `gpu_mem = 2 * total_params`; docs/knowledge.md §4.2).
 const GPU_BYTES_OFFLOADED: f64 = 2.0;
 /// More than fp32 weights: states or gradients are counted too.
 const WEIGHTS_MAX: f64 = 4.0;
@@ -145,7 +145,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, offload: &Offloads) -> Option<Diagnostic
 
 /// With parameters offloaded (ZeRO-3), the GPU holds only the layers being gathered for
 /// compute: DeepSpeed's ZeRO-3 estimator gives `gpu_mem = 4 * largest_layer_params` with both
-/// offloads (KNOWLEDGE.md §4.2). A weights term sized by the whole model is then off the GPU;
+/// offloads (docs/knowledge.md §4.2). A weights term sized by the whole model is then off the GPU;
 /// with the optimizer offloaded too, so is every byte per parameter.
 fn judge_params(
     cx: &Checker<'_>,

@@ -27,6 +27,7 @@ mod mem008;
 mod mem009;
 mod mem010;
 mod mem011;
+mod ml002;
 mod parts;
 mod requirement;
 mod states;
@@ -76,9 +77,14 @@ pub static RULES: &[&dyn Rule] = &[
     &bs003::TrainerDeepSpeedMismatch,
     &bs004::GlobalBatchMissingFactor,
     &mem005::TrainingDoesNotFit,
+    &ml002::RepeatedKey,
 ];
 
 pub const UNUSED_SUPPRESSION: &str = "ML900";
+
+/// A training config that a run reaches and that does not parse: reported by the pipeline, which
+/// alone knows what runs reach (see `lint.rs`).
+pub const INVALID_CONFIG: &str = "ML001";
 
 /// Where a piece of evidence is in the file being checked: `line 12`, or `cell 2, line 4` in a
 /// notebook.
@@ -93,6 +99,7 @@ pub fn line_of(file: &SourceFile, offset: usize) -> String {
 pub fn implemented_codes() -> Vec<&'static str> {
     let mut codes: Vec<&'static str> = RULES.iter().map(|r| r.code()).collect();
     codes.push(UNUSED_SUPPRESSION);
+    codes.push(INVALID_CONFIG);
     codes.sort();
     codes
 }

@@ -192,32 +192,11 @@ pub fn code_actions(server: &Server, p: &CodeActionParams) -> Value {
 }
 
 /// The suppression comment for a diagnostic: `# memlint: ignore[CODE]` at the end of its line,
-/// or the code added to a directive the line already has. A line continued with a backslash gets
-/// the directive alone on the line above. `None` where comments cannot be written (JSON).
+/// or the code added to a directive the line already has (see [`fix::suppression_edit`]).
+/// `None` where comments cannot be written (JSON).
 fn ignore_edit(file: &crate::source::SourceFile, d: &Diagnostic) -> Option<Edit> {
-    if !file.language.has_hash_comments() {
-        return None;
-    }
     let line = file.lines.line_of(d.range.start.min(file.text.len()));
-    let start = file.lines.line_start(line).min(file.text.len());
-    let end = file.line_end(line);
-    let text = file.line_text(line);
-    let lower = text.to_ascii_lowercase();
-    if let Some(i) = lower.find("memlint: ignore[") {
-        let close = text[i..].find(']')?;
-        return Some(Edit::insert(start + i + close, format!(", {}", d.code)));
-    }
-    if text.trim_end().ends_with('\\') {
-        let indent = file.indent_at(start);
-        return Some(Edit::insert(
-            start,
-            format!("{indent}# memlint: ignore[{}]\n", d.code),
-        ));
-    }
-    Some(Edit::insert(
-        end,
-        format!("  # memlint: ignore[{}]", d.code),
-    ))
+    fix::suppression_edit(file, line, &[d.code])
 }
 
 /// Every fix at or above the threshold (safe, or unsafe too when `unsafe-fixes` is set). A file
