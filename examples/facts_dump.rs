@@ -14,6 +14,7 @@ fn main() {
             }
             println!("EVIDENCE {:#?}", f.evidence);
             println!("CONSTANTS {:?}", f.constants);
+            println!("CHECKPOINTED {:?}", f.checkpointed);
         }
         Err(e) => eprintln!("{e}"),
     }

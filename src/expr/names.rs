@@ -295,11 +295,16 @@ pub fn is_memory_name(name: &str) -> bool {
             .windows(w.len())
             .any(|win| win.eq_ignore_ascii_case(w.as_bytes()))
     };
-    unit && [
-        "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
-    ]
-    .iter()
-    .any(|w| has(w))
+    // `act` and `acts` say activations only as whole segments (`act_mem_gb`, not `exact_gb`).
+    let acts = n
+        .split('_')
+        .any(|seg| seg.eq_ignore_ascii_case("act") || seg.eq_ignore_ascii_case("acts"));
+    unit && (acts
+        || [
+            "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
+        ]
+        .iter()
+        .any(|w| has(w)))
 }
 
 /// A name for a count in billions (`PARAMS_B`, `n_params_b`, `model_size_bn`, `billions`): one

@@ -57,8 +57,9 @@ fn activations(v: &CheckpointedValue) -> bool {
         || v.target.to_ascii_lowercase().contains("act_mem")
 }
 
+/// Set to 0, or multiplied by 0 in place (`activations_gib *= 0`).
 fn zeroed(v: &CheckpointedValue) -> bool {
-    v.lin.terms.is_empty() && v.lin.constant == 0.0
+    v.factor == Some(0.0) || (v.lin.terms.iter().all(|t| t.coef == 0.0) && v.lin.constant == 0.0)
 }
 
 /// A model state scaled down (`optimizer_gb *= 0.5`, `params_gb = params_gb / 2`).
