@@ -127,15 +127,16 @@ impl Rule for MissingOptimizerState {
     }
 }
 
-/// A need counted in bytes per parameter (`n_params * 4`, `PARAMS_B * 6`): at least the
-/// weights, gradients and the optimizer's states at 16 bits each (4 bytes per element when the
-/// run trains in fp32 only).
 /// A term's bytes per parameter, in the unit its formula is written in, and what it counts.
 struct PerParam {
     coef: f64,
     part: Role,
 }
 
+/// A need counted in bytes per parameter (`n_params * 4`, `PARAMS_B * 6`): at least the
+/// weights, gradients and the optimizer's states at 16 bits each (4 bytes per element when the
+/// run trains in fp32, or when nothing shows its precision and the formula counts the weights at
+/// 4 bytes). `single` is the one term a fix may rewrite.
 fn judge_bytes(
     cx: &Checker<'_>,
     f: &Formula,
@@ -145,8 +146,8 @@ fn judge_bytes(
     several: bool,
 ) -> Option<Diagnostic> {
     let b: f64 = terms.iter().map(|t| in_bytes(t.coef).abs()).sum();
-    // Weights counted at 4 bytes each are fp32 weights, whatever else the run shows of its
-    // precision: gradients and torch's optimizer states take the parameters' dtype.
+    // Weights counted at 4 bytes beside another term are fp32 weights: with nothing else to show
+    // the precision, gradients and torch's optimizer states take that dtype too.
     let weights_fp32 = terms.len() > 1
         && terms
             .iter()

@@ -48,6 +48,12 @@ impl<'s> Walker<'s> {
         if target == "self.automatic_optimization" && rtext == "False" {
             self.facts.manual_optimization = true;
         }
+        if let Some(receiver) = target
+            .strip_suffix(".model_accepts_loss_kwargs")
+            .filter(|r| *r != "self")
+        {
+            self.trainer_loss.told.push(receiver.to_string());
+        }
         if right.ty() == "call" {
             if let Some(f) = right.field("function") {
                 let callee = self.text(f);

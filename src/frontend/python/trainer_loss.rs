@@ -18,6 +18,9 @@ pub(super) struct TrainerLossNotes {
     /// `compute_loss_func=<value>` in a call: the callee as written, the value's text and span,
     /// and the keyword's span; a lambda is read where it is written.
     pub loss_funcs: Vec<LossFuncArg>,
+    /// Objects the file sets `model_accepts_loss_kwargs` on (`trainer` in
+    /// `trainer.model_accepts_loss_kwargs = False`): their class says how its loss is scaled.
+    pub told: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -192,8 +195,14 @@ impl<'s> Walker<'s> {
             return Vec::new();
         }
         // `trainer.model_accepts_loss_kwargs = False` on an instance before `train()` says how
-        // its loss is scaled as the class attribute does.
-        for class in instances_told_loss_scaling(self.src) {
+        // its loss is scaled as the class attribute does: the class the object is built from.
+        for receiver in &notes.told {
+            let built = self
+                .assigned_text
+                .get(receiver.as_str())
+                .and_then(|v| v.split_once('('));
+            let Some((callee, _)) = built else { continue };
+            let class = super::last_segment(callee.trim());
             for c in notes.classes.iter_mut().filter(|c| c.name == class) {
                 c.opts_out = true;
             }
@@ -285,45 +294,6 @@ impl<'s> Walker<'s> {
             });
         }
     }
-}
-
-/// The classes of the objects the file sets `model_accepts_loss_kwargs` on (`trainer =
-/// DistillTrainer(...)` then `trainer.model_accepts_loss_kwargs = False`).
-fn instances_told_loss_scaling(src: &str) -> Vec<String> {
-    const ATTR: &str = ".model_accepts_loss_kwargs";
-    let bytes = src.as_bytes();
-    let mut classes = Vec::new();
-    for at in memchr::memmem::find_iter(bytes, ATTR) {
-        let rest = src[at + ATTR.len()..].trim_start_matches([' ', '\t']);
-        if !rest.starts_with('=') || rest.starts_with("==") {
-            continue;
-        }
-        let receiver = &src[ident_around(bytes, at)];
-        if receiver.is_empty() || receiver == "self" {
-            continue;
-        }
-        // Where the receiver is bound to a constructor call: `receiver = Name(`.
-        for (line_at, _) in src.match_indices(receiver) {
-            let before = &src[..line_at];
-            let starts_line = before
-                .rsplit('\n')
-                .next()
-                .is_some_and(|b| b.trim().is_empty());
-            let after = src[line_at + receiver.len()..].trim_start_matches([' ', '\t']);
-            let Some(value) = after.strip_prefix('=').filter(|v| !v.starts_with('=')) else {
-                continue;
-            };
-            let value = value.trim_start_matches([' ', '\t']);
-            let callee: String = value
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
-                .collect();
-            if starts_line && !callee.is_empty() && value[callee.len()..].starts_with('(') {
-                classes.push(super::last_segment(&callee).to_string());
-            }
-        }
-    }
-    classes
 }
 
 /// The class derives from transformers' `Trainer` (or `Seq2SeqTrainer`), directly or through
