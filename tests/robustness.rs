@@ -249,26 +249,33 @@ fn deeply_nested_code_does_not_overflow_the_stack() {
             "subshells.sh",
             format!("#!/bin/bash\nX={}\n", nested("$(", "echo", ")", DEEP / 5)),
         ),
-        ("arrays.json", nested("[", "", "]", DEEP)),
-        ("objects.json", nested("{\"a\": ", "1", "}", DEEP)),
-        ("flow.yaml", format!("a: {}\n", nested("[", "", "]", DEEP))),
+        // Each config holds a key a rule reads (`optimizer`, `lr`): the prefilter reads it whole.
+        (
+            "arrays.json",
+            format!("{{\"optimizer\": {}}}", nested("[", "", "]", DEEP)),
+        ),
+        ("objects.json", nested("{\"optimizer\": ", "1", "}", DEEP)),
+        (
+            "flow.yaml",
+            format!("optimizer: {}\n", nested("[", "", "]", DEEP)),
+        ),
         (
             "flow_maps.yaml",
-            format!("a: {}\n", nested("{b: ", "1", "}", DEEP)),
+            format!("optimizer: {}\n", nested("{b: ", "1", "}", DEEP)),
         ),
         (
             "blocks.yaml",
             (0..2000)
-                .map(|i| format!("{}a:\n", " ".repeat(i)))
+                .map(|i| format!("{}lr:\n", " ".repeat(i)))
                 .collect::<String>(),
         ),
         (
             "arrays.toml",
-            format!("a = {}\n", nested("[", "", "]", DEEP)),
+            format!("optimizer = {}\n", nested("[", "", "]", DEEP)),
         ),
         (
             "tables.toml",
-            format!("a = {}\n", nested("{b = ", "1", "}", DEEP)),
+            format!("optimizer = {}\n", nested("{b = ", "1", "}", DEEP)),
         ),
     ];
     for (name, content) in &files {
@@ -483,7 +490,8 @@ fn yaml_alias_bombs_are_not_expanded() {
     bomb.push_str("optimizer: *z\n");
     write(dir.path(), "bomb.yaml", &bomb);
     // Merge keys that multiply, and an alias of itself.
-    let mut merges = String::from("base: &b0 {x: 1}\n");
+    // Each file holds a key a rule reads, so that the prefilter hands it to the reader.
+    let mut merges = String::from("optimizer: adamw\nbase: &b0 {x: 1}\n");
     for i in 1..40 {
         merges.push_str(&format!(
             "l{i}: &b{i}\n  <<: [*b{}, *b{}]\n  k{i}: 1\n",
@@ -492,8 +500,8 @@ fn yaml_alias_bombs_are_not_expanded() {
         ));
     }
     write(dir.path(), "merges.yaml", &merges);
-    write(dir.path(), "self.yaml", "a: &a\n  b: *a\n");
-    write(dir.path(), "undefined.yaml", "a: *nowhere\n");
+    write(dir.path(), "self.yaml", "lr: &a\n  b: *a\n");
+    write(dir.path(), "undefined.yaml", "optimizer: *nowhere\n");
     let out = run(dir.path(), &["--output-format", "concise", "."]);
     assert!(out.code <= 1, "{}", out.stderr);
     for name in ["bomb.yaml", "merges.yaml", "self.yaml"] {

@@ -36,7 +36,9 @@
 //! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=`, or
 //!   `compute_loss` followed by `(` with `CausalLM` or `ConditionalGeneration`, and
 //!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
-//! - ML900: suppression directives need `memlint` or `noqa`.
+//! - ML900: suppression directives need `memlint` or `noqa`;
+//! - a YAML or JSON config needs a key some reader of configs looks at (`configs.rs`): a test
+//!   data file or a table of golden values holds none.
 //!
 //! What a file gives other files (a script's context for its launcher's run) does not depend on
 //! this scan: a skipped script that a run reaches is analysed when the run is joined. A rule the
@@ -46,6 +48,7 @@
 //! the tables in `tables.rs`; the batch keys, the training loop and the directives are checked
 //! here, and `scan.rs` holds the text and what every check reads it with.
 
+mod configs;
 mod memory;
 mod scan;
 mod tables;
@@ -76,6 +79,8 @@ pub struct Wanted {
     /// MEM011: memory set under a test of gradient checkpointing.
     pub checkpointing: bool,
     pub suppressions: bool,
+    /// ML002: a key written twice, in any config (every config is read whole).
+    pub repeated_keys: bool,
     /// A reported rule the scan knows nothing about: parse everything.
     pub unknown: bool,
 }
@@ -95,6 +100,7 @@ impl Wanted {
         states: true,
         checkpointing: true,
         suppressions: true,
+        repeated_keys: true,
         unknown: false,
     };
 
@@ -129,9 +135,10 @@ impl Wanted {
                 }
                 c if c.starts_with("GA") => w.accumulation = true,
                 c if c == UNUSED_SUPPRESSION => w.suppressions = true,
-                // Read from configs, which are always parsed: an invalid one (ML001) by the
-                // pipeline, a repeated key (ML002) by the reader.
-                "ML001" | "ML002" => {}
+                // An invalid config (ML001) is judged where a run reaches it, and a config a
+                // run names is read whole whatever the scan says.
+                "ML001" => {}
+                "ML002" => w.repeated_keys = true,
                 _ => w.unknown = true,
             }
         }
@@ -181,8 +188,9 @@ impl Needs {
     };
 }
 
-/// What the file needs read, from one scan. Launchers and configs are always read: they give
-/// context to other files. Each check runs only for the rules reported, cheapest first.
+/// What the file needs read, from one scan. Launchers and TOML files are always read: they give
+/// context to other files; a YAML or JSON file is read when it holds a key a reader of configs
+/// looks at (`configs.rs`). Each check runs only for the rules reported, cheapest first.
 pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
     if language == Language::Requirements {
         // Pins are read by GA006 alone; a directive needs a comment.
@@ -190,6 +198,12 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         return Needs {
             parse,
             ..Needs::NOTHING
+        };
+    }
+    if matches!(language, Language::Yaml | Language::Json) && !wanted.repeated_keys {
+        return match wanted.unknown || configs::holds_known_key(text) {
+            true => Needs::ALL,
+            false => Needs::NOTHING,
         };
     }
     if !matches!(language, Language::Python | Language::Notebook) || wanted.unknown {

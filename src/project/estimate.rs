@@ -12,14 +12,14 @@ use crate::estimate::{self as est, shapes, Given, Inputs};
 use crate::expr::Role;
 use crate::facts::{Checkpointing, Offloaded, Precision, Sharding};
 
-const MICRO_BATCH_KEYS: &[&str] = &[
+pub(super) const MICRO_BATCH_KEYS: &[&str] = &[
     "train_micro_batch_size_per_gpu",
     "per_device_train_batch_size",
     "micro_batch_size",
     "per_gpu_train_batch_size",
     "train_batch_size_per_device",
 ];
-const SEQ_KEYS: &[&str] = &[
+pub(super) const SEQ_KEYS: &[&str] = &[
     "max_seq_length",
     "max_seq_len",
     "seq_length",
@@ -31,19 +31,28 @@ const SEQ_KEYS: &[&str] = &[
     "model_max_length",
     "context_length",
 ];
-const ACCUM_KEYS: &[&str] = &["gradient_accumulation_steps", "accumulate_grad_batches"];
-const LORA_RANK_KEYS: &[&str] = &["lora_r", "lora_rank", "r"];
-const LORA_TARGET_KEYS: &[&str] = &["lora_target_modules", "target_modules", "lora_target"];
+pub(super) const ACCUM_KEYS: &[&str] = &["gradient_accumulation_steps", "accumulate_grad_batches"];
+pub(super) const LORA_RANK_KEYS: &[&str] = &["lora_r", "lora_rank", "r"];
+pub(super) const LORA_TARGET_KEYS: &[&str] =
+    &["lora_target_modules", "target_modules", "lora_target"];
 
 /// A key's value in a run, with its site.
 struct Keyed<'n> {
     key: String,
     parent: String,
     node: &'n Node,
-    at: String,
+    file: Fid,
 }
 
-fn collect<'n>(files: &Files, f: Fid, node: &'n Node, parent: &str, out: &mut Vec<Keyed<'n>>) {
+impl Keyed<'_> {
+    /// Where the value is written, as `path:line`: formatted only for a value the estimate
+    /// uses (a config may hold thousands of keys).
+    fn at(&self, files: &Files) -> String {
+        files.site(self.file, self.node.span.start)
+    }
+}
+
+fn collect<'n>(f: Fid, node: &'n Node, parent: &str, out: &mut Vec<Keyed<'n>>) {
     let Value::Map(entries) = &node.value else {
         return;
     };
@@ -57,10 +66,10 @@ fn collect<'n>(files: &Files, f: Fid, node: &'n Node, parent: &str, out: &mut Ve
             key: key.clone(),
             parent: parent.to_string(),
             node: v,
-            at: files.site(f, v.span.start).to_string(),
+            file: f,
         });
         if out.len() < 10_000 {
-            collect(files, f, v, &key, out);
+            collect(f, v, &key, out);
         }
     }
 }
@@ -71,15 +80,15 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
     let mut keyed = Vec::new();
     for (f, c) in &run.configs {
         if let Some(root) = files.config(*f, *c) {
-            collect(files, *f, root, "", &mut keyed);
+            collect(*f, root, "", &mut keyed);
         }
     }
-    collect(files, run.origin, &run.flags, "", &mut keyed);
+    collect(run.origin, &run.flags, "", &mut keyed);
     let number = |keys: &[&str]| {
         keyed.iter().find_map(|k| {
             let n = k.node.as_number()?;
             (keys.contains(&k.key.as_str()) && n > 0.0 && n.fract() == 0.0)
-                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at)))
+                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at(files))))
         })
     };
     let mut inputs = Inputs::default();
@@ -97,13 +106,16 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
         if let Some(shape) = shapes::by_name(name) {
             inputs.shape = Some(Given::new(
                 shape.clone(),
-                format!("`{}` at {}", k.key, k.at),
+                format!("`{}` at {}", k.key, k.at(files)),
             ));
             break;
         }
         if inputs.params.is_none() {
             if let Some(n) = params_from_name(name) {
-                inputs.params = Some(Given::new(n, format!("the name `{name}` at {}", k.at)));
+                inputs.params = Some(Given::new(
+                    n,
+                    format!("the name `{name}` at {}", k.at(files)),
+                ));
             }
         }
     }
@@ -114,7 +126,7 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
             .find_map(|k| {
                 let n = k.node.as_number()?;
                 (PARAM_KEYS.contains(&k.key.as_str()) && n >= 1e6)
-                    .then(|| Given::new(n, format!("`{}` at {}", k.key, k.at)))
+                    .then(|| Given::new(n, format!("`{}` at {}", k.key, k.at(files))))
             })
             .or_else(|| {
                 members.iter().find_map(|&f| {
@@ -138,7 +150,7 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
     inputs.gpu_memory = keyed.iter().find_map(|k| {
         let n = k.node.as_number()?;
         (is_gpu_memory_name(&k.key) && n > 0.0)
-            .then(|| Given::new(n * 1e9, format!("`{}` at {} (GB)", k.key, k.at)))
+            .then(|| Given::new(n * 1e9, format!("`{}` at {} (GB)", k.key, k.at(files))))
     });
     if inputs.gpu_memory.is_none() {
         inputs.gpu_memory = members.iter().find_map(|&f| {
@@ -169,7 +181,7 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
         Fid::Extra(_) => None,
     })?;
     let cx = TrainingContext::build(&joined, &files.units[unit].defaults);
-    read_context(&cx, &keyed, &mut inputs);
+    read_context(files, &cx, &keyed, &mut inputs);
     if let Some(w) = &run.info.world {
         inputs.dp = Some(Given::new(w.data_parallel.max(1), w.why.clone()));
     }
@@ -181,7 +193,7 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
 }
 
 /// Precision, optimizer, sharding, offload, checkpointing and LoRA from the run's evidence.
-fn read_context(cx: &TrainingContext, keyed: &[Keyed<'_>], inputs: &mut Inputs) {
+fn read_context(files: &Files, cx: &TrainingContext, keyed: &[Keyed<'_>], inputs: &mut Inputs) {
     if let Some(s) = cx.shards.first() {
         let sharding = match s.value {
             Sharding::Stage(n) => Some(est::Sharding::Zero(n)),
@@ -235,7 +247,7 @@ fn read_context(cx: &TrainingContext, keyed: &[Keyed<'_>], inputs: &mut Inputs) 
             let n = k.node.as_number()?;
             LORA_RANK_KEYS
                 .contains(&k.key.as_str())
-                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at)))
+                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at(files))))
         });
         inputs.lora_rank =
             Some(rank.unwrap_or_else(|| Given::new(8, format!("{why}; rank 8 assumed"))));
@@ -250,7 +262,10 @@ fn read_context(cx: &TrainingContext, keyed: &[Keyed<'_>], inputs: &mut Inputs) 
                     text.split(',').map(|s| s.trim().to_string()).collect()
                 }
             };
-            Some(Given::new(targets, format!("`{}` at {}", k.key, k.at)))
+            Some(Given::new(
+                targets,
+                format!("`{}` at {}", k.key, k.at(files)),
+            ))
         });
     }
 }

@@ -44,3 +44,19 @@ pub use files::{ContextFile, ContextFiles, Unit};
 pub use join::{join, Join, Joined};
 pub use names::{is_gpu_memory_name, params_from_name, MODEL_KEYS};
 pub use trainer::{accelerate_deepspeed, TRAINER_ARGS};
+
+/// The key lists the readers of configs compare with, for the prefilter's tests.
+#[cfg(test)]
+pub(crate) fn config_key_lists() -> Vec<&'static [&'static str]> {
+    vec![
+        names::PARAM_KEYS,
+        MODEL_KEYS,
+        TRAINER_ARGS,
+        estimate::MICRO_BATCH_KEYS,
+        estimate::SEQ_KEYS,
+        estimate::ACCUM_KEYS,
+        estimate::LORA_RANK_KEYS,
+        estimate::LORA_TARGET_KEYS,
+        pins::PACKING_KEYS,
+    ]
+}

@@ -50,7 +50,8 @@ const LANGUAGE_MODEL_WORDS: &[&str] = &[
 ];
 
 /// Keys that turn sequence packing on: every micro-batch is full, so the means agree.
-const PACKING_KEYS: &[&str] = &["packing", "sample_packing", "neat_packing", "group_texts"];
+pub(super) const PACKING_KEYS: &[&str] =
+    &["packing", "sample_packing", "neat_packing", "group_texts"];
 
 /// What the units under `root` show, with where. The pieces must meet at one Trainer: a file
 /// that builds or subclasses transformers' Trainer, with the accumulation factor given to it (in

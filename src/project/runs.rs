@@ -119,12 +119,12 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
 }
 
 pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option<Run> {
-    let root = files.config(origin, c)?.clone();
     let mut named_paths = Vec::new();
-    nested_names(&root, "", &mut named_paths, 0);
+    nested_names(files.config(origin, c)?, "", &mut named_paths, 0);
     if named_paths.is_empty() {
         return None;
     }
+    let root = files.config(origin, c)?.clone();
     let mut configs = vec![(origin, c)];
     follow_nested(files, &mut configs, origin);
     let named: Vec<(Fid, ConfigRef, Range<usize>)> = configs
@@ -243,10 +243,10 @@ pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
         }
     }
     follow_nested(files, &mut configs, origin);
-    let world = files
+    let shared: &Files = files;
+    let world = shared
         .config(origin, ConfigRef::Root(0))
-        .cloned()
-        .and_then(|root| accelerate_world(files, origin, &root));
+        .and_then(|root| accelerate_world(shared, origin, root));
     let deepspeed_accumulation = deepspeed_accumulation(files, &configs);
     Run {
         origin,

@@ -13,7 +13,7 @@ use std::ops::Range;
 pub struct EffectiveBatchMismatch;
 
 /// Keys that declare the batch of one optimizer step across all GPUs.
-const GLOBAL: &[&str] = &[
+pub(super) const GLOBAL: &[&str] = &[
     "global_batch_size",
     "effective_batch_size",
     "total_batch_size",
@@ -22,7 +22,7 @@ const GLOBAL: &[&str] = &[
     "global_train_batch_size",
 ];
 /// Keys for the batch one GPU sees per micro-step.
-const MICRO: &[&str] = &[
+pub(super) const MICRO: &[&str] = &[
     "micro_batch_size",
     "per_device_train_batch_size",
     "micro_batch_size_per_gpu",
@@ -33,7 +33,7 @@ const MICRO: &[&str] = &[
     "train_micro_batch_size",
 ];
 /// Keys for the number of micro-steps per optimizer step.
-const ACCUM: &[&str] = &[
+pub(super) const ACCUM: &[&str] = &[
     "gradient_accumulation_steps",
     "grad_accum_steps",
     "gradient_accumulation",

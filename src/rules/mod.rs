@@ -141,3 +141,9 @@ pub fn window_factor(m: &crate::facts::Misstep) -> String {
         _ => "the Accelerator's `gradient_accumulation_steps`".to_string(),
     }
 }
+
+/// The key lists the batch rules compare configs with, for the prefilter's tests.
+#[cfg(test)]
+pub(crate) fn config_key_lists() -> Vec<&'static [&'static str]> {
+    vec![bs002::GLOBAL, bs002::MICRO, bs002::ACCUM]
+}
