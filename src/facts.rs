@@ -450,6 +450,9 @@ pub struct AccumLoop {
     /// What the micro-step loop iterates over, as written, when each iteration is one
     /// micro-batch and a test marks the boundary (`enumerate(train_loader)`).
     pub iterates: Option<String>,
+    /// What the loop around an inner micro-step loop iterates over (`range(max_iters)`): one
+    /// iteration per optimizer step.
+    pub updates: Option<String>,
     /// Schedulers stepped at the boundary whose length counts the micro-batches of the loader
     /// this loop iterates.
     pub micro_sized_schedules: Vec<MicroSchedule>,

@@ -28,11 +28,22 @@ impl Rule for SchedulerPerMicroStep {
             let call = cx.file.slice(&m.call);
             let n = window_factor(m);
             let path = path_clause(&m.path);
+            // accelerate's factor is the one it was told, or its setting.
+            let (every, times) = match (&m.factor, m.accelerate) {
+                (Some(_), false) => (format!("every {n} micro-batches"), format!("{n} times")),
+                (factor, _) => {
+                    let n = factor.as_deref().unwrap_or("gradient_accumulation_steps");
+                    (
+                        format!("every `{n}` micro-batches (the Accelerator's factor)"),
+                        format!("`{n}` times"),
+                    )
+                }
+            };
             out.push(
                 Diagnostic::new(
                     "GA004",
                     m.call.clone(),
-                    format!("`{call}` runs on every micro-step while the optimizer steps every {n} micro-batches{path}: the schedule, sized in optimizer steps, runs {n} times too fast"),
+                    format!("`{call}` runs on every micro-step while the optimizer steps {every}{path}: the schedule, sized in optimizer steps, runs {times} too fast"),
                 )
                 .with_help("step the scheduler once per optimizer step, inside the step branch")
                 .with_fix(loop_fix(m)),

@@ -186,6 +186,14 @@ fn accum_loop(
             }
             _ => None,
         },
+        updates: match &w.boundary {
+            Boundary::AfterInner(_) => w
+                .around
+                .last()
+                .and_then(|l| rec.loops.get(*l))
+                .map(|i| i.iterates.clone()),
+            _ => None,
+        },
         micro_sized_schedules: Vec::new(),
         uses_scaler: p.events.iter().any(|e| {
             matches!(

@@ -163,7 +163,13 @@ impl<'s> Walker<'s> {
             self.schedule_lengths
                 .iter()
                 .any(|t| divides_by(t, &lp.factor) || handed.is_some_and(|h| divides_by(t, h)))
-        }) {
+        }) || self.length_bounds_optimizer_steps()
+            || assembled.loops.iter().any(|lp| {
+                lp.updates
+                    .as_deref()
+                    .is_some_and(|u| self.length_counts_updates(u))
+            })
+        {
             self.facts.schedule_in_optimizer_steps = true;
         }
         self.match_micro_schedules(&mut assembled.loops);

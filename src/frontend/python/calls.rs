@@ -648,13 +648,36 @@ impl<'s> Walker<'s> {
             && text
                 .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
                 .filter(|w| !w.is_empty())
-                // `len(loader)` counts the loader's batches, whatever its batch size was made of.
-                .filter(|w| !text.contains(&format!("len({w})")))
+                // `len(loader)` counts the loader's batches, whatever its batch size was made of;
+                // `cfg["epochs"]` is one entry, not every setting of the dict `cfg` holds (the
+                // entry's key was read with the text).
+                .filter(|w| {
+                    !text.contains(&format!("len({w})")) && !text.contains(&format!("{w}["))
+                })
                 .any(|w| {
                     self.assigned_text
                         .get(w)
                         .is_some_and(|t| self.counts_accumulation(t, depth + 1))
+                        || self.divided_in_place_by_factor(w, depth)
                 })
+    }
+
+    /// `total //= accum` (or `/=`) somewhere in the file: the name ends up divided by the factor.
+    fn divided_in_place_by_factor(&self, name: &str, depth: usize) -> bool {
+        let src = self.src;
+        ["//=", "/="].iter().any(|op| {
+            let pattern = format!("{name} {op}");
+            memchr::memmem::find_iter(src.as_bytes(), pattern.as_bytes()).any(|at| {
+                let before = src[..at].chars().next_back();
+                let divisor_at = at + pattern.len();
+                let end = src[divisor_at..]
+                    .find('\n')
+                    .map_or(src.len(), |e| divisor_at + e);
+                let divisor = src[divisor_at..end].split('#').next().unwrap_or("").trim();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                    && (self.is_factor(divisor) || self.counts_accumulation(divisor, depth + 1))
+            })
+        })
     }
 
     /// An expression that is the accumulation factor: it names it, it is what a framework was

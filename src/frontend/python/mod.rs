@@ -313,6 +313,11 @@ struct Walker<'s> {
     def_texts: HashMap<&'s str, &'s str>,
     /// What each scheduler's length reads, its names followed.
     schedule_lengths: Vec<String>,
+    /// Counters that go up by one where the optimizer steps (under `sync_gradients` or the
+    /// accumulation boundary): they count optimizer steps.
+    step_counters: Vec<String>,
+    /// `while c < total` and `if c >= total: break`: a counter and the total that ends training.
+    step_bounds: Vec<(String, String)>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
     prepares: Vec<(usize, Vec<&'s str>, Vec<&'s str>)>,
     /// `batch_size=` values of data loaders, as written.
@@ -446,6 +451,8 @@ impl<'s> Walker<'s> {
             loader_batch_args: Vec::new(),
             prepares: Vec::new(),
             schedule_lengths: Vec::new(),
+            step_counters: Vec::new(),
+            step_bounds: Vec::new(),
             def_texts: HashMap::default(),
             factor_exprs: Vec::new(),
             trainer_calls: Vec::new(),
@@ -598,6 +605,9 @@ impl<'s> Walker<'s> {
                         .unwrap_or_default(),
                 });
                 self.push(node, Frame::Loop(id));
+                if self.loop_model {
+                    self.note_step_bound(node);
+                }
                 if let Some(left) = node.field("left") {
                     if self.loop_model {
                         self.note_assigned_names(left);
@@ -607,6 +617,9 @@ impl<'s> Walker<'s> {
             }
             "if_statement" => {
                 self.continue_guard(node);
+                if self.loop_model {
+                    self.note_step_bound(node);
+                }
                 if self.value_model {
                     self.chain_table(node);
                 }

@@ -380,14 +380,13 @@ impl<'s> Walker<'s> {
         })
     }
 
-    /// `a, b, loader, sched = accelerator.prepare(a, b, loader, sched)`.
+    /// `a, b, loader, sched = accelerator.prepare(a, b, loader, sched)`, or a helper that does
+    /// it for them: a call that rebinds two or more of the objects it is handed
+    /// (`self.model, self.optimizer = self.setup(self.accelerator, self.model, self.optimizer)`).
     pub(super) fn note_prepare(&mut self, at: usize, left: Node, right: Node) {
         let Some(func) = right.field("function") else {
             return;
         };
-        if !self.text(func).ends_with(".prepare") {
-            return;
-        }
         let names = |n: Node| -> Vec<&'s str> {
             let mut c = n.walk();
             match n.ty() {
@@ -400,7 +399,11 @@ impl<'s> Walker<'s> {
             }
         };
         let args = right.field("arguments").map(names).unwrap_or_default();
-        self.prepares.push((at, names(left), args));
+        let bound = names(left);
+        let rebinds = bound.len() >= 2 && bound.iter().all(|b| args.contains(b));
+        if self.text(func).ends_with(".prepare") || rebinds {
+            self.prepares.push((at, bound, args));
+        }
     }
 
     /// The schedule was prepared, and its length read a loader before `prepare` rebound it.
@@ -417,6 +420,95 @@ impl<'s> Walker<'s> {
             .iter()
             .any(|(_, _, args)| args.iter().any(|a| *a == m.name));
         scheduler_prepared && prepared(&m.loader).is_some_and(|at| m.built.start < at)
+    }
+
+    /// `completed_steps += 1` under `if accelerator.sync_gradients:` or the accumulation
+    /// boundary: the counter counts optimizer steps.
+    pub(super) fn note_step_counter(&mut self, node: Node, counter: &str) {
+        let at_step = self.ctx(node.start_byte()).branches.iter().any(|b| {
+            self.conds.get(b.cond).is_some_and(|c| {
+                c.sync == Some(b.taken)
+                    || c.accum
+                        .as_ref()
+                        .is_some_and(|a| a.boundary_when_true == b.taken)
+            })
+        });
+        if at_step {
+            self.step_counters.push(counter.to_string());
+        }
+    }
+
+    /// `while c < total:` and `if c >= total: break` (or `return`): training ends when `c`
+    /// reaches `total`.
+    pub(super) fn note_step_bound(&mut self, node: Node) {
+        let Some(cond) = node.field("condition").map(unparen) else {
+            return;
+        };
+        if cond.ty() != "comparison_operator" {
+            return;
+        }
+        let mut c = cond.walk();
+        let kids: Vec<Node> = cond.children(&mut c).collect();
+        let [counter, op, total] = kids.as_slice() else {
+            return;
+        };
+        let bound = match (node.ty(), self.text(*op)) {
+            ("while_statement", "<" | "<=") => true,
+            ("if_statement", ">=" | ">" | "==") => node.field("consequence").is_some_and(|b| {
+                let mut c = b.walk();
+                let ends = b
+                    .named_children(&mut c)
+                    .any(|n| matches!(n.ty(), "break_statement" | "return_statement"));
+                ends
+            }),
+            _ => false,
+        };
+        if bound {
+            let pair = (
+                self.text(*counter).to_string(),
+                self.text(*total).to_string(),
+            );
+            self.step_bounds.push(pair);
+        }
+    }
+
+    /// A schedule's length is the count of a loop whose every iteration steps the optimizer
+    /// once (`for it in range(max_iters):` around the micro-step loop): it counts optimizer steps.
+    pub(super) fn length_counts_updates(&self, iterates: &str) -> bool {
+        let Some(args) = iterates
+            .trim()
+            .strip_prefix("range(")
+            .and_then(|r| r.strip_suffix(')'))
+        else {
+            return false;
+        };
+        // `range(stop)` or `range(start, stop[, step])`.
+        let parts: Vec<&str> = args.split(',').collect();
+        let stop = parts
+            .get(usize::from(parts.len() > 1))
+            .copied()
+            .unwrap_or("");
+        self.schedule_length_reads(stop)
+    }
+
+    /// A schedule's length reads this setting, however it is reached (`cfg.max_train_steps`
+    /// and `self.cfg.max_train_steps` are the same setting).
+    fn schedule_length_reads(&self, setting: &str) -> bool {
+        let name = last_segment(setting.trim());
+        !name.is_empty()
+            && name.starts_with(|c: char| c.is_alphabetic() || c == '_')
+            && self.schedule_lengths.iter().any(|l| {
+                l.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                    .any(|w| last_segment(w) == name)
+            })
+    }
+
+    /// A schedule's length is the total that ends training, counted by a counter of optimizer
+    /// steps (`while completed_steps < max_train_steps`): the schedule counts optimizer steps.
+    pub(super) fn length_bounds_optimizer_steps(&self) -> bool {
+        self.step_bounds.iter().any(|(counter, total)| {
+            self.step_counters.iter().any(|c| c == counter) && self.schedule_length_reads(total)
+        })
     }
 }
 

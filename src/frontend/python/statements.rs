@@ -216,6 +216,9 @@ impl<'s> Walker<'s> {
         }
         let target = self.text(left).to_string();
         let op = self.text(op).trim_end_matches('=').to_string();
+        if self.loop_model && op == "+" && self.text(right).trim() == "1" {
+            self.note_step_counter(node, &target);
+        }
         if op == "%" {
             self.modulo_names.insert(
                 (scope_of_name(self, &target), target.clone()),
