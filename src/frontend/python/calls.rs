@@ -256,7 +256,14 @@ impl<'s> Walker<'s> {
                                 || n == "gradient_accumulation_plugin"
                         })
                 });
-                kw.and_then(|k| k.field("value")).map(|v| t(v).to_string())
+                // A `GradientAccumulationPlugin` accumulates over its `num_steps`.
+                kw.and_then(|k| {
+                    let value = t(k.field("value")?);
+                    Some(match k.field("name").map(t) {
+                        Some("gradient_accumulation_plugin") => format!("{value}.num_steps"),
+                        _ => value.to_string(),
+                    })
+                })
             });
             // `Accelerator(**kwargs)`: the factor the dict it is handed sets.
             let gas = gas.or_else(|| {
@@ -695,6 +702,7 @@ impl<'s> Walker<'s> {
                 || self
                     .factor_exprs
                     .iter()
+                    .chain(self.accelerators.iter().flatten())
                     .any(|f| crate::frontend::loops::same_expr(f, t))
         };
         known(text)
@@ -881,7 +889,17 @@ fn factor_in_text(text: &str) -> Option<String> {
 /// division by the factor even where the framework is built further down.
 pub(super) fn factors_set(text: &str) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
-    for key in ["accumulate_grad_batches", "gradient_accumulation_steps"] {
+    // accelerate's `GradientAccumulationPlugin(num_steps=k)`.
+    let plugin = memchr::memmem::find(text.as_bytes(), b"GradientAccumulationPlugin").is_some();
+    let keys: &[&str] = match plugin {
+        true => &[
+            "accumulate_grad_batches",
+            "gradient_accumulation_steps",
+            "num_steps",
+        ],
+        false => &["accumulate_grad_batches", "gradient_accumulation_steps"],
+    };
+    for key in keys {
         for at in memchr::memmem::find_iter(text.as_bytes(), key.as_bytes()) {
             let rest = text[at + key.len()..].trim_start_matches([' ', '\t']);
             let Some(value) = rest.strip_prefix('=').filter(|r| !r.starts_with('=')) else {
