@@ -125,7 +125,7 @@ fn to_boundary(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
         return None;
     }
     let mut edits = remove(m, &units)?;
-    edits.push(Edit::insert(at, body));
+    edits.push(insert_lines(m.src, at, body));
     let message = match moved.iter().any(|g| g.misstep == MisstepKind::ClipInWindow) {
         true => "clip once, at the optimizer step",
         false => "unscale once, at the optimizer step",
@@ -170,7 +170,7 @@ fn after_step(
     }
     let indent = indent_of(m.src, anchor.start_byte())?;
     let unit = indent_unit(m.src, anchor)?;
-    edits.push(Edit::insert(at, render(m, &units, &indent, &unit)?));
+    edits.push(insert_lines(m.src, at, render(m, &units, &indent, &unit)?));
     Some((message.into(), edits))
 }
 
@@ -644,6 +644,15 @@ fn line_start(src: &str, at: usize) -> usize {
 /// The offset just past the line break that ends the line holding `at`.
 fn line_end_after(src: &str, at: usize) -> usize {
     src[at..].find('\n').map_or(src.len(), |i| at + i + 1)
+}
+
+/// Insert whole lines (each ending in a newline) at a line start; at the end of a text whose
+/// last line has no newline (a notebook cell, a file without one), they follow a newline instead.
+fn insert_lines(src: &str, at: usize, lines: String) -> Edit {
+    match at == src.len() && !src.is_empty() && !src.ends_with('\n') {
+        true => Edit::insert(at, format!("\n{}", lines.trim_end_matches('\n'))),
+        false => Edit::insert(at, lines),
+    }
 }
 
 /// The whitespace before `at` on its line; `None` when code precedes it.
