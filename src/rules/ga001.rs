@@ -25,13 +25,8 @@ impl Rule for UnscaledAccumulationLoss {
         let imported = |m: &str, n: &str| cx.training.imported_return(m, n);
         // Under accelerate's DeepSpeed plugin, `accelerator.backward(loss)` is the engine's, which
         // divides by its config's accumulation steps (GA002 reports a division by hand there).
-        let project = &cx.training.project;
         let engine_divides = cx.training.frameworks.contains(&Framework::Accelerate)
-            && project.launched_by.iter().chain(&project.own_run).any(|r| {
-                r.deepspeed_accumulation
-                    .as_ref()
-                    .is_some_and(|a| a.value > 1.0)
-            });
+            && super::deepspeed_accumulation(cx).is_some();
         for lp in &cx.facts.loops {
             // Zeroing every micro-step (GA003) is a second bug: the window still needs dividing.
             if lp.grads_rescaled {

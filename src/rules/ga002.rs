@@ -20,13 +20,7 @@ impl Rule for DoubleScaledLoss {
                 // The default factor of 1: only the DeepSpeed engine under accelerate's plugin
                 // divides, when a DeepSpeed config of the run accumulates.
                 Framework::Accelerate if d.engine_config => {
-                    let project = &cx.training.project;
-                    let ds = project
-                        .launched_by
-                        .iter()
-                        .chain(&project.own_run)
-                        .find_map(|r| r.deepspeed_accumulation.as_ref().filter(|a| a.value > 1.0));
-                    match ds {
+                    match super::deepspeed_accumulation(cx) {
                         Some(ds) => format!("under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the DeepSpeed config's `gradient_accumulation_steps` ({} at {})", super::fmt_num(ds.value), ds.at),
                         // The divisor is the engine's own factor, read from its config.
                         None if d.engine_factor => "under accelerate's DeepSpeed plugin the engine's `backward` divides it again by the same factor, the DeepSpeed config's `gradient_accumulation_steps`, whenever it is above 1".to_string(),

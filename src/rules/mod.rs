@@ -142,6 +142,17 @@ pub fn window_factor(m: &crate::facts::Misstep) -> String {
     }
 }
 
+/// The accumulation factor of a DeepSpeed config a run of this file reads, when it is above 1:
+/// under accelerate's DeepSpeed plugin, the engine's `backward` divides by it.
+pub fn deepspeed_accumulation<'a>(cx: &'a Checker<'_>) -> Option<&'a crate::context::Seen<f64>> {
+    let project = &cx.training.project;
+    project
+        .launched_by
+        .iter()
+        .chain(&project.own_run)
+        .find_map(|r| r.deepspeed_accumulation.as_ref().filter(|a| a.value > 1.0))
+}
+
 /// The key lists the batch rules compare configs with, for the prefilter's tests.
 #[cfg(test)]
 pub(crate) fn config_key_lists() -> Vec<&'static [&'static str]> {

@@ -455,6 +455,7 @@ impl<'s> Walker<'s> {
         let bound = match (node.ty(), self.text(*op)) {
             ("while_statement", "<" | "<=") => true,
             ("if_statement", ">=" | ">" | "==") => node.field("consequence").is_some_and(|b| {
+                // Bound first: the iterator borrows the cursor.
                 let mut c = b.walk();
                 let ends = b
                     .named_children(&mut c)
@@ -497,10 +498,10 @@ impl<'s> Walker<'s> {
         let name = last_segment(setting.trim());
         !name.is_empty()
             && name.starts_with(|c: char| c.is_alphabetic() || c == '_')
-            && self.schedule_lengths.iter().any(|l| {
-                l.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-                    .any(|w| last_segment(w) == name)
-            })
+            && self
+                .schedule_lengths
+                .iter()
+                .any(|l| words(l).any(|w| last_segment(w) == name))
     }
 
     /// A schedule's length is the total that ends training, counted by a counter of optimizer
