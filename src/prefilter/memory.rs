@@ -51,6 +51,12 @@ fn memory_marks() -> Option<&'static AhoCorasick> {
         "1000 ** 3",
         "1024 * 1024",
         "1024*1024",
+        "**20",
+        "** 20",
+        "<<20",
+        "<< 20",
+        "1048576",
+        "mib",
     ];
     static MATCHER: OnceLock<Option<AhoCorasick>> = OnceLock::new();
     MATCHER
@@ -121,16 +127,21 @@ impl Scan<'_> {
     /// bpp=2):`): the frontend reads that parameter as a parameter count (see
     /// [`counts_parameters`]). Near memory arithmetic only, as derived counts are.
     pub(super) fn memory_function(&self) -> bool {
+        self.count_parameters(true)
+    }
+
+    /// Where a function (named for memory, when `named`) has a parameter with a count's name.
+    fn count_parameters(&self, named: bool) -> bool {
         const PARAMS_MAX: usize = 400;
         let lower = self.lower;
         memchr::memmem::find_iter(lower, b"def ").any(|at| {
             let rest = &lower[at + 4..];
             let skip = rest.iter().take_while(|b| **b == b' ').count();
             let (start, end) = identifier_at(lower, at + 4 + skip, false);
-            let named = start == at + 4 + skip
-                && self.text.get(start..end).is_some_and(sizes_memory)
+            let def = start == at + 4 + skip
+                && (!named || self.text.get(start..end).is_some_and(sizes_memory))
                 && lower.get(end) == Some(&b'(');
-            if !named {
+            if !def {
                 return false;
             }
             let stop = crate::source::floor_char_boundary(self.text, end + 1 + PARAMS_MAX);
@@ -139,7 +150,7 @@ impl Scan<'_> {
             params.split(',').any(|p| {
                 let name = p.split([':', '=']).next().unwrap_or("");
                 counts_parameters(name.trim().trim_start_matches('*'))
-            }) && self.counts_memory_near(at)
+            }) && (!named || self.counts_memory_near(at))
         })
     }
 
@@ -147,6 +158,32 @@ impl Scan<'_> {
     /// `n = 6_738_415_616`): the frontend reads the name as a parameter count. Near memory
     /// arithmetic only.
     pub(super) fn count_constant(&self) -> bool {
+        self.assigned_count() || self.count_argument()
+    }
+
+    /// A number of parameters given as a call's positional argument (`parts(13e9, world=16)`):
+    /// the frontend binds it to the parameter of a helper of the file, which it reads as a
+    /// count by that parameter's name. Near memory arithmetic only.
+    fn count_argument(&self) -> bool {
+        let lower = self.lower;
+        let argument = memchr::memchr2_iter(b'(', b',', lower).any(|at| {
+            let after = &lower[at + 1..];
+            let start = after.iter().take_while(|b| **b == b' ').count();
+            if !after.get(start).is_some_and(u8::is_ascii_digit) {
+                return false;
+            }
+            let len = after[start..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'e' | b'+'))
+                .count();
+            let value = std::str::from_utf8(&after[start..start + len]).unwrap_or("");
+            parse_number(value).is_some_and(|v| v >= 1e6) && self.counts_memory_near(at)
+        });
+        argument && self.count_parameters(false)
+    }
+
+    /// A count's name assigned a number of parameters.
+    fn assigned_count(&self) -> bool {
         let lower = self.lower;
         memchr::memchr_iter(b'=', lower).any(|eq| {
             let before = lower[..eq].last().copied().unwrap_or(b' ');

@@ -13,8 +13,8 @@
 //!   return divided by `accumulate_grad_batches`; GA008's second `unscale_` and GA009's
 //!   backward-only `no_sync()` are read only in a file whose walk saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
-//!   (2^30, 2^20) or an assigned `_gib`/`_mib` name; every way to write a divisor as literals
-//!   contains one of `DIVISORS`;
+//!   (2^30, 2^20) or the word GiB or MiB (a name, a helper, a label); every way to write a
+//!   divisor as literals contains one of `DIVISORS`;
 //! - a dtype or optimizer table (MEM002, MEM003) needs a known key followed by `:` and a number
 //!   in a dict (quoted, or an attribute such as `torch.float16` read by its last segment), a
 //!   quoted key opened by `(` and followed by `,` and a number (a pair, `.get("bf16", 2)`), a
@@ -415,6 +415,11 @@ mod tests {
             "free_gib = free / 2**30\neps = 1e-6\nrope_theta = 1000000.0\n"
         ));
         assert!(yes("MB = 1e-6\nfree_mib = free * MB\n"));
+        // A binary unit stated in a camel-case name, a helper's name or a label.
+        assert!(yes("self.totalGiB = props.total_memory / 1e9\n"));
+        assert!(yes("def to_gib(x):\n    return x / 1e9\n"));
+        assert!(yes("print(f\"{peak / 1e9:.2f} GiB\")\n"));
+        assert!(!yes("gibberish = total / 1e9\n"));
         assert!(!yes("x = f(a, inf=1e9) / 2**30\n"));
         // A parameter count counts as a constant, a config key, or multiplied or divided; a
         // count from `numel()` over parameters or `num_parameters()` whatever it is called, in a
@@ -449,6 +454,13 @@ mod tests {
         assert!(yes("P = 7e9\nneed = P * 16 / 1e9\n"));
         assert!(yes("n = 6_738_415_616\nprint(n * 2 / 2**30, 'GiB')\n"));
         assert!(!yes("n = 10000\nx = n * 2\n"));
+        // A count given to a helper's count parameter as a literal argument.
+        assert!(yes(
+            "def parts(n, world):\n    return {\"w\": n * 2 / world}\nprint(parts(13e9, 8)['w'] / 2**30)\n"
+        ));
+        assert!(!yes(
+            "def pad(x, fill):\n    return x\nprint(pad(t, 1e8), y / 2**30)\n"
+        ));
         assert!(!yes("batch_size_b = 8\n"));
         assert!(yes("cfg = {\"num_params\": 7e9}\n"));
         assert!(yes("optimizer_state_bytes = n_params * 8\n"));
@@ -484,6 +496,10 @@ mod tests {
         assert!(!yes("run(dtype=\"bf16\", steps=4)\n"));
         assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));
         assert!(yes("SIZES = {torch.bfloat16: 4}\n"));
+        // Identity tests of dtypes whose arms give bytes, in a file that counts MiB.
+        assert!(yes(
+            "if d is torch.float32:\n    k = 4\nelif d is torch.float16:\n    k = 4\nprint(n * k / 2**20)\n"
+        ));
         assert!(yes("STATES = {'adamw': 1}\n"));
         assert!(yes("if dtype == 'bf16':\n    nbytes = 4\n"));
         assert!(!yes("name = 'resnet'\nkind = 'bf16'\n"));

@@ -65,7 +65,7 @@ fn matcher(words: impl IntoIterator<Item = &'static str>, kind: MatchKind) -> Op
 
 impl Scan<'_> {
     /// A unit conversion (MEM004) is reported where decimal and binary units meet: a decimal
-    /// divisor and either a binary one or a `_gib`/`_mib` name. Every way to write a divisor
+    /// divisor and either a binary one or a unit stated as GiB or MiB. Every way to write a divisor
     /// as literals holds one of `DIVISORS`; it counts where it divides, multiplies, shifts, or
     /// is assigned to a name that divides later (`GIB = 1024 ** 3`).
     pub(super) fn mixed_units(&self) -> bool {
@@ -139,28 +139,16 @@ impl Scan<'_> {
         })
     }
 
-    /// A `gib` or `mib` word in a name that is assigned (`mem_gib = ...`, `free_mib /= ...`,
-    /// `total_gib: float = ...`), as the Python frontend reads a unit from a target's
-    /// `_`-separated words.
+    /// A binary unit stated in words: a name that ends in it (`mem_gib`, camel-case
+    /// `totalGiB`), a helper named for it (`def to_gib(`) or a label ("GiB"); each is read
+    /// against a value divided into GB.
     fn names_binary_unit(&self) -> bool {
         let lower = &self.lower;
         [&b"gib"[..], b"mib"].iter().any(|unit| {
             memchr::memmem::find_iter(lower, unit).any(|i| {
-                let alnum = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-                if alnum(i.checked_sub(1).and_then(|j| lower.get(j)))
-                    || alnum(lower.get(i + unit.len()))
-                {
-                    return false;
-                }
-                let mut end = i + unit.len();
-                while lower.get(end).is_some_and(|b| is_ident(*b)) {
-                    end += 1;
-                }
-                let rest = self.text[end..].trim_start_matches([' ', '\t']);
-                (rest.starts_with('=') && !rest.starts_with("=="))
-                    || rest.starts_with("/=")
-                    || rest.starts_with("*=")
-                    || rest.starts_with(':')
+                !lower
+                    .get(i + unit.len())
+                    .is_some_and(|b| b.is_ascii_alphanumeric())
             })
         })
     }
