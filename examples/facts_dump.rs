@@ -15,6 +15,9 @@ fn main() {
             println!("EVIDENCE {:#?}", f.evidence);
             println!("CONSTANTS {:?}", f.constants);
             println!("CHECKPOINTED {:?}", f.checkpointed);
+            for t in &f.tables {
+                println!("TABLE {t:?}");
+            }
         }
         Err(e) => eprintln!("{e}"),
     }

@@ -8,6 +8,7 @@ use super::states::{component, in_bytes, sharded, Component};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::expr::Role;
+use crate::expr::Term;
 use crate::facts::{FormulaKind, Table, TableEntry};
 use crate::knowledge::{knowledge, OptimizerRow};
 
@@ -54,6 +55,13 @@ const UNITS: &[Unit] = &[
         values: |r| vec![8.0 + r.bytes_per_param_fp32, 4.0 + r.bytes_per_param_bf16],
     },
 ];
+
+/// The unit of a table of bytes per state times its count of states: bytes per parameter of
+/// the states alone, fp32 or 16-bit (a master copy is no state).
+const PRODUCT_UNITS: &[Unit] = &[Unit {
+    what: "optimizer-state bytes per parameter",
+    values: |r| vec![r.bytes_per_param_fp32, r.bytes_per_param_bf16],
+}];
 
 /// The rows a key may mean: `sgd` may have momentum, `adafactor` a first moment, `rmsprop`
 /// momentum or centering.
@@ -114,11 +122,17 @@ impl Rule for WrongOptimizerMultiplier {
     }
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
-        for table in cx.facts.tables.iter().filter(|t| !t.counts_states()) {
-            match per_state(table, &cx.facts.tables) {
+        let tables = &cx.facts.tables;
+        let pairs: Vec<(&Table, &Table)> = tables
+            .iter()
+            .filter_map(|t| Some((t, per_state(cx, t, tables)?)))
+            .collect();
+        let counts = |t: &Table| pairs.iter().any(|(_, c)| std::ptr::eq(*c, t));
+        for table in tables.iter().filter(|t| !t.counts_states() && !counts(t)) {
+            match pairs.iter().find(|(b, _)| std::ptr::eq(*b, table)) {
                 // Bytes per state beside a count of states: the product is per parameter.
-                Some(counts) => check_product(table, counts, out),
-                None => check_table(table, None, out),
+                Some((_, counts)) => check_product(table, counts, out),
+                None => check_table(table, None, UNITS, out),
             }
         }
         check_assignments(cx, out);
@@ -127,22 +141,60 @@ impl Rule for WrongOptimizerMultiplier {
 }
 
 /// The table of state counts that `table` is counted per (`bytes_per_param = 1.0` and
-/// `state_params = 2` in the same arms): same keys, a name that counts states, small whole
-/// numbers.
-fn per_state<'t>(table: &Table, tables: &'t [Table]) -> Option<&'t Table> {
+/// `state_params = 2` in the same arms): same keys, small whole numbers, and either a name
+/// that counts states or a product of the two names in a formula of the file (`n * width *
+/// tensors`), where the counts are the table nearer the optimizers' counts of states.
+fn per_state<'t>(cx: &Checker<'_>, table: &Table, tables: &'t [Table]) -> Option<&'t Table> {
     let keys = |t: &Table| -> Vec<String> {
         let mut k: Vec<String> = t.entries.iter().map(|e| e.key.clone()).collect();
         k.sort();
         k
     };
+    let small = |t: &Table| {
+        t.entries
+            .iter()
+            .all(|e| e.value.fract() == 0.0 && (0.0..=4.0).contains(&e.value))
+    };
     let mine = keys(table);
-    tables.iter().find(|t| {
-        t.counts_states()
-            && keys(t) == mine
-            && t.entries
-                .iter()
-                .all(|e| e.value.fract() == 0.0 && (0.0..=4.0).contains(&e.value))
+    let paired = |t: &&Table| !std::ptr::eq(*t, table) && keys(t) == mine && small(t);
+    if let Some(named) = tables.iter().filter(paired).find(|t| t.counts_states()) {
+        return Some(named);
+    }
+    if !table.arms || table.returned || table.counts_states() {
+        return None;
+    }
+    let name = table.name.as_deref()?;
+    tables.iter().filter(paired).find(|t| {
+        t.arms
+            && !t.returned
+            && t.name
+                .as_deref()
+                .is_some_and(|other| multiplied(cx, name, other))
+            && agrees_with_states(t) > agrees_with_states(table)
     })
+}
+
+/// Whether some formula of the file multiplies the two names (`n * width * tensors`).
+fn multiplied(cx: &Checker<'_>, a: &str, b: &str) -> bool {
+    cx.facts.formulas.iter().any(|f| {
+        let text = cx.file.slice(&f.span);
+        text.contains('*') && mentions(text, a) && mentions(text, b)
+    })
+}
+
+/// Whether `text` holds `name` as a whole identifier.
+fn mentions(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name)
+        .any(|(i, _)| !text[..i].ends_with(ident) && !text[i + name.len()..].starts_with(ident))
+}
+
+/// How many of a table's rows give their optimizer's count of states.
+fn agrees_with_states(t: &Table) -> usize {
+    t.entries
+        .iter()
+        .filter(|e| candidates(&e.key).iter().any(|r| r.states == e.value))
+        .count()
 }
 
 /// A table of bytes per state, judged through its count of states.
@@ -164,11 +216,17 @@ fn check_product(table: &Table, counts: &Table, out: &mut Vec<Diagnostic>) {
         entries,
         ..table.clone()
     };
-    check_table(&product, Some(counts), out);
+    check_table(&product, Some(counts), PRODUCT_UNITS, out);
 }
 
-/// `per_state` holds the counts a product table was multiplied by (no single number to fix).
-fn check_table(table: &Table, per_state: Option<&Table>, out: &mut Vec<Diagnostic>) {
+/// `per_state` holds the counts a product table was multiplied by (no single number to fix);
+/// `units` are those the table may be written in.
+fn check_table(
+    table: &Table,
+    per_state: Option<&Table>,
+    units: &'static [Unit],
+    out: &mut Vec<Diagnostic>,
+) {
     let rows: Vec<(&TableEntry, Vec<&OptimizerRow>)> = table
         .entries
         .iter()
@@ -180,7 +238,7 @@ fn check_table(table: &Table, per_state: Option<&Table>, out: &mut Vec<Diagnosti
     }
     // The units and conventions that explain the most rows; a row wrong in every one of them
     // is wrong.
-    let conventions: Vec<(&Unit, usize)> = UNITS
+    let conventions: Vec<(&Unit, usize)> = units
         .iter()
         .flat_map(|u| (0..variants(u)).map(move |v| (u, v)))
         .collect();
@@ -216,7 +274,8 @@ fn check_table(table: &Table, per_state: Option<&Table>, out: &mut Vec<Diagnosti
         let Some(expected) = (unit.values)(row).get(variant).copied() else {
             continue;
         };
-        let value = match per_state.and_then(|c| c.entries.iter().find(|c| c.key == e.key)) {
+        let count = per_state.and_then(|c| c.entries.iter().find(|c| c.key == e.key));
+        let value = match count {
             Some(n) => format!(
                 "{} x {} states",
                 fmt_num(e.value / n.value),
@@ -233,14 +292,49 @@ fn check_table(table: &Table, per_state: Option<&Table>, out: &mut Vec<Diagnosti
             row.display,
             fmt_num(expected)
         );
-        // A product of two tables has no single number to replace.
-        let fix = per_state.is_none().then(|| Fix {
+        // In a product, the number that is wrong: the count of states when the bytes per state
+        // give the row with the optimizer's count, else the bytes per state.
+        let (span, replacement) = match count {
+            None => (e.value_span.clone(), expected),
+            Some(n) => {
+                let per_state = e.value / n.value;
+                if n.value != row.states && close(per_state * row.states, expected) {
+                    (n.value_span.clone(), row.states)
+                } else {
+                    (e.value_span.clone(), expected / n.value)
+                }
+            }
+        };
+        // A number written once for several keys (`case "adam" | "lion":`) is changed only
+        // when every key it serves wants the new number.
+        let counted = per_state.is_some() && span != e.value_span;
+        let wants = |key: &str| -> Option<f64> {
+            let row = *candidates(key).first()?;
+            match (
+                counted,
+                per_state.and_then(|c| c.entries.iter().find(|c| c.key == key)),
+            ) {
+                (true, _) => Some(row.states),
+                (false, Some(n)) => Some((unit.values)(row).get(variant)? / n.value),
+                (false, None) => (unit.values)(row).get(variant).copied(),
+            }
+        };
+        let shared = table
+            .entries
+            .iter()
+            .chain(per_state.into_iter().flat_map(|c| &c.entries))
+            .filter(|o| o.key != e.key && o.value_span == span)
+            .any(|o| !wants(&o.key).is_some_and(|v| close(v, replacement)));
+        // A product's bytes per state are replaced only by a whole number (8-bit states carry
+        // block scales: 1.02 bytes is no number to write).
+        let whole = count.is_none() || replacement.fract() == 0.0;
+        let fix = (!shared && whole).then(|| Fix {
             applicability: Applicability::Unsafe,
-            message: format!("use {} for {}", fmt_num(expected), row.display),
-            edits: vec![Edit::replace(e.value_span.clone(), fmt_num(expected))],
+            message: format!("use {} for {}", fmt_num(replacement), row.display),
+            edits: vec![Edit::replace(span.clone(), fmt_num(replacement))],
         });
         out.push(
-            Diagnostic::new("MEM002", e.value_span.clone(), message)
+            Diagnostic::new("MEM002", span, message)
                 .with_help(format!(
                     "{} keeps {} state tensors per parameter ({})",
                     row.display,
@@ -275,7 +369,15 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             } => function,
             _ => continue,
         };
-        if f.inference {
+        // A value read from a table's arms (`n * bytes_per_state * state_tensors`) takes one
+        // row per optimizer: the table is judged, not the row the valuer happened to take.
+        let text = cx.file.slice(&f.span);
+        let from_arms = cx
+            .facts
+            .tables
+            .iter()
+            .any(|t| t.arms && t.name.as_deref().is_some_and(|n| mentions(text, n)));
+        if f.inference || from_arms {
             continue;
         }
         let lin = &f.lin;
@@ -385,8 +487,12 @@ fn names_other_part(name: &str) -> bool {
 
 /// `opt_bytes = 4 * n_params` added into `weights + grads + opt_bytes` (or compared with the
 /// GPU): the one per-parameter term of a sum that already counts the weights and the gradients
-/// is the optimizer's states, whatever it is called. Judged against the optimizer the file
-/// builds (never an assumed one), at the precision the weights are counted in.
+/// is the optimizer's states, whatever it is called. The weights and the gradients are the
+/// terms named for them, or, beside a term a name calls the states, the two other
+/// per-parameter terms when they count one precision alike (`n * 4 + n * 4 + states(n)`).
+/// Judged against the optimizer the file builds (never an assumed one), at the precision the
+/// weights are counted in: too few bytes for its states, or more than its states and an fp32
+/// master copy together.
 fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
     let training = cx.training;
     if training.inference || !training.whole_model_multipliers_apply() {
@@ -403,34 +509,20 @@ fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
     }
     let mut reported: Vec<std::ops::Range<usize>> = Vec::new();
     for f in cx.facts.formulas.iter().filter(|f| !f.inference) {
-        let terms = &f.lin.terms;
-        let counted = |c: Component| terms.iter().filter(move |t| component(t) == c);
-        let plain = |t: &&crate::expr::Term| {
-            t.role == Role::ParamCount && !t.opaque && !sharded(t) && t.divided_by.is_none()
-        };
-        let weights: Vec<_> = counted(Component::Weights).collect();
-        let grads: Vec<_> = counted(Component::Grads).collect();
-        // The rest: per-parameter terms, or ones a name calls the states (`opt_bytes`).
-        let rest: Vec<_> = terms
-            .iter()
-            .filter(|t| matches!(component(t), Component::PerParam | Component::States))
-            .collect();
-        if weights.len() != 1
-            || grads.len() != 1
-            || counted(Component::Trainable).next().is_some()
-            || !weights.iter().chain(&grads).chain(&rest).all(plain)
-        {
+        let Some((w, g, states)) = model_states(&f.lin.terms) else {
             continue;
-        }
-        let [states] = rest.as_slice() else { continue };
-        // Reached through a name assigned elsewhere: that assignment states the states.
+        };
+        // Reached through a name assigned, or a function returning it, elsewhere: that
+        // statement states the states.
         if f.span.start <= states.span.start && states.span.end <= f.span.end {
             continue;
         }
         let Some((target, assign)) = cx.facts.formulas.iter().find_map(|a| match &a.kind {
             FormulaKind::Assign { target, .. }
-                if a.span.start <= states.span.start && states.span.end <= a.span.end =>
-            {
+            | FormulaKind::Return {
+                function: target,
+                role: Role::Optimizer,
+            } if a.span.start <= states.span.start && states.span.end <= a.span.end => {
                 Some((target, a))
             }
             _ => None,
@@ -440,19 +532,31 @@ fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         if names_other_part(target) || reported.contains(&assign.span) {
             continue;
         }
-        // Bytes per parameter, in the unit the weights are counted in.
-        let (Some(w), Some(g)) = (weights.first(), grads.first()) else {
+        // Bytes per parameter: a count's coefficient in the unit its terms are counted in, or,
+        // for a size of the weights (`weights_gb = n * 2 / 1e9`), the count's coefficient it was
+        // made with, times its own.
+        let Some(unit) = [w, g, states]
+            .iter()
+            .find(|t| t.role == Role::ParamCount)
+            .map(|t| in_bytes(t.coef) / t.coef)
+        else {
             continue;
         };
-        let unit = in_bytes(w.coef) / w.coef;
-        let (wb, gb, k) = (w.coef * unit, g.coef * unit, states.coef * unit);
+        let bytes = |t: &Term| match t.role {
+            Role::ParamCount => Some(t.coef * unit),
+            _ => t.per_param.map(|p| p * t.coef * unit),
+        };
+        let (Some(wb), Some(gb), Some(k)) = (bytes(w), bytes(g), bytes(states)) else {
+            continue;
+        };
         let fp32 = (wb - 4.0).abs() < 1e-6;
         let half = (wb - 2.0).abs() < 1e-6;
-        if !(fp32 || half) || !(gb == 2.0 || gb == 4.0) {
+        if !(fp32 || half) || !((gb - 2.0).abs() < 1e-6 || (gb - 4.0).abs() < 1e-6) || k <= 0.0 {
             continue;
         }
         // fp32 weights keep fp32 states; 16-bit weights keep 16-bit states (pure bf16) or fp32
-        // states beside an fp32 master copy.
+        // states beside an fp32 master copy. At most: the largest variant's fp32 states, with a
+        // master copy folded in beside 16-bit weights.
         let lo = optimizers
             .iter()
             .map(|o| {
@@ -463,7 +567,15 @@ fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
                 }
             })
             .fold(f64::MAX, f64::min);
-        if lo <= 0.0 || k >= lo * (1.0 - TOLERANCE) || k <= 0.0 {
+        let master = if fp32 { 0.0 } else { 4.0 };
+        let hi = optimizers
+            .iter()
+            .flat_map(|o| variants_of(o.row))
+            .map(|r| r.bytes_per_param_fp32 + master)
+            .fold(f64::MIN, f64::max);
+        let short = lo > 0.0 && k < lo * (1.0 - TOLERANCE);
+        let over = k > hi * (1.0 + TOLERANCE);
+        if !short && !over {
             continue;
         }
         let Some(opt) = optimizers.first() else {
@@ -472,25 +584,34 @@ fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         let row = opt.row;
         reported.push(assign.span.clone());
         let message = format!(
-            "`{target}` counts {} bytes per parameter, and `{}` adds it to {} bytes of weights and {} of gradients: it is {}'s states, which take at least {} ({} {} per parameter at {}; {})",
+            "`{target}` counts {} bytes per parameter, and `{}` adds it to {} bytes of weights and {} of gradients: it is {}'s states, which take {} {} ({} {} per parameter at {}{}; {})",
             fmt_num(k),
             cx.file.slice(&f.span).trim(),
             fmt_num(wb),
             fmt_num(gb),
             row.display,
-            fmt_num(lo),
+            if short { "at least" } else { "at most" },
+            fmt_num(if short { lo } else { hi }),
             fmt_num(row.states),
             if row.states == 1.0 { "state" } else { "states" },
             if fp32 { "fp32" } else { "16 bits" },
+            if short || fp32 { "" } else { ", with an fp32 master copy" },
             opt.origin.describe(),
         );
-        let fix = states.literal.as_ref().and_then(|lit| {
+        // Too few: the least the states take. Too many with fp32 weights: the fp32 states.
+        let bound = match (short, fp32) {
+            (true, _) => Some(lo),
+            (false, true) => Some(row.bytes_per_param_fp32),
+            (false, false) => None,
+        };
+        let fix = bound.and_then(|bound| {
+            let lit = states.literal.as_ref()?;
             let written = cx.file.slice(lit).trim().parse::<f64>().ok()?;
             // The literal is the bytes when the unit is bytes; scale it otherwise.
-            let replaced = written * lo / k;
+            let replaced = written * bound / k;
             ((replaced - replaced.round()).abs() < 1e-9).then(|| Fix {
                 applicability: Applicability::Unsafe,
-                message: format!("count {} bytes per parameter", fmt_num(lo)),
+                message: format!("count {} bytes per parameter", fmt_num(bound)),
                 edits: vec![Edit::replace(lit.clone(), fmt_num(replaced))],
             })
         });
@@ -504,5 +625,52 @@ fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
                 ))
                 .with_fix(fix),
         );
+    }
+}
+
+/// The weights, the gradients and the states of a sum of model states per parameter (see
+/// [`check_sums`]), each a plain count times bytes.
+fn model_states(terms: &[crate::expr::Term]) -> Option<(&Term, &Term, &Term)> {
+    let plain = |t: &Term| {
+        (t.role == Role::ParamCount || (t.role == Role::Model && t.per_param.is_some()))
+            && !t.opaque
+            && !sharded(t)
+            && t.divided_by.is_none()
+    };
+    let of = |c: Component| terms.iter().filter(move |t| component(t) == c);
+    if of(Component::Trainable).next().is_some() {
+        return None;
+    }
+    let (weights, grads): (Vec<&Term>, Vec<&Term>) = (
+        of(Component::Weights).collect(),
+        of(Component::Grads).collect(),
+    );
+    let per_param: Vec<&Term> = of(Component::PerParam).collect();
+    let named: Vec<&Term> = of(Component::States).collect();
+    let (w, g, states) = match (weights.as_slice(), grads.as_slice()) {
+        ([w], [g]) => match (per_param.as_slice(), named.as_slice()) {
+            ([s], []) | ([], [s]) => (*w, *g, *s),
+            _ => return None,
+        },
+        ([], []) => match (per_param.as_slice(), named.as_slice()) {
+            ([w, g], [s]) if w.coef == g.coef => (*w, *g, *s),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    [w, g, states]
+        .iter()
+        .all(|t| plain(t))
+        .then_some((w, g, states))
+}
+
+/// An optimizer's row and the variants its class may be built as (`sgd` with momentum,
+/// Adafactor with a first moment).
+fn variants_of(row: &'static OptimizerRow) -> Vec<&'static OptimizerRow> {
+    let rows = candidates(&row.id);
+    if rows.is_empty() {
+        vec![row]
+    } else {
+        rows
     }
 }

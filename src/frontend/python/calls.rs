@@ -110,6 +110,9 @@ impl<'s> Walker<'s> {
                 self.note_next(node);
             }
         }
+        if callee == "print" && self.value_model {
+            self.printed_arguments(node);
+        }
         if last == "add_argument" {
             self.argparse_default(node);
             crate::frontend::python_config::argparse_default(node, self.src, &mut self.facts);
@@ -814,6 +817,26 @@ impl<'s> Walker<'s> {
                 let v = self.text(d).to_string();
                 flag_evidence(&flag, &v, d.byte_range(), &mut self.facts.evidence);
             }
+        }
+    }
+}
+
+impl<'s> Walker<'s> {
+    /// `print("need", (w + g + o) / 2**30)`: an arithmetic argument of a printout states what
+    /// it prints, as an assigned total would.
+    fn printed_arguments(&mut self, node: Node) {
+        let Some(args) = node.field("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let arithmetic: Vec<Node> = args
+            .named_children(&mut c)
+            .map(super::unparen)
+            .filter(|a| a.ty() == "binary_operator")
+            .collect();
+        for a in arithmetic {
+            let value = self.value_of(a, 0);
+            self.pend(PendingKind::Expr, value, a.byte_range());
         }
     }
 }
