@@ -182,10 +182,8 @@ fn role_of_name(name: &str) -> Role {
     {
         return Role::KvCache;
     }
-    if has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]) {
-        return Role::Grads;
-    }
-    if has(&[
+    let grads = has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]);
+    let states = has(&[
         "optim",
         "adam",
         "opt_state",
@@ -193,7 +191,15 @@ fn role_of_name(name: &str) -> Role {
         "_states",
         "state_gb",
         "state_mem",
-    ]) {
+    ]);
+    // `grads_and_states_bytes` names a sum of two parts, not one of them.
+    if grads && states {
+        return Role::Total;
+    }
+    if grads {
+        return Role::Grads;
+    }
+    if states {
         return Role::Optimizer;
     }
     if has(&["need", "required", "requirement", "fixed", "footprint"]) {
@@ -355,6 +361,10 @@ pub fn part_of(name: &str) -> Role {
     let role = role_of(name);
     if role.is_component() || role == Role::Trainable {
         return role;
+    }
+    // A total, or a sum of several parts (`grads_and_states_bytes`), is no one part.
+    if role == Role::Total {
+        return Role::Unknown;
     }
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let segs: Vec<&str> = last.split('_').filter(|s| !s.is_empty()).collect();

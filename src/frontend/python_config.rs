@@ -118,6 +118,30 @@ fn string_value(n: TsNode, src: &str) -> Option<String> {
     Some(out)
 }
 
+/// A dict literal given as a DeepSpeed config keyword (`deepspeed.initialize(config={...})`,
+/// `config_params=`), kept when it holds batch keys.
+pub fn keyword_dict(n: TsNode, src: &str, facts: &mut Facts) {
+    let Some(parent) = n.parent() else { return };
+    let keyword = parent.field("name").map(|k| text(k, src));
+    if parent.ty() != "keyword_argument" || !matches!(keyword, Some("config" | "config_params")) {
+        return;
+    }
+    let mut c = n.walk();
+    if n.named_children(&mut c)
+        .any(|p| p.ty() == "dictionary_splat")
+    {
+        return;
+    }
+    let root = literal(n, src, 0);
+    if has_batch_key(&root, 0) {
+        facts.inline_configs.push(InlineConfig {
+            kind: InlineKind::Dict { name: None },
+            root,
+            via: Vec::new(),
+        });
+    }
+}
+
 /// A dict literal assigned to a name, kept when it holds batch keys and the file never changes
 /// it afterwards (`cfg["train_batch_size"] = ...` would make its literals stale).
 pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {

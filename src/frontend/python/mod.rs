@@ -590,6 +590,13 @@ impl<'s> Walker<'s> {
                     self.dictionary(node, true);
                 }
             }
+            // A config handed over as a literal (`deepspeed.initialize(config={...})`).
+            "dictionary" if field == Some("value") => {
+                super::python_config::keyword_dict(node, self.src, &mut self.facts);
+                if self.value_model {
+                    self.dictionary(node, false);
+                }
+            }
             // Tables are read by the memory rules alone.
             "dictionary" if self.value_model => self.dictionary(node, false),
             "for_statement" | "while_statement" => {
