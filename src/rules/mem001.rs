@@ -27,8 +27,8 @@ impl Rule for MissingOptimizerState {
         let Some(optimizers) = training.judged_optimizers() else {
             return;
         };
-        // The symbols each reported formula counted: a budget built on a flagged total is the
-        // same bug, reported once.
+        // The symbols each judged formula counted: a budget built on a total already judged
+        // is judged there, and reported once.
         let mut reported: Vec<Vec<std::ops::Range<usize>>> = Vec::new();
         for f in &cx.facts.formulas {
             if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
@@ -109,6 +109,14 @@ impl Rule for MissingOptimizerState {
             if k <= 0.0 || (req.loose() && k <= 1.0 + TOLERANCE) {
                 continue;
             }
+            // The model terms are judged where they are first combined: a budget divided on
+            // (`micro = left / 3`) scales every term and states no multiplier of its own.
+            let mut symbols: Vec<_> = counted.iter().map(|t| t.symbol_span.clone()).collect();
+            symbols.sort_by_key(|r| (r.start, r.end));
+            if reported.contains(&symbols) {
+                continue;
+            }
+            reported.push(symbols);
             let states = least.row.state_multiplier_min();
             let expected = 2.0 + states;
             // State sizes carry block scales and rounding (8-bit AdamW: 2.031 B/param); a formula
@@ -116,12 +124,6 @@ impl Rule for MissingOptimizerState {
             if k >= expected * (1.0 - TOLERANCE) {
                 continue;
             }
-            let mut symbols: Vec<_> = counted.iter().map(|t| t.symbol_span.clone()).collect();
-            symbols.sort_by_key(|r| (r.start, r.end));
-            if reported.contains(&symbols) {
-                continue;
-            }
-            reported.push(symbols);
             out.push(diagnostic(cx, f, &counted, k, expected, least, several));
         }
     }

@@ -10,7 +10,7 @@ use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
 use crate::expr::{Role, Term};
-use crate::facts::{Formula, Offload, Offloaded};
+use crate::facts::{Formula, FormulaKind, Offload, Offloaded};
 
 pub struct OffloadedStatesOnGpu;
 
@@ -79,7 +79,16 @@ impl Rule for OffloadedStatesOnGpu {
             "host_memory",
         ]
         .iter()
-        .any(|w| text.contains(w));
+        .any(|w| text.contains(w))
+            // A memory value computed for the host: a formula assigned to a name for it
+            // (`cpu_bytes = n * max(4 * gpus, 16) * 1.5`).
+            || cx.facts.formulas.iter().any(|f| match &f.kind {
+                FormulaKind::Assign { target, .. } => target
+                    .to_ascii_lowercase()
+                    .split(['_', '.'])
+                    .any(|w| matches!(w, "cpu" | "host" | "ram" | "dram")),
+                _ => false,
+            });
         if !checks_host && out.iter().all(|d| d.code != "MEM010") {
             out.push(
                 Diagnostic::new(
