@@ -14,7 +14,7 @@ pub mod units;
 /// Numbers read the same in every language memlint reads.
 pub use crate::config::parse_number;
 
-use crate::facts::{Evidence, Mention, OptimizerMention, Precision};
+use crate::facts::{Evidence, Mention, OptimizerMention, Precision, Sharding};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::thread::LocalKey;
@@ -165,6 +165,15 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
             })
         }
         _ if LORA_KEYS.contains(&k.as_str()) && !switches_off(&v) => ev.lora.push(span),
+        // accelerate's `fsdp_sharding_strategy: FULL_SHARD` (or `1`; `3` is NO_SHARD).
+        "fsdp_sharding_strategy"
+            if matches!(
+                regime::fsdp_strategy(&v),
+                Some(Sharding::Stage(1..) | Sharding::Hybrid)
+            ) =>
+        {
+            ev.sharding.push(span)
+        }
         "deepspeed" | "zero_stage" | "fsdp" | "zero" | "offload_optimizer"
         | "zero_optimization" | "fsdp_config" | "sharding_strategy"
             if !matches!(v.as_str(), "false" | "0" | "no" | "none" | "no_shard" | "") =>

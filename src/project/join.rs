@@ -63,6 +63,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
             ..ProjectView::default()
         })
         .collect();
+    let lone = lone_accelerate_config(&files, units.len(), &runs);
     for run in &runs {
         // The script's context: the launcher's evidence (`--optim adamw`) and the configs'.
         if let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) {
@@ -128,7 +129,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 });
             }
         }
-        if let Some((u, case)) = memory_case(&files, run) {
+        if let Some((u, case)) = memory_case(&files, run, lone) {
             views[u].memory.push(case);
         }
         if let (Fid::Unit(u), Some(found)) = (run.origin, run_inputs(&files, run)) {
@@ -136,7 +137,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         }
     }
     join_siblings(&mut files, &runs, &mut joined);
-    join_lone_accelerate_config(&files, units, &runs, &mut joined);
+    join_lone_accelerate_config(&files, units, lone, &mut joined);
     for (u, unit) in units.iter().enumerate() {
         if old_transformers(&unit.facts).is_some() {
             if let Some(root) = project_root(&unit.abs) {
@@ -234,18 +235,17 @@ fn join_siblings(files: &mut Files, runs: &[Run], joined: &mut [Located]) {
 /// An accelerate config (`compute_environment:`, `distributed_type:`) that no command names,
 /// alone of its kind among the files linted: what `accelerate launch` runs the project's
 /// accelerate scripts with.
-fn join_lone_accelerate_config(
+pub(super) fn lone_accelerate_config(
     files: &Files,
-    units: &[&Unit],
+    units: usize,
     runs: &[Run],
-    joined: &mut [Located],
-) {
+) -> Option<(Fid, ConfigRef)> {
     let named: std::collections::HashSet<Fid> = runs
         .iter()
         .filter(|r| r.invocation.is_some() || r.recipe.is_some())
         .flat_map(|r| r.configs.iter().map(|(f, _)| *f))
         .collect();
-    let accelerate: Vec<(Fid, ConfigRef)> = (0..units.len())
+    let accelerate: Vec<(Fid, ConfigRef)> = (0..units)
         .map(Fid::Unit)
         .flat_map(|f| {
             files
@@ -260,12 +260,22 @@ fn join_lone_accelerate_config(
             })
         })
         .collect();
-    let [(config, c)] = accelerate.as_slice() else {
+    match accelerate.as_slice() {
+        [one] if !named.contains(&one.0) => Some(*one),
+        _ => None,
+    }
+}
+
+/// The lone accelerate config joins every script that uses accelerate.
+fn join_lone_accelerate_config(
+    files: &Files,
+    units: &[&Unit],
+    lone: Option<(Fid, ConfigRef)>,
+    joined: &mut [Located],
+) {
+    let Some((config, c)) = lone else {
         return;
     };
-    if named.contains(config) {
-        return;
-    }
     let route = ", the project's only accelerate config".to_string();
     for (u, unit) in units.iter().enumerate() {
         let uses_accelerate = unit
@@ -276,7 +286,7 @@ fn join_lone_accelerate_config(
             .any(|m| m.value == crate::facts::Framework::Accelerate);
         if uses_accelerate {
             if let Some(l) = joined.get_mut(u) {
-                l.join(&located(files, *config, Some(*c)).via(&route));
+                l.join(&located(files, config, Some(c)).via(&route));
             }
         }
     }

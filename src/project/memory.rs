@@ -9,6 +9,7 @@ use crate::config::{Node, Value};
 use crate::context::{ConfigRef, DeepSpeedMemory, Located, MemoryCase, Quantity, TrainingContext};
 use crate::diagnostic::fmt_count;
 use crate::expr::Role;
+use crate::facts::Framework;
 use crate::source::Language;
 use std::ops::Range;
 
@@ -20,7 +21,13 @@ struct Found {
     nominal: bool,
 }
 
-pub(super) fn memory_case(files: &Files, run: &Run) -> Option<(usize, MemoryCase)> {
+/// `lone`: the project's only accelerate config, which a script that uses accelerate and that
+/// no command launches runs with.
+pub(super) fn memory_case(
+    files: &Files,
+    run: &Run,
+    lone: Option<(Fid, ConfigRef)>,
+) -> Option<(usize, MemoryCase)> {
     // A script the run starts but that cannot be read may hold what changes the sum (LoRA).
     if let Some(k) = run.invocation {
         let inv = files.facts(run.origin).invocations.get(k)?;
@@ -116,7 +123,10 @@ pub(super) fn memory_case(files: &Files, run: &Run) -> Option<(usize, MemoryCase
     let training = TrainingContext::build(&located, &files.units[unit].defaults);
     let mut deepspeed = None;
     let mut fsdp = false;
-    for (f, c) in &run.configs {
+    let standalone = run.invocation.is_none() && run.recipe.is_none();
+    let accelerate = training.frameworks.contains(&Framework::Accelerate);
+    let lone = lone.filter(|_| standalone && accelerate);
+    for (f, c) in run.configs.iter().chain(lone.as_ref()) {
         let Some(root) = files.config(*f, *c) else {
             continue;
         };
