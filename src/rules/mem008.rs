@@ -246,7 +246,8 @@ fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic>
             .filter(|t| divided || divided_counts.contains(&t.symbol.as_str()))
             // Divided by the model-parallel degree alone, a term is still whole here.
             .filter(|t| divided || !t.opaque || t.divided_by.is_some())
-            .map(|t| in_bytes(t.coef))
+            // A budget subtracts what it needs (`cap - w - g / world`).
+            .map(|t| in_bytes(t.coef).abs())
             .sum()
     };
     let (whole, shared) = (bytes(false), bytes(true));
