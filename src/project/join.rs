@@ -3,6 +3,7 @@
 
 use super::estimate::run_inputs;
 use super::files::{located, ContextFiles, Fid, Files, Unit};
+use super::lookup::follow_nested;
 use super::memory::memory_case;
 use super::pins::{old_transformers, pinned_project, project_root};
 use super::runs::{launch_run, recipe_run, standalone_run, Run};
@@ -63,7 +64,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
             ..ProjectView::default()
         })
         .collect();
-    let lone = lone_accelerate_config(&files, units.len(), &runs);
+    let lone = lone_accelerate_config(&mut files, units.len(), &runs);
     for run in &runs {
         // The script's context: the launcher's evidence (`--optim adamw`) and the configs'.
         if let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) {
@@ -129,7 +130,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 });
             }
         }
-        if let Some((u, case)) = memory_case(&files, run, lone) {
+        if let Some((u, case)) = memory_case(&files, run, &lone) {
             views[u].memory.push(case);
         }
         if let (Fid::Unit(u), Some(found)) = (run.origin, run_inputs(&files, run)) {
@@ -137,7 +138,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         }
     }
     join_siblings(&mut files, &runs, &mut joined);
-    join_lone_accelerate_config(&files, units, lone, &mut joined);
+    join_lone_accelerate_config(&files, units, &lone, &mut joined);
     for (u, unit) in units.iter().enumerate() {
         if old_transformers(&unit.facts).is_some() {
             if let Some(root) = project_root(&unit.abs) {
@@ -234,16 +235,23 @@ fn join_siblings(files: &mut Files, runs: &[Run], joined: &mut [Located]) {
 
 /// An accelerate config (`compute_environment:`, `distributed_type:`) that no command names,
 /// alone of its kind among the files linted: what `accelerate launch` runs the project's
-/// accelerate scripts with.
+/// accelerate scripts with. With it, the configs it names (`deepspeed_config_file:`).
 pub(super) fn lone_accelerate_config(
-    files: &Files,
+    files: &mut Files,
     units: usize,
     runs: &[Run],
-) -> Option<(Fid, ConfigRef)> {
+) -> Vec<(Fid, ConfigRef)> {
+    // Named by a command, or by another recipe (an accelerate config that names its DeepSpeed
+    // config is a recipe of its own, and still the one `accelerate launch` reads).
     let named: std::collections::HashSet<Fid> = runs
         .iter()
         .filter(|r| r.invocation.is_some() || r.recipe.is_some())
-        .flat_map(|r| r.configs.iter().map(|(f, _)| *f))
+        .flat_map(|r| {
+            r.configs
+                .iter()
+                .map(|(f, _)| *f)
+                .filter(move |f| r.invocation.is_some() || *f != r.origin)
+        })
         .collect();
     let accelerate: Vec<(Fid, ConfigRef)> = (0..units)
         .map(Fid::Unit)
@@ -260,23 +268,27 @@ pub(super) fn lone_accelerate_config(
             })
         })
         .collect();
-    match accelerate.as_slice() {
-        [one] if !named.contains(&one.0) => Some(*one),
-        _ => None,
+    let [one] = accelerate.as_slice() else {
+        return Vec::new();
+    };
+    if named.contains(&one.0) {
+        return Vec::new();
     }
+    let mut configs = vec![*one];
+    follow_nested(files, &mut configs, one.0);
+    configs
 }
 
 /// The lone accelerate config joins every script that uses accelerate.
 fn join_lone_accelerate_config(
     files: &Files,
     units: &[&Unit],
-    lone: Option<(Fid, ConfigRef)>,
+    lone: &[(Fid, ConfigRef)],
     joined: &mut [Located],
 ) {
-    let Some((config, c)) = lone else {
+    let Some(&(accelerate, _)) = lone.first() else {
         return;
     };
-    let route = ", the project's only accelerate config".to_string();
     for (u, unit) in units.iter().enumerate() {
         let uses_accelerate = unit
             .facts
@@ -286,7 +298,16 @@ fn join_lone_accelerate_config(
             .any(|m| m.value == crate::facts::Framework::Accelerate);
         if uses_accelerate {
             if let Some(l) = joined.get_mut(u) {
-                l.join(&located(files, config, Some(c)).via(&route));
+                for &(config, c) in lone {
+                    let route = match config == accelerate {
+                        true => ", the project's only accelerate config".to_string(),
+                        false => format!(
+                            ", which {}, the project's only accelerate config, names",
+                            files.file(accelerate).display
+                        ),
+                    };
+                    l.join(&located(files, config, Some(c)).via(&route));
+                }
             }
         }
     }

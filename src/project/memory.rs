@@ -21,12 +21,12 @@ struct Found {
     nominal: bool,
 }
 
-/// `lone`: the project's only accelerate config, which a script that uses accelerate and that
-/// no command launches runs with.
+/// `lone`: the project's only accelerate config and the configs it names, which a script that
+/// uses accelerate and that no command launches runs with.
 pub(super) fn memory_case(
     files: &Files,
     run: &Run,
-    lone: Option<(Fid, ConfigRef)>,
+    lone: &[(Fid, ConfigRef)],
 ) -> Option<(usize, MemoryCase)> {
     // A script the run starts but that cannot be read may hold what changes the sum (LoRA).
     if let Some(k) = run.invocation {
@@ -125,8 +125,8 @@ pub(super) fn memory_case(
     let mut fsdp = false;
     let standalone = run.invocation.is_none() && run.recipe.is_none();
     let accelerate = training.frameworks.contains(&Framework::Accelerate);
-    let lone = lone.filter(|_| standalone && accelerate);
-    for (f, c) in run.configs.iter().chain(lone.as_ref()) {
+    let lone = if standalone && accelerate { lone } else { &[] };
+    for (f, c) in run.configs.iter().chain(lone) {
         let Some(root) = files.config(*f, *c) else {
             continue;
         };
