@@ -479,6 +479,9 @@ mod tests {
         assert!(!yes("elapsed = t / 1e6\n"));
         assert!(!yes("opt = Adam(lr=1e-6, eps=1e-8)\n"));
         assert!(yes("SIZES = {\"bf16\": 4}\n"));
+        assert!(yes(
+            "OPTS = {\"adam\": {\"states\": 2}, \"sgd\": {\"states\": 0}}\n"
+        ));
         assert!(yes("SIZES = dict(bf16=4, fp32=4)\n"));
         assert!(yes("SIZES = [(\"bf16\", 4)]\n"));
         assert!(yes("n = SIZES.get('bf16', 4)\n"));

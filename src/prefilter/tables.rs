@@ -11,17 +11,19 @@ use std::sync::OnceLock;
 
 impl Scan<'_> {
     /// A dtype or optimizer table (MEM002, MEM003) needs a known key followed by `:` and a
-    /// number: quoted (`"bf16": 2`) or an attribute (`torch.float16: 2`, `np.float64: 8`; the
+    /// number (or a record of fields, `"adam": {"states": 2}`): quoted (`"bf16": 2`) or an attribute (`torch.float16: 2`, `np.float64: 8`; the
     /// frontend reads it by its last segment); or an `if` chain or a conditional comparing a
     /// quoted key and assigning a number to a name holding `byte` or `multiplier`.
     pub(super) fn table(&self) -> bool {
         let lower = &self.lower;
         let keyed = memchr::memchr_iter(b':', lower).any(|colon| {
-            if !number_follows(self.text, colon) {
+            // A record (`"adam": {"states": 2}`) holds a row in each numeric field.
+            let record = lower[colon + 1..].trim_ascii_start().first() == Some(&b'{');
+            if !record && !number_follows(self.text, colon) {
                 return false;
             }
             // A row gives bytes or states per parameter (`"float16": 835e12` is a rate).
-            if value_after(lower, colon + 1).is_some_and(|v| !per_parameter(v)) {
+            if !record && value_after(lower, colon + 1).is_some_and(|v| !per_parameter(v)) {
                 return false;
             }
             let key_end = lower[..colon]

@@ -30,6 +30,7 @@ impl<'s> Walker<'s> {
             }
         }
         if entries.len() < 2 {
+            self.record_columns(node);
             return;
         }
         let name = assigned
@@ -44,6 +45,52 @@ impl<'s> Walker<'s> {
             arms: false,
             returned: false,
         });
+    }
+
+    /// `{"adam": {"states": 2, "fused": True}, "sgd": {"states": 0, ...}}`: records keyed by
+    /// name, each numeric field of which is a table of its own (`states`), keyed by the records'
+    /// keys.
+    fn record_columns(&mut self, node: Node) {
+        let mut columns: Vec<(String, Vec<TableEntry>)> = Vec::new();
+        let mut c = node.walk();
+        for pair in node.named_children(&mut c) {
+            let (Some(k), Some(v)) = (pair.field("key"), pair.field("value")) else {
+                continue;
+            };
+            if k.ty() != "string" || v.ty() != "dictionary" {
+                continue;
+            }
+            let key = string_key(self.text(k));
+            let mut fields = v.walk();
+            for field in v.named_children(&mut fields) {
+                let (Some(fk), Some(fv)) = (field.field("key"), field.field("value")) else {
+                    continue;
+                };
+                let Some(value) = (fk.ty() == "string").then(|| self.number(fv)).flatten() else {
+                    continue;
+                };
+                let name = string_key(self.text(fk));
+                let entry = TableEntry {
+                    key: key.clone(),
+                    value,
+                    value_span: fv.byte_range(),
+                };
+                match columns.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, entries)) => entries.push(entry),
+                    None => columns.push((name, vec![entry])),
+                }
+            }
+        }
+        for (name, entries) in columns {
+            if entries.len() >= 2 {
+                self.facts.tables.push(Table {
+                    name: Some(name),
+                    entries,
+                    arms: false,
+                    returned: false,
+                });
+            }
+        }
     }
 
     /// A number written as a literal or constant arithmetic (`2`, `0.5`, `4 * 2`, `2**30`).

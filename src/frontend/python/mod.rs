@@ -582,23 +582,22 @@ impl<'s> Walker<'s> {
                     self.returned(node, body);
                 }
             }
-            // Only a dict on the right of an assignment can be a named config; asking any other
-            // dict for its parent would walk down from the root each time.
-            "dictionary" if field == Some("right") => {
-                super::python_config::dict(node, self.src, &mut self.facts);
+            // A named config is a dict on the right of an assignment, or one handed over as a
+            // keyword (`deepspeed.initialize(config={...})`): asking any other dict for its
+            // parent would walk down from the root each time. Tables are read by the memory
+            // rules alone.
+            "dictionary" => {
+                match field {
+                    Some("right") => super::python_config::dict(node, self.src, &mut self.facts),
+                    Some("value") => {
+                        super::python_config::keyword_dict(node, self.src, &mut self.facts)
+                    }
+                    _ => {}
+                }
                 if self.value_model {
-                    self.dictionary(node, true);
+                    self.dictionary(node, field == Some("right"));
                 }
             }
-            // A config handed over as a literal (`deepspeed.initialize(config={...})`).
-            "dictionary" if field == Some("value") => {
-                super::python_config::keyword_dict(node, self.src, &mut self.facts);
-                if self.value_model {
-                    self.dictionary(node, false);
-                }
-            }
-            // Tables are read by the memory rules alone.
-            "dictionary" if self.value_model => self.dictionary(node, false),
             "for_statement" | "while_statement" => {
                 let id = self.loops.len();
                 self.loops.push(LoopInfo {
@@ -1063,22 +1062,6 @@ fn backward_only(with: Node, src: &str) -> bool {
                     .get(n.byte_range())
                     .is_some_and(|t| t.contains("backward("))
         })
-}
-
-/// An expression that reads how much memory the device has.
-fn reads_device_memory(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    [
-        "total_memory",
-        "mem_get_info",
-        "get_device_properties",
-        "device_gb",
-        "device_memory",
-        "gpu_memory",
-        "vram",
-    ]
-    .iter()
-    .any(|w| t.contains(w))
 }
 
 fn unparen(mut node: Node) -> Node {

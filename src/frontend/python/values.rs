@@ -752,3 +752,19 @@ mod tests {
         }
     }
 }
+
+/// An expression that reads how much memory the device has.
+fn reads_device_memory(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "total_memory",
+        "mem_get_info",
+        "get_device_properties",
+        "device_gb",
+        "device_memory",
+        "gpu_memory",
+        "vram",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+}
