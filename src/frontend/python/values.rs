@@ -729,6 +729,22 @@ fn environment_count(key: &str) -> Option<DeviceCount> {
     }
 }
 
+/// An expression that reads how much memory the device has.
+fn reads_device_memory(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "total_memory",
+        "mem_get_info",
+        "get_device_properties",
+        "device_gb",
+        "device_memory",
+        "gpu_memory",
+        "vram",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+}
+
 #[cfg(test)]
 mod tests {
     /// `MEMLINT_DUMP=file.py cargo test dump_formulas -- --ignored --nocapture`
@@ -751,20 +767,4 @@ mod tests {
             println!("    + {}", f.lin.constant);
         }
     }
-}
-
-/// An expression that reads how much memory the device has.
-fn reads_device_memory(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    [
-        "total_memory",
-        "mem_get_info",
-        "get_device_properties",
-        "device_gb",
-        "device_memory",
-        "gpu_memory",
-        "vram",
-    ]
-    .iter()
-    .any(|w| t.contains(w))
 }
