@@ -120,8 +120,9 @@ fn string_value(n: TsNode, src: &str) -> Option<String> {
 
 /// A dict literal given as a DeepSpeed config keyword (`deepspeed.initialize(config={...})`,
 /// `config_params=`), kept when it holds batch keys.
-pub fn keyword_dict(n: TsNode, src: &str, facts: &mut Facts) {
-    let Some(parent) = n.parent() else { return };
+pub fn keyword_dict(n: TsNode, parent: Option<TsNode>, src: &str, facts: &mut Facts) {
+    // The walk hands the parent over: asking the node would walk down from the root.
+    let Some(parent) = parent else { return };
     let keyword = parent.field("name").map(|k| text(k, src));
     if parent.ty() != "keyword_argument" || !matches!(keyword, Some("config" | "config_params")) {
         return;

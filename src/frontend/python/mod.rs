@@ -590,7 +590,7 @@ impl<'s> Walker<'s> {
                 match field {
                     Some("right") => super::python_config::dict(node, self.src, &mut self.facts),
                     Some("value") => {
-                        super::python_config::keyword_dict(node, self.src, &mut self.facts)
+                        super::python_config::keyword_dict(node, parent, self.src, &mut self.facts)
                     }
                     _ => {}
                 }
