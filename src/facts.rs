@@ -32,6 +32,9 @@ pub struct Facts {
     pub global_batches: Vec<GlobalBatch>,
     /// Schedules sized in per-device batches of the whole dataset (BS004).
     pub sample_schedules: Vec<SampleSchedule>,
+    /// Batches, step counts and batch-scaled learning rates that break the run's batch
+    /// equation (BS002, BS004).
+    pub batch_equations: Vec<BatchEquation>,
     /// `DistributedDataParallel(...)` constructions.
     pub ddp_wraps: Vec<Range<usize>>,
     /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`);
@@ -604,6 +607,37 @@ pub struct SampleSchedule {
     /// What the count leaves out: [`Missing::Accumulation`], [`Missing::World`] or
     /// [`Missing::WorldIfLaunched`].
     pub missing: Vec<Missing>,
+}
+
+/// A value that breaks the batch equation of its use: a count of optimizer steps or a
+/// batch-scaled learning rate that leaves out a factor the run has, or a loader's batch that
+/// holds one.
+#[derive(Debug, Clone)]
+pub struct BatchEquation {
+    /// Where the factors are combined (or the value is read, when it is one name).
+    pub span: Range<usize>,
+    pub written: String,
+    /// The batch factors it holds, in words (`micro-batch × accumulation`).
+    pub has: String,
+    pub used: BatchUse,
+    /// The factors it leaves out (a count, a rate) or holds too many (a loader).
+    pub missing: Vec<Missing>,
+}
+
+/// What reads a batch value.
+#[derive(Debug, Clone)]
+pub enum BatchUse {
+    /// A count of optimizer steps: a scheduler's length or warm-up (`key`), or a Trainer's
+    /// `max_steps` or `warmup_steps` (no scheduler).
+    Count {
+        key: String,
+        scheduler: Option<String>,
+        call: Range<usize>,
+    },
+    /// A learning rate given to an optimizer or a Trainer.
+    Rate { call: Range<usize>, callee: String },
+    /// A data loader's batch.
+    Loader { call: Range<usize> },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -223,9 +223,12 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     // data-parallel wrapper (no loop model needed); its scans run last, when nothing else has
     // asked for the parse.
     let training_loop = (wanted.accumulation || wanted.global_batch) && scan.training_loop();
-    let global_batch = || scan.global_batch() || scan.sample_schedule();
-    let loop_model =
-        training_loop && (wanted.accumulation || (wanted.global_batch && global_batch()));
+    let global_batch =
+        || scan.global_batch() || scan.sample_schedule() || scan.batch_count(training_loop);
+    let loop_model = training_loop
+        && (wanted.accumulation
+            || (wanted.global_batch && global_batch())
+            || (wanted.batch && scan.training_loader()));
     // The families whose rules read valued memory arithmetic (formulas, units, constants,
     // checkpointed values, tables).
     let value_model = (wanted.units && scan.mixed_units())
@@ -240,7 +243,8 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     let parse = loop_model
         || value_model
         || (wanted.suppressions && scan.directive())
-        || (wanted.batch && scan.batch_key())
+        || (wanted.batch && (scan.batch_key() || scan.training_loader()))
+        || (wanted.global_batch && scan.batch_count(training_loop))
         || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
         || (wanted.global_batch
@@ -292,6 +296,46 @@ impl Scan<'_> {
             self.config_key(at, at + "batch_size".len(), batch)
                 .is_some()
         })
+    }
+
+    /// The batch model (`batch_model.rs`) values a batch only with a micro-batch in it: a
+    /// loader's batch (`DataLoader`) or a framework's key (each holds `batch_size`). It judges
+    /// a count of steps (`len(`) read by a scheduler or a Trainer's `max_steps` or
+    /// `warmup_steps`, or a learning rate (`lr` or `learning_rate` followed by `=`), that
+    /// leaves out a factor the file shows: an accumulating loop (the training-loop condition), a
+    /// Trainer's accumulation, or data parallelism. A script a launch runs is read whole: its
+    /// launches show the rest.
+    fn batch_count(&self, training_loop: bool) -> bool {
+        let micro = contains(self.bytes, b"DataLoader") || contains(self.lower, b"batch_size");
+        // `word =` (a keyword or an assignment), not `==`.
+        let given = |word: &[u8]| {
+            memchr::memmem::find_iter(self.lower, word).any(|at| {
+                let rest = self.lower[at + word.len()..].trim_ascii_start();
+                rest.first() == Some(&b'=') && rest.get(1) != Some(&b'=')
+            })
+        };
+        let count = || {
+            contains(self.lower, b"len(")
+                && (given(b"max_steps")
+                    || given(b"warmup_steps")
+                    || (training_loop && contains(self.lower, b"schedul")))
+        };
+        let rate = || given(b"lr") || given(b"learning_rate");
+        let factor = || {
+            training_loop
+                || contains(self.bytes, b"gradient_accumulation_steps")
+                || contains(self.bytes, b"DistributedDataParallel")
+                || contains(self.bytes, b"DistributedSampler")
+                || contains(self.bytes, b"init_process_group")
+                || memchr::memmem::find_iter(self.bytes, b"DDP(")
+                    .any(|at| at == 0 || !is_ident(self.bytes[at - 1]))
+        };
+        micro && factor() && (count() || rate())
+    }
+
+    /// A loader's batch is judged in a loop that trains on it (BS002).
+    fn training_loader(&self) -> bool {
+        contains(self.bytes, b"DataLoader") && contains(self.bytes, b"backward(")
     }
 
     /// A division by a name holding `micro` (`batch_size // micro_batch_size`,

@@ -51,6 +51,7 @@ impl Rule for EffectiveBatchMismatch {
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         loaders(cx, out);
+        super::equations::report(cx, true, out);
         for doc in docs(cx) {
             // Defaults of a script: the launcher may pass other values, so only what no world
             // size can fix is reported there.

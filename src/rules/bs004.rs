@@ -3,7 +3,8 @@
 //! or a learning rate; or a schedule sized as `len(dataset) // batch` in a file that accumulates
 //! or shards its data. Documentation: `rules/BS004.toml`.
 
-use super::{fmt_num, line_of, Checker, Rule};
+use super::equations::{launched_accumulation, launched_world};
+use super::{line_of, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::facts::{Missing, SampleSchedule};
 
@@ -58,6 +59,7 @@ impl Rule for GlobalBatchMissingFactor {
         for s in &cx.facts.sample_schedules {
             sample_schedule(cx, s, out);
         }
+        super::equations::report(cx, false, out);
     }
 }
 
@@ -115,27 +117,4 @@ fn sample_schedule(cx: &Checker<'_>, s: &SampleSchedule, out: &mut Vec<Diagnosti
         )
         .with_help(format!("divide by {}: the per-device batch times the accumulation factor times the data-parallel world size is the global batch", factors.join(" and "))),
     );
-}
-
-/// The data-parallel processes every launch of this file starts, when there is a launch and
-/// each starts more than one: `8 ranks from ... at launch.sh:3`.
-fn launched_world(cx: &Checker<'_>) -> Option<String> {
-    let runs = &cx.training.project.launched_by;
-    let worlds: Option<Vec<_>> = runs.iter().map(|r| r.world.as_ref()).collect();
-    let worlds = worlds?;
-    let first = worlds.first()?;
-    worlds
-        .iter()
-        .all(|w| w.data_parallel > 1)
-        .then(|| first.why.clone())
-}
-
-/// The accumulation factor every launch of this file passes, when they agree on one above 1.
-fn launched_accumulation(cx: &Checker<'_>) -> Option<String> {
-    let (factor, _) = cx.training.project.launched_accumulation()?;
-    Some(format!(
-        "`gradient_accumulation_steps={}` at {}",
-        fmt_num(factor.value),
-        factor.at
-    ))
 }

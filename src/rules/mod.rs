@@ -7,6 +7,7 @@ mod bs003;
 mod bs004;
 pub mod catalog;
 mod edits;
+mod equations;
 mod ga001;
 mod ga002;
 mod ga003;

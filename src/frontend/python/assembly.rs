@@ -176,6 +176,7 @@ impl<'s> Walker<'s> {
         self.facts.global_batches = self.global_batches(&assembled.loops);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
         self.facts.loader_batches = self.loader_batches();
+        self.facts.batch_equations = self.batch_equations(tree, &assembled.loops);
         if !assembled.loops.is_empty() {
             self.facts.token_means = self.token_means();
         }

@@ -40,7 +40,7 @@ impl<'s> Walker<'s> {
                 self.note_accumulation_setting(value)
             }
             "batch_size" => self.note_loader_batch(node, value),
-            _ => {}
+            _ => self.note_dataset(key, v),
         }
         if value.ty() == "string" || matches!(v, "True" | "False") {
             flag_evidence(
@@ -110,6 +110,7 @@ impl<'s> Walker<'s> {
                 self.note_next(node);
             }
         }
+        self.note_batch_call(node, last);
         if callee == "print" && self.value_model {
             self.printed_arguments(node);
         }

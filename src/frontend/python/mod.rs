@@ -11,6 +11,7 @@
 
 mod arithmetic;
 mod assembly;
+mod batch_model;
 mod calls;
 mod conditions;
 mod global_batch;
@@ -328,6 +329,8 @@ struct Walker<'s> {
     trainer_loss: trainer_loss::TrainerLossNotes,
     /// Gradient hooks registered on parameters (GA005).
     hooks: hooks::HookNotes<'s>,
+    /// What sizes or reads a batch (BS002, BS004).
+    batch: batch_model::BatchNotes,
     facts: Facts,
 }
 
@@ -459,6 +462,7 @@ impl<'s> Walker<'s> {
             named_engines: Vec::new(),
             trainer_loss: Default::default(),
             hooks: Default::default(),
+            batch: Default::default(),
             facts: Facts::default(),
         }
     }

@@ -551,7 +551,7 @@ fn plain(s: &str) -> bool {
 
 /// A `DistributedSampler` is built over `dataset` (its first argument): each process reads its
 /// share of it.
-fn shards(src: &str, dataset: &str) -> bool {
+pub(super) fn shards(src: &str, dataset: &str) -> bool {
     memchr::memmem::find_iter(src.as_bytes(), b"DistributedSampler(").any(|at| {
         let arg = src[at + "DistributedSampler(".len()..].trim_start();
         let arg = arg.strip_prefix("dataset").map_or(arg, |r| {

@@ -66,6 +66,7 @@ impl<'s> Walker<'s> {
                 }
                 if simple_target && (last.contains("schedule") || last.ends_with("lr")) {
                     self.scheduler_names.push(target.clone());
+                    self.note_schedule_count(&target, right);
                     let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
                     if self.counts_accumulation(length, 0) {
                         self.facts.schedule_in_optimizer_steps = true;

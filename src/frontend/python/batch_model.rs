@@ -1,0 +1,844 @@
+//! The batch model of a file (BS002, BS004): every batch, step count and batch-scaled learning
+//! rate the file writes is valued as a product of the run's factors (the per-device micro-batch,
+//! the accumulation factor, the data-parallel size, the dataset's samples), each known from how
+//! the value is derived and used, whatever it is called, and checked against the equation its use
+//! implies: a data loader loads one micro-batch per process, a count of optimizer steps divides
+//! the samples by all three factors, a learning rate scaled by the batch multiplies by all three.
+
+use super::*;
+use crate::facts::{BatchEquation, BatchUse, Missing};
+
+/// Where the run's factors sit in a value, as exponents (`len(ds) // (bs * accum)` is
+/// samples · micro⁻¹ · accum⁻¹), and whether a value of unknown meaning multiplies or divides it
+/// (`epochs` multiplies a count harmlessly; an unknown divisor may be any factor).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Factors {
+    micro: i8,
+    accum: i8,
+    world: i8,
+    samples: i8,
+    unknown_up: bool,
+    unknown_down: bool,
+}
+
+const ONE: Factors = Factors {
+    micro: 0,
+    accum: 0,
+    world: 0,
+    samples: 0,
+    unknown_up: false,
+    unknown_down: false,
+};
+const UNKNOWN: Factors = Factors {
+    unknown_up: true,
+    ..ONE
+};
+const MICRO: Factors = Factors { micro: 1, ..ONE };
+const ACCUM: Factors = Factors { accum: 1, ..ONE };
+const WORLD: Factors = Factors { world: 1, ..ONE };
+const SAMPLES: Factors = Factors { samples: 1, ..ONE };
+/// A batch declared global: micro × accumulation × data-parallel size.
+const GLOBAL: Factors = Factors {
+    micro: 1,
+    accum: 1,
+    world: 1,
+    ..ONE
+};
+
+impl Factors {
+    fn times(self, o: Factors) -> Factors {
+        Factors {
+            micro: self.micro.saturating_add(o.micro),
+            accum: self.accum.saturating_add(o.accum),
+            world: self.world.saturating_add(o.world),
+            samples: self.samples.saturating_add(o.samples),
+            unknown_up: self.unknown_up || o.unknown_up,
+            unknown_down: self.unknown_down || o.unknown_down,
+        }
+    }
+
+    fn over(self, o: Factors) -> Factors {
+        Factors {
+            micro: self.micro.saturating_sub(o.micro),
+            accum: self.accum.saturating_sub(o.accum),
+            world: self.world.saturating_sub(o.world),
+            samples: self.samples.saturating_sub(o.samples),
+            unknown_up: self.unknown_up || o.unknown_down,
+            unknown_down: self.unknown_down || o.unknown_up,
+        }
+    }
+
+    /// A sum keeps the factors its terms share; a constant added changes none
+    /// (`len(ds) + bs - 1` is still the samples, rounded up).
+    fn plus(self, o: Factors) -> Factors {
+        if self.same_factors(o) {
+            return Factors {
+                unknown_up: self.unknown_up || o.unknown_up,
+                unknown_down: self.unknown_down || o.unknown_down,
+                ..self
+            };
+        }
+        match (self.is_constant(), o.is_constant()) {
+            (_, true) => self,
+            (true, _) => o,
+            _ if self.samples == 1 && o.samples == 0 && !o.unknown_down => self,
+            _ if o.samples == 1 && self.samples == 0 && !self.unknown_down => o,
+            _ => UNKNOWN,
+        }
+    }
+
+    fn same_factors(self, o: Factors) -> bool {
+        (self.micro, self.accum, self.world, self.samples) == (o.micro, o.accum, o.world, o.samples)
+    }
+
+    fn is_constant(self) -> bool {
+        self == ONE
+    }
+
+    fn is_unknown(self) -> bool {
+        self.same_factors(ONE) && (self.unknown_up || self.unknown_down)
+    }
+
+    fn holds_batch(self) -> bool {
+        self.micro != 0 || self.accum != 0 || self.world != 0
+    }
+
+    /// The batch factors, as a product of words (`micro-batch × accumulation`).
+    fn describe(self) -> String {
+        let mut parts = Vec::new();
+        for (e, word) in [
+            (self.micro, "micro-batch"),
+            (self.accum, "accumulation"),
+            (self.world, "data-parallel size"),
+        ] {
+            if e > 0 {
+                parts.push(word);
+            }
+        }
+        match parts.is_empty() {
+            true => "no batch factor".into(),
+            false => parts.join(" × "),
+        }
+    }
+}
+
+/// What the walk saw that sizes or reads a batch.
+#[derive(Debug, Default)]
+pub(super) struct BatchNotes {
+    loaders: Vec<Loader>,
+    /// Values that count optimizer steps.
+    counts: Vec<Count>,
+    /// Learning rates given to an optimizer or a Trainer: the value and the call.
+    rates: Vec<(Range<usize>, Range<usize>, String)>,
+    /// Values set as a factor by a framework's keyword (`gradient_accumulation_steps=accum`,
+    /// `per_device_train_batch_size=bs`, `num_replicas=world`), as written.
+    seeds: Vec<(String, Factors)>,
+    /// Accumulation set on a Trainer's arguments: the call and the value (None when not given).
+    trainer_accum: Vec<(Range<usize>, Option<Setting>)>,
+    /// Values handed over as a dataset (`train_dataset=ds`), as written.
+    datasets: Vec<String>,
+    /// `split_batches=True`: a prepared loader's batch is the batch of all processes.
+    split_batches: bool,
+}
+
+/// A data loader: the call, its `batch_size` value and its dataset, as written.
+#[derive(Debug)]
+struct Loader {
+    call: Range<usize>,
+    batch: Option<Range<usize>>,
+    dataset: Option<String>,
+}
+
+/// A setting as written, and its value when it is a number.
+type Setting = (String, Option<f64>);
+
+#[derive(Debug)]
+struct Count {
+    value: Range<usize>,
+    /// The scheduler it sizes, or `None` for a Trainer's `max_steps` or `warmup_steps`.
+    scheduler: Option<String>,
+    call: Range<usize>,
+    key: String,
+}
+
+/// Keys whose meaning a framework defines: DeepSpeed's, the HF Trainer's, Megatron's,
+/// accelerate's and the declared global batches of recipes.
+fn schema(key: &str) -> Option<Factors> {
+    Some(match key {
+        "per_device_train_batch_size"
+        | "per_gpu_train_batch_size"
+        | "train_micro_batch_size_per_gpu"
+        | "micro_batch_size" => MICRO,
+        "gradient_accumulation_steps" | "accumulate_grad_batches" => ACCUM,
+        "world_size" | "WORLD_SIZE" | "num_processes" | "data_parallel_size" => WORLD,
+        "global_batch_size"
+        | "effective_batch_size"
+        | "total_batch_size"
+        | "total_train_batch_size"
+        | "global_train_batch_size"
+        | "train_global_batch_size" => GLOBAL,
+        _ => return None,
+    })
+}
+
+/// Calls that return the number of data-parallel processes or devices.
+const WORLD_CALLS: &[&str] = &[
+    "get_world_size",
+    "get_data_parallel_world_size",
+    "device_count",
+    "world_size",
+    "process_count",
+    "xrt_world_size",
+];
+
+impl<'s> Walker<'s> {
+    /// A call that builds a loader, an optimizer, a Trainer's arguments, an Accelerator or a
+    /// sampler: what it says about the batch.
+    pub(super) fn note_batch_call(&mut self, call: Node, last: &str) {
+        let loader = last.ends_with("DataLoader");
+        let optimizer =
+            starts_upper(last) && OPTIMIZER_CLASSES.contains(&last.to_ascii_lowercase().as_str());
+        let trainer = last.ends_with("TrainingArguments") || last.ends_with("Config");
+        let sampler = last.ends_with("Sampler");
+        let accelerator = last == "Accelerator";
+        if !(loader || optimizer || trainer || sampler || accelerator) {
+            return;
+        }
+        let Some(args) = call.field("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let mut positional = Vec::new();
+        let mut keywords = Vec::new();
+        for a in args.named_children(&mut c) {
+            match a.ty() {
+                "keyword_argument" => {
+                    if let (Some(k), Some(v)) = (a.field("name"), a.field("value")) {
+                        keywords.push((self.text(k), v));
+                    }
+                }
+                "comment" | "list_splat" | "dictionary_splat" => {}
+                _ => positional.push(a),
+            }
+        }
+        let keyword = |name: &str| keywords.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+        let span = call.byte_range();
+        let seed = |notes: &mut BatchNotes, v: Node, f: Factors, src: &str| {
+            let t = compact(src.get(v.byte_range()).unwrap_or(""));
+            if !t.is_empty() {
+                notes.seeds.push((t, f));
+            }
+        };
+        if loader {
+            let batch = keyword("batch_size").or(positional.get(1).copied());
+            let dataset = keyword("dataset").or(positional.first().copied());
+            if let Some(b) = batch {
+                seed(&mut self.batch, b, MICRO, self.src);
+            }
+            self.batch.loaders.push(Loader {
+                call: span,
+                batch: batch.map(|b| b.byte_range()),
+                dataset: dataset.map(|d| self.text(d).to_string()),
+            });
+            return;
+        }
+        if optimizer {
+            if let Some(lr) = keyword("lr").or(positional.get(1).copied()) {
+                self.batch
+                    .rates
+                    .push((lr.byte_range(), span, last.to_string()));
+            }
+            return;
+        }
+        if sampler {
+            if let Some(n) = keyword("num_replicas") {
+                seed(&mut self.batch, n, WORLD, self.src);
+            }
+            return;
+        }
+        if let Some(g) = keyword("gradient_accumulation_steps") {
+            seed(&mut self.batch, g, ACCUM, self.src);
+        }
+        if accelerator {
+            self.batch.split_batches |=
+                keyword("split_batches").is_some_and(|v| self.text(v) == "True");
+            return;
+        }
+        // A Trainer's arguments (`TrainingArguments`, `SFTConfig`): its counts are optimizer steps.
+        if let Some(b) = keyword("per_device_train_batch_size") {
+            seed(&mut self.batch, b, MICRO, self.src);
+        }
+        if let Some(lr) = keyword("learning_rate") {
+            self.batch
+                .rates
+                .push((lr.byte_range(), span.clone(), last.to_string()));
+        }
+        let mut counted = false;
+        for key in ["max_steps", "warmup_steps"] {
+            if let Some(v) = keyword(key) {
+                counted = true;
+                self.batch.counts.push(Count {
+                    value: v.byte_range(),
+                    scheduler: None,
+                    call: span.clone(),
+                    key: key.to_string(),
+                });
+            }
+        }
+        if counted {
+            let accum = keyword("gradient_accumulation_steps")
+                .map(|g| (compact(self.text(g)), parse_number(self.text(g))));
+            self.batch.trainer_accum.push((span, accum));
+        }
+    }
+
+    /// A value handed over as a dataset (`Trainer(train_dataset=ds)`).
+    pub(super) fn note_dataset(&mut self, key: &str, value: &str) {
+        if key.ends_with("dataset") {
+            self.batch.datasets.push(value.to_string());
+        }
+    }
+
+    /// `name = Scheduler(...)`: its length and its warm-up count optimizer steps when the
+    /// scheduler is stepped once per optimizer step.
+    pub(super) fn note_schedule_count(&mut self, name: &str, ctor: Node) {
+        let mut counts = Vec::new();
+        if let Some(length) = self.schedule_length(ctor) {
+            counts.push((length, "length".to_string()));
+        }
+        if let Some(args) = ctor.field("arguments") {
+            let mut c = args.walk();
+            for a in args.named_children(&mut c) {
+                let key = a.field("name").map(|k| self.text(k)).unwrap_or("");
+                if a.ty() == "keyword_argument" && key.contains("warmup") {
+                    if let Some(v) = a.field("value") {
+                        counts.push((v, key.to_string()));
+                    }
+                }
+            }
+        }
+        for (value, key) in counts {
+            self.batch.counts.push(Count {
+                value: value.byte_range(),
+                scheduler: Some(name.to_string()),
+                call: ctor.byte_range(),
+                key,
+            });
+        }
+    }
+
+    /// The equations the file's batches and counts break.
+    pub(super) fn batch_equations(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<BatchEquation> {
+        let notes = &self.batch;
+        if notes.counts.is_empty() && notes.rates.is_empty() && notes.loaders.is_empty() {
+            return Vec::new();
+        }
+        let mut seeds: HashMap<String, Factors> = HashMap::default();
+        for (text, f) in &notes.seeds {
+            seeds.entry(text.clone()).or_insert(*f);
+        }
+        for lp in loops {
+            seeds.entry(compact(&lp.factor)).or_insert(ACCUM);
+        }
+        let model = Model {
+            w: self,
+            root: tree.root_node(),
+            seeds,
+        };
+        let src = self.src;
+        let accumulating = loops
+            .iter()
+            .find(|lp| !lp.factor_value.is_some_and(|v| v <= 1.0));
+        let accumulation =
+            accumulating.map(|lp| Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
+        let distributed = !self.facts.ddp_wraps.is_empty()
+            || memchr::memmem::find(src.as_bytes(), b"init_process_group").is_some();
+        let accelerate = contains_word(src, "Accelerator");
+        let world = match distributed {
+            true => Missing::World,
+            false => Missing::WorldIfLaunched,
+        };
+        let mut out = Vec::new();
+        // An iterable dataset's length is not the samples one epoch reads.
+        let iterable = contains_word(src, "IterableDataset");
+        for count in notes.counts.iter().filter(|_| !iterable) {
+            let Some(value) = model.node(&count.value) else {
+                continue;
+            };
+            let f = model.factors(value, 0);
+            // Judged: the samples over a batch that holds the micro-batch, with no divisor of
+            // unknown meaning.
+            if f.samples != 1 || f.micro != -1 || f.unknown_down {
+                continue;
+            }
+            let mut missing = Vec::new();
+            match &count.scheduler {
+                Some(name) => {
+                    let stepped = self.scheduler_steps.iter().any(|(_, r)| r == name);
+                    if !stepped {
+                        continue;
+                    }
+                    // Stepped at the boundary of an accumulating loop: once per optimizer step.
+                    let boundary = accumulating.filter(|lp| {
+                        lp.boundary_scheduler_steps.iter().any(|step| {
+                            self.scheduler_steps
+                                .iter()
+                                .any(|(span, r)| *span == step.span && r == name)
+                        })
+                    });
+                    if let Some(lp) = boundary {
+                        if f.accum == 0 {
+                            missing
+                                .push(Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
+                        }
+                    }
+                    // Each process reads its shard of the dataset; accelerate's prepared
+                    // scheduler steps once per process.
+                    let sharded = model
+                        .dataset_of(value, 0)
+                        .is_some_and(|d| schedules::shards(src, d));
+                    if f.world == 0 && !accelerate && !notes.split_batches && sharded {
+                        missing.push(world.clone());
+                    }
+                }
+                None => {
+                    let accum = notes
+                        .trainer_accum
+                        .iter()
+                        .find(|(call, _)| *call == count.call)
+                        .and_then(|(_, a)| a.clone());
+                    match accum {
+                        Some((text, value)) if !value.is_some_and(|v| v <= 1.0) && f.accum == 0 => {
+                            missing.push(Missing::Accumulation(text, count.call.clone()))
+                        }
+                        _ => {}
+                    }
+                    if f.world == 0 {
+                        missing.push(world.clone());
+                    }
+                }
+            }
+            if missing.is_empty() {
+                continue;
+            }
+            let at = model.written_at(value, f, 0);
+            out.push(BatchEquation {
+                span: at.byte_range(),
+                written: compact_spaced(self.text(at)),
+                has: f.describe_inverse(),
+                used: BatchUse::Count {
+                    key: count.key.clone(),
+                    scheduler: count.scheduler.clone(),
+                    call: count.call.clone(),
+                },
+                missing,
+            });
+        }
+        for (value, call, callee) in &notes.rates {
+            let Some(node) = model.node(value) else {
+                continue;
+            };
+            let f = model.factors(node, 0);
+            if f.micro < 1 || f.samples != 0 {
+                continue;
+            }
+            let mut missing = Vec::new();
+            let trainer = !OPTIMIZER_CLASSES.contains(&callee.to_ascii_lowercase().as_str());
+            let accum = match trainer {
+                true => notes
+                    .trainer_accum
+                    .iter()
+                    .find(|(c, _)| c == call)
+                    .and_then(|(_, a)| a.clone())
+                    .filter(|(_, v)| !v.is_some_and(|v| v <= 1.0))
+                    .map(|(text, _)| Missing::Accumulation(text, call.clone())),
+                false => accumulation.clone(),
+            };
+            if let (Some(a), 0) = (accum, f.accum) {
+                missing.push(a);
+            }
+            if f.world == 0 && (trainer || distributed || self.shards_data() || accelerate) {
+                missing.push(world.clone());
+            }
+            if missing.is_empty() {
+                continue;
+            }
+            let at = model.written_at(node, f, 0);
+            out.push(BatchEquation {
+                span: at.byte_range(),
+                written: compact_spaced(self.text(at)),
+                has: f.describe(),
+                used: BatchUse::Rate {
+                    call: call.clone(),
+                    callee: callee.clone(),
+                },
+                missing,
+            });
+        }
+        for Loader { call, batch, .. } in &notes.loaders {
+            let Some(node) = batch.as_ref().and_then(|b| model.node(b)) else {
+                continue;
+            };
+            if !self.trains_on(call) {
+                continue;
+            }
+            // The loader's own batch is not its own evidence.
+            let f = model.factors_unseeded(node);
+            if f.micro != 1 || f.samples != 0 {
+                continue;
+            }
+            let mut extra = Vec::new();
+            if f.accum > 0 {
+                if let Some(a) = &accumulation {
+                    extra.push(a.clone());
+                }
+            }
+            if f.world > 0 && !notes.split_batches {
+                extra.push(world.clone());
+            }
+            if extra.is_empty() {
+                continue;
+            }
+            let at = model.written_at(node, f, 0);
+            out.push(BatchEquation {
+                span: at.byte_range(),
+                written: compact_spaced(self.text(at)),
+                has: f.describe(),
+                used: BatchUse::Loader { call: call.clone() },
+                missing: extra,
+            });
+        }
+        out.sort_by_key(|e| e.span.start);
+        out.dedup_by(|a, b| a.span == b.span);
+        out
+    }
+
+    /// A `DistributedSampler` shards the data, or the file wraps a model in DDP: each process
+    /// reads its share of the dataset.
+    fn shards_data(&self) -> bool {
+        !self.facts.ddp_wraps.is_empty()
+            || memchr::memmem::find(self.src.as_bytes(), b"DistributedSampler").is_some()
+            || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some()
+    }
+
+    /// The loader built by `call` is iterated by a loop that trains (it calls `backward`).
+    fn trains_on(&self, call: &Range<usize>) -> bool {
+        let Some(name) = self.assigned_text.iter().find_map(|(name, rhs)| {
+            (offset_in(self.src, rhs) == Some(call.start)).then_some(name.as_str())
+        }) else {
+            return false;
+        };
+        self.loops.iter().any(|lp| {
+            word_in(&lp.iterates, name)
+                && self
+                    .src
+                    .get(lp.span.clone())
+                    .is_some_and(|body| body.contains("backward("))
+        })
+    }
+}
+
+impl Factors {
+    /// What a count divides the samples by (`micro-batch × accumulation`).
+    fn describe_inverse(self) -> String {
+        Factors {
+            micro: -self.micro,
+            accum: -self.accum,
+            world: -self.world,
+            ..ONE
+        }
+        .describe()
+    }
+}
+
+/// The valuation of a file's expressions into the run's factors.
+struct Model<'a, 's> {
+    w: &'a Walker<'s>,
+    root: Node<'a>,
+    /// Values a framework's keyword says are a factor, by their text.
+    seeds: HashMap<String, Factors>,
+}
+
+/// Nested names and calls followed before a value is left unknown.
+const MAX_DEPTH: usize = 12;
+
+impl<'a> Model<'a, '_> {
+    fn node(&self, span: &Range<usize>) -> Option<Node<'a>> {
+        self.root.descendant_for_byte_range(span.start, span.end)
+    }
+
+    fn text(&self, n: Node) -> &str {
+        self.w.src.get(n.byte_range()).unwrap_or("")
+    }
+
+    /// A loader's batch, valued without what the loaders' own batches seed.
+    fn factors_unseeded(&self, node: Node) -> Factors {
+        let model = Model {
+            w: self.w,
+            root: self.root,
+            seeds: self
+                .seeds
+                .iter()
+                .filter(|(_, f)| **f != MICRO)
+                .map(|(k, f)| (k.clone(), *f))
+                .collect(),
+        };
+        model.factors(node, 0)
+    }
+
+    fn factors(&self, node: Node, depth: usize) -> Factors {
+        if depth > MAX_DEPTH {
+            return UNKNOWN;
+        }
+        let node = unparen(node);
+        match node.ty() {
+            "integer" | "float" => ONE,
+            "unary_operator" => node
+                .field("argument")
+                .map_or(UNKNOWN, |a| self.factors(a, depth + 1)),
+            "binary_operator" => {
+                let (Some(l), Some(r)) = (node.field("left"), node.field("right")) else {
+                    return UNKNOWN;
+                };
+                let op = node.field("operator").map_or("", |o| self.text(o));
+                let (a, b) = (self.factors(l, depth + 1), self.factors(r, depth + 1));
+                match op {
+                    "*" => a.times(b),
+                    "/" | "//" => a.over(b),
+                    "+" | "-" => a.plus(b),
+                    _ => UNKNOWN,
+                }
+            }
+            "conditional_expression" => {
+                let mut c = node.walk();
+                let arms: Vec<Factors> = node
+                    .named_children(&mut c)
+                    .step_by(2)
+                    .map(|a| self.factors(a, depth + 1))
+                    .collect();
+                match arms.windows(2).all(|w| w[0].same_factors(w[1])) {
+                    true => arms.first().copied().unwrap_or(UNKNOWN),
+                    false => UNKNOWN,
+                }
+            }
+            "call" => self.call_factors(node, depth),
+            "identifier" | "attribute" | "subscript" => self.name_factors(node, depth),
+            _ => UNKNOWN,
+        }
+    }
+
+    fn call_factors(&self, call: Node, depth: usize) -> Factors {
+        let callee = call.field("function").map_or("", |f| self.text(f));
+        let last = last_segment(callee);
+        let Some(args) = call.field("arguments") else {
+            return UNKNOWN;
+        };
+        let mut c = args.walk();
+        let positional: Vec<Node> = args
+            .named_children(&mut c)
+            .filter(|a| !matches!(a.ty(), "keyword_argument" | "comment"))
+            .collect();
+        let first_string = positional
+            .first()
+            .filter(|a| a.ty() == "string")
+            .map(|a| string_key(self.text(*a)));
+        match last {
+            "int" | "float" | "round" | "ceil" | "floor" | "sqrt" | "abs" => positional
+                .first()
+                .map_or(UNKNOWN, |a| self.factors(*a, depth + 1)),
+            "max" | "min" => {
+                let values: Vec<Factors> = positional
+                    .iter()
+                    .map(|a| self.factors(*a, depth + 1))
+                    .filter(|f| !f.is_constant())
+                    .collect();
+                match values.windows(2).all(|w| w[0].same_factors(w[1])) {
+                    true => values.first().copied().unwrap_or(ONE),
+                    false => UNKNOWN,
+                }
+            }
+            "len" => positional
+                .first()
+                .map_or(UNKNOWN, |a| self.length_factors(*a)),
+            l if WORLD_CALLS.contains(&l) => WORLD,
+            // `os.environ.get("WORLD_SIZE", 1)`, `os.getenv(...)`, `cfg.get("global_batch_size")`
+            "get" | "getenv" => first_string.and_then(|k| schema(&k)).unwrap_or(UNKNOWN),
+            _ => UNKNOWN,
+        }
+    }
+
+    fn name_factors(&self, node: Node, depth: usize) -> Factors {
+        let text = self.text(node);
+        let key = match node.ty() {
+            "subscript" => node
+                .field("subscript")
+                .filter(|s| s.ty() == "string")
+                .map(|s| string_key(self.text(s)))
+                .unwrap_or_default(),
+            _ => last_segment(text).to_string(),
+        };
+        // A name bound to a number is a factor by its use (`accum = 4` given as
+        // `gradient_accumulation_steps=accum`); bound to arithmetic, by its derivation.
+        let bound = self.binding(text).map(|rhs| self.factors(rhs, depth + 1));
+        if let Some(f) = bound.filter(|f| !f.is_unknown() && !f.is_constant()) {
+            return f;
+        }
+        schema(&key)
+            .or_else(|| self.seeds.get(&compact(text)).copied())
+            .or(bound)
+            .unwrap_or(UNKNOWN)
+    }
+
+    /// The one value a name is bound to, when nothing changes it in place (`steps //= accum`)
+    /// and it does not read itself.
+    fn binding(&self, name: &str) -> Option<Node<'a>> {
+        let rhs = *self.w.assigned_text.get(name)?;
+        if word_in(rhs, name) || modified_in_place(self.w.src, name) {
+            return None;
+        }
+        let start = offset_in(self.w.src, rhs)?;
+        self.node(&(start..start + rhs.len()))
+    }
+
+    /// `len(x)`: the dataset's samples when `x` is what a loader is built on (or is built as a
+    /// dataset), unknown for a loader (GA004 judges loader lengths) or anything else.
+    fn length_factors(&self, arg: Node) -> Factors {
+        let t = self.text(arg);
+        let loaded = self
+            .w
+            .batch
+            .loaders
+            .iter()
+            .any(|l| l.dataset.as_deref() == Some(t))
+            || self.w.batch.datasets.iter().any(|d| d == t);
+        let iterated = self.w.loops.iter().any(|lp| word_in(&lp.iterates, t));
+        let built = self
+            .binding(t)
+            .filter(|b| b.ty() == "call")
+            .and_then(|b| b.field("function"))
+            .map(|f| last_segment(self.text(f)).to_ascii_lowercase());
+        let loader = built.as_deref().is_some_and(|c| c.ends_with("loader"));
+        let dataset = built
+            .as_deref()
+            .is_some_and(|c| c.contains("dataset") || c.ends_with("ds"));
+        match (loaded || dataset) && !loader && !iterated {
+            true => SAMPLES,
+            false => UNKNOWN,
+        }
+    }
+
+    /// The dataset whose `len()` the value reads.
+    fn dataset_of(&self, node: Node<'a>, depth: usize) -> Option<&'a str> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let node = unparen(node);
+        match node.ty() {
+            "identifier" | "attribute" => {
+                self.dataset_of(self.binding(self.text(node))?, depth + 1)
+            }
+            "binary_operator" => node
+                .field("left")
+                .and_then(|l| self.dataset_of(l, depth + 1))
+                .or_else(|| self.dataset_of(node.field("right")?, depth + 1)),
+            "call" => {
+                let arg = node.field("arguments")?.named_child(0)?;
+                match node.field("function").map(|f| self.text(f)) {
+                    Some("len") => self.w.src.get(arg.byte_range()),
+                    _ => self.dataset_of(arg, depth + 1),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Where the value's factors are written: through the names it reads and the operands that
+    /// carry every batch factor, to the expression that combines them.
+    fn written_at(&self, node: Node<'a>, f: Factors, depth: usize) -> Node<'a> {
+        if depth > MAX_DEPTH {
+            return node;
+        }
+        let node = unparen(node);
+        let batch = |n: Node| {
+            let g = self.factors(n, 0);
+            (g.micro, g.accum, g.world) == (f.micro, f.accum, f.world)
+        };
+        match node.ty() {
+            "identifier" | "attribute" => match self.binding(self.text(node)) {
+                Some(rhs) if batch(rhs) => self.written_at(rhs, f, depth + 1),
+                _ => node,
+            },
+            "binary_operator" => {
+                let (Some(l), Some(r)) = (node.field("left"), node.field("right")) else {
+                    return node;
+                };
+                let (lf, rf) = (self.factors(l, 0), self.factors(r, 0));
+                match (lf.holds_batch(), rf.holds_batch()) {
+                    (true, false) if batch(l) && f.samples == lf.samples => {
+                        self.written_at(l, f, depth + 1)
+                    }
+                    (false, true) if batch(r) && f.samples == rf.samples => {
+                        self.written_at(r, f, depth + 1)
+                    }
+                    _ => node,
+                }
+            }
+            "call" => {
+                let callee = node.field("function").map_or("", |c| self.text(c));
+                let wrapper = matches!(
+                    last_segment(callee),
+                    "int" | "float" | "round" | "ceil" | "floor" | "sqrt"
+                );
+                let arg = node.field("arguments").and_then(|a| a.named_child(0));
+                match (wrapper, arg) {
+                    (true, Some(a)) if batch(a) => self.written_at(a, f, depth + 1),
+                    _ => node,
+                }
+            }
+            _ => node,
+        }
+    }
+}
+
+/// Where `part`, a slice of `src`, starts in it.
+fn offset_in(src: &str, part: &str) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(src.as_ptr() as usize)?;
+    (start + part.len() <= src.len()).then_some(start)
+}
+
+/// `text` reads `name` as a whole name (not `name_b` or `x.name`... a prefix `self.` is part of it).
+fn word_in(text: &str, name: &str) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    let part = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'.';
+    let t = text.as_bytes();
+    memchr::memmem::find_iter(t, name.as_bytes()).any(|at| {
+        let before = at.checked_sub(1).map(|i| t[i]);
+        let after = t.get(at + name.len()).copied();
+        !before.is_some_and(part) && !after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
+}
+
+/// `name //= x`, `name /= x` or `name *= x` somewhere in the file.
+fn modified_in_place(src: &str, name: &str) -> bool {
+    let s = src.as_bytes();
+    memchr::memmem::find_iter(s, name.as_bytes()).any(|at| {
+        let before = at.checked_sub(1).map(|i| s[i]);
+        if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.') {
+            return false;
+        }
+        let rest = s[at + name.len()..].trim_ascii_start();
+        rest.starts_with(b"//=") || rest.starts_with(b"/=") || rest.starts_with(b"*=")
+    })
+}
+
+/// The text without whitespace: how a value is compared with another.
+fn compact(text: &str) -> String {
+    text.split_whitespace().collect()
+}
+
+/// The text on one line, single-spaced: how a value is quoted in a message.
+fn compact_spaced(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

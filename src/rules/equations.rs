@@ -1,0 +1,120 @@
+//! The batch equations a file breaks (BS002's loaders, BS004's counts and learning rates), read
+//! from the batch model: each message names the factor left out and where the run shows it.
+
+use super::{fmt_num, line_of, Checker};
+use crate::diagnostic::Diagnostic;
+use crate::facts::{BatchEquation, BatchUse, Missing};
+
+/// The equations of the file: loaders (BS002) or counts and rates (BS004), skipping a line
+/// another of the rule's findings already reports.
+pub(super) fn report(cx: &Checker<'_>, loaders: bool, out: &mut Vec<Diagnostic>) {
+    for e in &cx.facts.batch_equations {
+        if matches!(e.used, BatchUse::Loader { .. }) != loaders {
+            continue;
+        }
+        let line = cx.file.position(e.span.start).row;
+        if out
+            .iter()
+            .any(|d| d.code == code_of(e) && cx.file.position(d.range.start).row == line)
+        {
+            continue;
+        }
+        let factors: Vec<String> = e.missing.iter().filter_map(|m| factor(cx, m)).collect();
+        if factors.is_empty() {
+            continue;
+        }
+        if let Some(d) = diagnostic(cx, e, &factors) {
+            out.push(d);
+        }
+    }
+}
+
+fn diagnostic(cx: &Checker<'_>, e: &BatchEquation, factors: &[String]) -> Option<Diagnostic> {
+    let (written, has) = (&e.written, &e.has);
+    let left_out = factors.join(", and ");
+    let (code, message, help) = match &e.used {
+        BatchUse::Count { key, scheduler, call } => {
+            let reader = match scheduler {
+                Some(s) => format!("the {} of `{s}` ({})", key.replace('_', " "), line_of(cx.file, call.start)),
+                None => format!("the Trainer's `{key}` ({})", line_of(cx.file, call.start)),
+            };
+            (
+                "BS004",
+                format!("`{written}` counts the dataset in batches of {has}, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}. {reader} counts more optimizer steps than the run takes, so the schedule never reaches its end"),
+                "divide by the global batch: per-device micro-batch × accumulation factor × data-parallel size",
+            )
+        }
+        BatchUse::Rate { call, callee } => (
+            "BS004",
+            format!("`{written}` scales the learning rate given to `{callee}` ({}) by {has}, but the batch of one optimizer step is micro-batch × accumulation × data-parallel size: it leaves out {left_out}, so the learning rate is too small by that factor", line_of(cx.file, call.start)),
+            "scale by the global batch: per-device micro-batch × accumulation factor × data-parallel size",
+        ),
+        BatchUse::Loader { call } => (
+            "BS002",
+            format!("the data loader ({}) is built with `{written}`, a batch of {has}, but a loader yields one micro-batch per process and micro-step: the batch also holds {left_out}, so each optimizer step reads that many times the declared batch", line_of(cx.file, call.start)),
+            "build the loader with the per-device micro-batch: the global batch divided by the accumulation factor and the data-parallel size",
+        ),
+    };
+    Some(Diagnostic::new(code, e.span.clone(), message).with_help(help))
+}
+
+/// A factor in words, with where the run shows it; `None` when the launches do not show it.
+fn factor(cx: &Checker<'_>, m: &Missing) -> Option<String> {
+    Some(match m {
+        Missing::Accumulation(n, at) => format!(
+            "the accumulation factor `{n}` ({})",
+            line_of(cx.file, at.start)
+        ),
+        Missing::World => {
+            let ddp = cx
+                .facts
+                .ddp_wraps
+                .first()
+                .map(|d| {
+                    format!(
+                        "a `DistributedDataParallel` model at {}",
+                        line_of(cx.file, d.start)
+                    )
+                })
+                .unwrap_or_else(|| "`init_process_group`".into());
+            format!("the data-parallel size (this file trains data-parallel: {ddp})")
+        }
+        Missing::WorldIfLaunched => format!(
+            "the data-parallel size (every launch of this file starts several processes: {})",
+            launched_world(cx)?
+        ),
+        Missing::AccumulationIfLaunched => {
+            format!("the accumulation factor ({})", launched_accumulation(cx)?)
+        }
+    })
+}
+
+/// The data-parallel processes every launch of this file starts, when there is a launch and
+/// each starts more than one: `8 ranks from ... at launch.sh:3`.
+pub(super) fn launched_world(cx: &Checker<'_>) -> Option<String> {
+    let runs = &cx.training.project.launched_by;
+    let worlds: Option<Vec<_>> = runs.iter().map(|r| r.world.as_ref()).collect();
+    let worlds = worlds?;
+    let first = worlds.first()?;
+    worlds
+        .iter()
+        .all(|w| w.data_parallel > 1)
+        .then(|| first.why.clone())
+}
+
+/// The accumulation factor every launch of this file passes, when they agree on one above 1.
+pub(super) fn launched_accumulation(cx: &Checker<'_>) -> Option<String> {
+    let (factor, _) = cx.training.project.launched_accumulation()?;
+    Some(format!(
+        "`gradient_accumulation_steps={}` at {}",
+        fmt_num(factor.value),
+        factor.at
+    ))
+}
+
+fn code_of(e: &BatchEquation) -> &'static str {
+    match e.used {
+        BatchUse::Loader { .. } => "BS002",
+        _ => "BS004",
+    }
+}
