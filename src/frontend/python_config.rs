@@ -55,6 +55,27 @@ pub fn literal(n: TsNode, src: &str, depth: usize) -> Node {
                 Some(s) => scalar(&s, true),
                 None => Value::Unknown(t.to_string()),
             },
+            // `dict(global_batch_size=1024, ...)`: its keywords are its keys.
+            "call" if n.field("function").map(|f| text(f, src)) == Some("dict") => {
+                let mut entries = Vec::new();
+                let args = n.field("arguments");
+                let mut c = n.walk();
+                let keywords: Vec<TsNode> = match args {
+                    Some(a) => a.named_children(&mut c).collect(),
+                    None => Vec::new(),
+                };
+                for kw in keywords {
+                    let (Some(k), Some(v)) = (kw.field("name"), kw.field("value")) else {
+                        continue;
+                    };
+                    let key = Key {
+                        name: text(k, src).to_string(),
+                        span: k.byte_range(),
+                    };
+                    entries.push((key, literal(v, src, depth + 1)));
+                }
+                Value::Map(entries)
+            }
             "dictionary" => {
                 let mut entries = Vec::new();
                 let mut c = n.walk();
@@ -143,11 +164,16 @@ pub fn keyword_dict(n: TsNode, parent: Option<TsNode>, src: &str, facts: &mut Fa
     }
 }
 
-/// A dict literal assigned to a name, kept when it holds batch keys and the file never changes
-/// it afterwards (`cfg["train_batch_size"] = ...` would make its literals stale).
-pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {
-    let Some(parent) = n.parent() else { return };
+/// A dict assigned to a name (a literal, or `dict(key=value, ...)`), kept when it holds batch
+/// keys and the file never changes it afterwards (`cfg["train_batch_size"] = ...` would make its
+/// literals stale). The walk hands the parent over: asking the node would walk down from the
+/// root.
+pub fn dict(n: TsNode, parent: Option<TsNode>, src: &str, facts: &mut Facts) {
+    let Some(parent) = parent else { return };
     if parent.ty() != "assignment" || parent.field("right") != Some(n) {
+        return;
+    }
+    if n.ty() == "call" && n.field("function").map(|f| text(f, src)) != Some("dict") {
         return;
     }
     let Some(target) = parent.field("left") else {
@@ -157,9 +183,14 @@ pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {
         return;
     }
     let mut c = n.walk();
-    if n.named_children(&mut c)
-        .any(|p| p.ty() == "dictionary_splat")
-    {
+    let entries = match n.ty() {
+        "call" => n.field("arguments"),
+        _ => Some(n),
+    };
+    if entries.is_none_or(|e| {
+        e.named_children(&mut c)
+            .any(|p| matches!(p.ty(), "dictionary_splat" | "list_splat"))
+    }) {
         return;
     }
     let root = literal(n, src, 0);
@@ -168,13 +199,10 @@ pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {
     }
     let name = text(target, src).to_string();
     let after = src.get(n.end_byte()..).unwrap_or("");
-    let changed = [
-        format!("{name}["),
-        format!("{name}.update("),
-        format!("{name}.setdefault("),
-    ]
-    .iter()
-    .any(|p| after.contains(p.as_str()));
+    let changed = [format!("{name}.update("), format!("{name}.setdefault(")]
+        .iter()
+        .any(|p| after.contains(p.as_str()))
+        || item_assigned(after, &name);
     if changed {
         return;
     }
@@ -183,6 +211,25 @@ pub fn dict(n: TsNode, src: &str, facts: &mut Facts) {
         root,
         via: Vec::new(),
     });
+}
+
+/// `name[...] = ...` (or `+=`, ...) in `text`: an item of `name` is assigned; reading one
+/// (`name["lr"]`, `name[k] == v`) is not.
+fn item_assigned(text: &str, name: &str) -> bool {
+    let open = format!("{name}[");
+    text.match_indices(&open).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            return false;
+        }
+        let rest = &text[at + open.len()..];
+        let Some(close) = rest.find(']') else {
+            return false;
+        };
+        let after = rest[close + 1..].trim_start_matches([' ', '\t']);
+        let op = after.trim_start_matches(['+', '-', '*', '/', '%']);
+        op.starts_with('=') && !op.starts_with("==")
+    })
 }
 
 fn has_batch_key(node: &Node, depth: usize) -> bool {

@@ -40,7 +40,7 @@ fn diagnostic(cx: &Checker<'_>, e: &BatchEquation, factors: &[String]) -> Option
             };
             (
                 "BS004",
-                format!("`{written}` counts the dataset in batches of {has}, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}. {reader} counts more optimizer steps than the run takes, so the schedule never reaches its end"),
+                format!("`{written}` sizes {reader} with a batch of {has} per optimizer step, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}, so the count is too large by that factor and the schedule never reaches its end"),
                 "divide by the global batch: per-device micro-batch × accumulation factor × data-parallel size",
             )
         }
@@ -65,20 +65,10 @@ fn factor(cx: &Checker<'_>, m: &Missing) -> Option<String> {
             "the accumulation factor `{n}` ({})",
             line_of(cx.file, at.start)
         ),
-        Missing::World => {
-            let ddp = cx
-                .facts
-                .ddp_wraps
-                .first()
-                .map(|d| {
-                    format!(
-                        "a `DistributedDataParallel` model at {}",
-                        line_of(cx.file, d.start)
-                    )
-                })
-                .unwrap_or_else(|| "`init_process_group`".into());
-            format!("the data-parallel size (this file trains data-parallel: {ddp})")
-        }
+        Missing::World => format!(
+            "the data-parallel size (this file trains data-parallel: {})",
+            data_parallel(cx)
+        ),
         Missing::WorldIfLaunched => format!(
             "the data-parallel size (every launch of this file starts several processes: {})",
             launched_world(cx)?
@@ -117,4 +107,29 @@ fn code_of(e: &BatchEquation) -> &'static str {
         BatchUse::Loader { .. } => "BS002",
         _ => "BS004",
     }
+}
+
+/// What shows the file trains data-parallel: a DDP wrapper, `init_process_group`, or an FSDP
+/// wrapper, with its line.
+fn data_parallel(cx: &Checker<'_>) -> String {
+    if let Some(d) = cx.facts.ddp_wraps.first() {
+        return format!(
+            "a `DistributedDataParallel` model at {}",
+            line_of(cx.file, d.start)
+        );
+    }
+    let text = &cx.file.text;
+    for (word, what) in [
+        ("init_process_group", "`init_process_group`"),
+        (
+            "FullyShardedDataParallel",
+            "a `FullyShardedDataParallel` model",
+        ),
+        ("fully_shard(", "`fully_shard`"),
+    ] {
+        if let Some(at) = text.find(word) {
+            return format!("{what} at {}", line_of(cx.file, at));
+        }
+    }
+    "a data-parallel wrapper".into()
 }

@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::facts::{BatchEquation, BatchUse, Missing};
+use std::collections::HashSet;
 
 /// Where the run's factors sit in a value, as exponents (`len(ds) // (bs * accum)` is
 /// samples · micro⁻¹ · accum⁻¹), and whether a value of unknown meaning multiplies or divides it
@@ -137,8 +138,15 @@ pub(super) struct BatchNotes {
     trainer_accum: Vec<(Range<usize>, Option<Setting>)>,
     /// Values handed over as a dataset (`train_dataset=ds`), as written.
     datasets: Vec<String>,
+    /// Items assigned (`cfg["max_steps"] = ...`): the item as written and its value.
+    items: Vec<(String, Range<usize>)>,
+    /// Names assigned more than once: which value a reader sees is not known.
+    reassigned: HashSet<String>,
+    assigned: HashSet<String>,
     /// `split_batches=True`: a prepared loader's batch is the batch of all processes.
     split_batches: bool,
+    /// A Lightning `Trainer(accumulate_grad_batches=N)`: the setting, its value, the call.
+    lightning_accum: Option<(String, Option<f64>, Range<usize>)>,
 }
 
 /// A data loader: the call, its `batch_size` value and its dataset, as written.
@@ -171,6 +179,7 @@ fn schema(key: &str) -> Option<Factors> {
         | "micro_batch_size" => MICRO,
         "gradient_accumulation_steps" | "accumulate_grad_batches" => ACCUM,
         "world_size" | "WORLD_SIZE" | "num_processes" | "data_parallel_size" => WORLD,
+        k if k.ends_with("samples") || k.ends_with("num_examples") => SAMPLES,
         "global_batch_size"
         | "effective_batch_size"
         | "total_batch_size"
@@ -199,9 +208,10 @@ impl<'s> Walker<'s> {
         let optimizer =
             starts_upper(last) && OPTIMIZER_CLASSES.contains(&last.to_ascii_lowercase().as_str());
         let trainer = last.ends_with("TrainingArguments") || last.ends_with("Config");
+        let lightning = last == "Trainer";
         let sampler = last.ends_with("Sampler");
         let accelerator = last == "Accelerator";
-        if !(loader || optimizer || trainer || sampler || accelerator) {
+        if !(loader || optimizer || trainer || sampler || accelerator || lightning) {
             return;
         }
         let Some(args) = call.field("arguments") else {
@@ -259,6 +269,15 @@ impl<'s> Walker<'s> {
         if let Some(g) = keyword("gradient_accumulation_steps") {
             seed(&mut self.batch, g, ACCUM, self.src);
         }
+        if lightning {
+            // Lightning accumulates for the module: its schedulers step once per optimizer step.
+            if let Some(g) = keyword("accumulate_grad_batches") {
+                seed(&mut self.batch, g, ACCUM, self.src);
+                let text = self.text(g);
+                self.batch.lightning_accum = Some((compact(text), parse_number(text), span));
+            }
+            return;
+        }
         if accelerator {
             self.batch.split_batches |=
                 keyword("split_batches").is_some_and(|v| self.text(v) == "True");
@@ -273,7 +292,7 @@ impl<'s> Walker<'s> {
                 .rates
                 .push((lr.byte_range(), span.clone(), last.to_string()));
         }
-        let mut counted = false;
+        let mut counted = keyword("learning_rate").is_some();
         for key in ["max_steps", "warmup_steps"] {
             if let Some(v) = keyword(key) {
                 counted = true;
@@ -302,19 +321,40 @@ impl<'s> Walker<'s> {
     /// `name = Scheduler(...)`: its length and its warm-up count optimizer steps when the
     /// scheduler is stepped once per optimizer step.
     pub(super) fn note_schedule_count(&mut self, name: &str, ctor: Node) {
+        let Some(args) = ctor.field("arguments") else {
+            return;
+        };
+        // Every argument but the optimizer may count steps (`get_cosine_schedule_with_warmup(opt,
+        // 200, total)`); a lambda counts by the names its body reads. The valuation keeps the
+        // counts.
         let mut counts = Vec::new();
-        if let Some(length) = self.schedule_length(ctor) {
-            counts.push((length, "length".to_string()));
-        }
-        if let Some(args) = ctor.field("arguments") {
-            let mut c = args.walk();
-            for a in args.named_children(&mut c) {
-                let key = a.field("name").map(|k| self.text(k)).unwrap_or("");
-                if a.ty() == "keyword_argument" && key.contains("warmup") {
-                    if let Some(v) = a.field("value") {
-                        counts.push((v, key.to_string()));
+        let mut c = args.walk();
+        for (i, a) in args.named_children(&mut c).enumerate() {
+            let (key, value) = match a.ty() {
+                "keyword_argument" => (
+                    a.field("name").map_or("", |k| self.text(k)),
+                    a.field("value"),
+                ),
+                "comment" => continue,
+                _ if i == 0 => continue,
+                _ => ("length", Some(a)),
+            };
+            let Some(value) = value.filter(|_| key != "optimizer") else {
+                continue;
+            };
+            let key = match key.contains("warmup") {
+                true => key.to_string(),
+                false => "length".to_string(),
+            };
+            match value.ty() {
+                "lambda" => {
+                    let mut names = Vec::new();
+                    if let Some(body) = value.field("body") {
+                        self.names_read(body, &mut names, 0);
                     }
+                    counts.extend(names.into_iter().map(|n| (n, key.clone())));
                 }
+                _ => counts.push((value, key)),
             }
         }
         for (value, key) in counts {
@@ -324,6 +364,44 @@ impl<'s> Walker<'s> {
                 call: ctor.byte_range(),
                 key,
             });
+        }
+    }
+
+    /// A name assigned: the second time, its binding is no longer one value.
+    pub(super) fn note_binding(&mut self, name: &str) {
+        if !self.batch.assigned.insert(name.to_string()) {
+            self.batch.reassigned.insert(name.to_string());
+        }
+    }
+
+    /// `cfg["max_steps"] = ...`: an item is a name its readers value.
+    pub(super) fn note_item(&mut self, item: Node, value: Node) {
+        let text = self.text(item);
+        if text.len() < 120 {
+            self.batch
+                .items
+                .push((text.to_string(), value.byte_range()));
+        }
+    }
+
+    /// The names an expression reads (`total_steps` in `lambda s: min(s, total_steps) /
+    /// total_steps`), each once, the lambda's own parameters included (they value unknown).
+    fn names_read<'t>(&self, node: Node<'t>, out: &mut Vec<Node<'t>>, depth: usize) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        if matches!(node.ty(), "identifier" | "attribute" | "subscript") {
+            if !out.iter().any(|n| self.text(*n) == self.text(node)) {
+                out.push(node);
+            }
+            return;
+        }
+        let mut c = node.walk();
+        for child in node.named_children(&mut c) {
+            if node.ty() == "call" && child.ty() != "argument_list" {
+                continue;
+            }
+            self.names_read(child, out, depth + 1);
         }
     }
 
@@ -352,8 +430,24 @@ impl<'s> Walker<'s> {
         let accumulation =
             accumulating.map(|lp| Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
         let distributed = !self.facts.ddp_wraps.is_empty()
-            || memchr::memmem::find(src.as_bytes(), b"init_process_group").is_some();
+            || [
+                "init_process_group",
+                "FullyShardedDataParallel",
+                "fully_shard(",
+            ]
+            .iter()
+            .any(|w| memchr::memmem::find(src.as_bytes(), w.as_bytes()).is_some());
         let accelerate = contains_word(src, "Accelerator");
+        // A LightningModule's scheduler with `"interval": "step"`.
+        let lightning_steps = self
+            .facts
+            .evidence
+            .frameworks
+            .iter()
+            .any(|f| f.value == Framework::Lightning)
+            && ["\"interval\": \"step\"", "'interval': 'step'"]
+                .iter()
+                .any(|w| src.contains(w));
         let world = match distributed {
             true => Missing::World,
             false => Missing::WorldIfLaunched,
@@ -368,15 +462,25 @@ impl<'s> Walker<'s> {
             let f = model.factors(value, 0);
             // Judged: the samples over a batch that holds the micro-batch, with no divisor of
             // unknown meaning.
-            if f.samples != 1 || f.micro != -1 || f.unknown_down {
+            // The samples (`len(ds)`), or a budget known to be a number (`TOKEN_BUDGET //
+            // tokens_per_step`), over a batch that holds the micro-batch, with no divisor of
+            // unknown meaning.
+            let counted = f.samples == 1 || (f.samples == 0 && !f.unknown_up);
+            if !counted || f.micro != -1 || f.unknown_down {
                 continue;
             }
             let mut missing = Vec::new();
             match &count.scheduler {
                 Some(name) => {
                     let stepped = self.scheduler_steps.iter().any(|(_, r)| r == name);
-                    if !stepped {
+                    if !stepped && !lightning_steps {
                         continue;
+                    }
+                    // Lightning steps a module's scheduler once per optimizer step.
+                    if let Some((text, value, call)) = notes.lightning_accum.as_ref() {
+                        if lightning_steps && !value.is_some_and(|v| v <= 1.0) && f.accum == 0 {
+                            missing.push(Missing::Accumulation(text.clone(), call.clone()));
+                        }
                     }
                     // Stepped at the boundary of an accumulating loop: once per optimizer step.
                     let boundary = accumulating.filter(|lp| {
@@ -396,7 +500,7 @@ impl<'s> Walker<'s> {
                     // scheduler steps once per process.
                     let sharded = model
                         .dataset_of(value, 0)
-                        .is_some_and(|d| schedules::shards(src, d));
+                        .map_or(distributed, |d| schedules::shards(src, d));
                     if f.world == 0 && !accelerate && !notes.split_batches && sharded {
                         missing.push(world.clone());
                     }
@@ -692,6 +796,12 @@ impl<'a> Model<'a, '_> {
     /// The one value a name is bound to, when nothing changes it in place (`steps //= accum`)
     /// and it does not read itself.
     fn binding(&self, name: &str) -> Option<Node<'a>> {
+        if let Some((_, span)) = self.w.batch.items.iter().rev().find(|(i, _)| i == name) {
+            return self.node(span);
+        }
+        if self.w.batch.reassigned.contains(name) {
+            return None;
+        }
         let rhs = *self.w.assigned_text.get(name)?;
         if word_in(rhs, name) || modified_in_place(self.w.src, name) {
             return None;
@@ -764,7 +874,7 @@ impl<'a> Model<'a, '_> {
             (g.micro, g.accum, g.world) == (f.micro, f.accum, f.world)
         };
         match node.ty() {
-            "identifier" | "attribute" => match self.binding(self.text(node)) {
+            "identifier" | "attribute" | "subscript" => match self.binding(self.text(node)) {
                 Some(rhs) if batch(rhs) => self.written_at(rhs, f, depth + 1),
                 _ => node,
             },
@@ -773,6 +883,11 @@ impl<'a> Model<'a, '_> {
                     return node;
                 };
                 let (lf, rf) = (self.factors(l, 0), self.factors(r, 0));
+                let op = node.field("operator").map_or("", |o| self.text(o));
+                // `len(ds) // global_batch`: the batch is written where the divisor is.
+                if matches!(op, "/" | "//") && !lf.holds_batch() && rf.holds_batch() {
+                    return self.written_at(r, rf, depth + 1);
+                }
                 match (lf.holds_batch(), rf.holds_batch()) {
                     (true, false) if batch(l) && f.samples == lf.samples => {
                         self.written_at(l, f, depth + 1)

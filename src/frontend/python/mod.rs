@@ -592,7 +592,9 @@ impl<'s> Walker<'s> {
             // rules alone.
             "dictionary" => {
                 match field {
-                    Some("right") => super::python_config::dict(node, self.src, &mut self.facts),
+                    Some("right") => {
+                        super::python_config::dict(node, parent, self.src, &mut self.facts)
+                    }
                     Some("value") => {
                         super::python_config::keyword_dict(node, parent, self.src, &mut self.facts)
                     }
@@ -721,6 +723,9 @@ impl<'s> Walker<'s> {
             "return_statement" => self.ret(node),
             "comparison_operator" => self.comparison(node),
             "call" => {
+                if field == Some("right") {
+                    super::python_config::dict(node, parent, self.src, &mut self.facts);
+                }
                 self.call(node);
                 if self.value_model {
                     self.call_table(node);

@@ -37,6 +37,9 @@ impl<'s> Walker<'s> {
         }
         let target = self.text(left).to_string();
         let simple_target = matches!(left.ty(), "identifier" | "attribute");
+        if left.ty() == "subscript" {
+            self.note_item(left, right);
+        }
         // Evidence in assignments.
         let rtext = self.text(right);
         if simple_target && is_literal(right) {
@@ -64,9 +67,14 @@ impl<'s> Walker<'s> {
                 if last.ends_with("gradscaler") && simple_target {
                     self.scaler_names.push(target.clone());
                 }
-                if simple_target && (last.contains("schedule") || last.ends_with("lr")) {
-                    self.scheduler_names.push(target.clone());
+                let schedule = last.contains("schedule") || last.ends_with("lr");
+                // Built by a factory (`config.instantiate(cfg.lr_scheduler, ...)`): a scheduler
+                // by the name its steps are read by.
+                if simple_target && (schedule || last_segment(&target).contains("sched")) {
                     self.note_schedule_count(&target, right);
+                }
+                if simple_target && schedule {
+                    self.scheduler_names.push(target.clone());
                     let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
                     if self.counts_accumulation(length, 0) {
                         self.facts.schedule_in_optimizer_steps = true;
@@ -117,6 +125,7 @@ impl<'s> Walker<'s> {
                     .push((scope, callee, reduction));
             }
         }
+        self.note_binding(&target);
         self.assigned_text.insert(target.clone(), rtext);
         self.note_global_batch(&target, right);
         // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
