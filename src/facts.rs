@@ -652,6 +652,9 @@ pub enum Missing {
     /// No accumulation factor, in a file with no accumulating loop: missing if the launches that
     /// start the file pass a factor above 1.
     AccumulationIfLaunched,
+    /// No accumulation factor, for a scheduler a DeepSpeed engine steps: missing if the DeepSpeed
+    /// config a run of the file reads accumulates.
+    EngineAccumulation,
 }
 
 /// A scheduler stepped once per optimizer step, sized in micro-batches.
@@ -663,6 +666,8 @@ pub struct MicroSchedule {
     pub built: Range<usize>,
     /// The length as written, followed through the names it reads (`len(train_loader) * epochs`).
     pub length: String,
+    /// Where that length is written.
+    pub length_at: Range<usize>,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

@@ -166,32 +166,42 @@ pub(super) fn world_of(
             (n.value, format!("`{launcher} {}` at {at}", n.written))
         }
         _ => {
-            // `srun python train.py`: one process per task.
-            let srun = inv.wrappers.iter().find(|(w, _)| w == "srun");
-            let (_, words) = srun?;
-            let so = options(words);
-            let sb = &files.facts(origin).sbatch;
-            let from_sbatch = |key: &str| {
-                sb.iter()
-                    .rev()
-                    .find(|(k, _, _)| k == key)
-                    .and_then(|(_, v, s)| Some((v.parse::<u64>().ok()?, s.clone())))
-            };
-            if let Some(Ok(n)) = int_option(&so, &["ntasks", "n"]) {
-                (n.value, format!("`srun {}` at {at}", n.written))
+            // `mpirun -np 16 python train.py`: one process per rank.
+            let mpi = inv
+                .wrappers
+                .iter()
+                .find(|(w, _)| w == "mpirun" || w == "mpiexec");
+            if let Some((w, words)) = mpi {
+                let n = int_option(&options(words), &["np", "n"])?.ok()?;
+                (n.value, format!("`{w} {}` at {at}", n.written))
             } else {
-                let nodes = match int_option(&so, &["nodes", "n_nodes"]) {
-                    Some(r) => r.ok()?.value,
-                    None => from_sbatch("nodes").map_or(1, |(v, _)| v),
+                // `srun python train.py`: one process per task.
+                let srun = inv.wrappers.iter().find(|(w, _)| w == "srun");
+                let (_, words) = srun?;
+                let so = options(words);
+                let sb = &files.facts(origin).sbatch;
+                let from_sbatch = |key: &str| {
+                    sb.iter()
+                        .rev()
+                        .find(|(k, _, _)| k == key)
+                        .and_then(|(_, v, s)| Some((v.parse::<u64>().ok()?, s.clone())))
                 };
-                let per = match int_option(&so, &["ntasks_per_node"]) {
-                    Some(r) => r.ok()?.value,
-                    None => from_sbatch("ntasks-per-node")?.0,
-                };
-                (
-                    nodes.checked_mul(per)?,
-                    format!("`srun` with {nodes} node(s) x {per} task(s) at {at} (#SBATCH)"),
-                )
+                if let Some(Ok(n)) = int_option(&so, &["ntasks", "n"]) {
+                    (n.value, format!("`srun {}` at {at}", n.written))
+                } else {
+                    let nodes = match int_option(&so, &["nodes", "n_nodes"]) {
+                        Some(r) => r.ok()?.value,
+                        None => from_sbatch("nodes").map_or(1, |(v, _)| v),
+                    };
+                    let per = match int_option(&so, &["ntasks_per_node"]) {
+                        Some(r) => r.ok()?.value,
+                        None => from_sbatch("ntasks-per-node")?.0,
+                    };
+                    (
+                        nodes.checked_mul(per)?,
+                        format!("`srun` with {nodes} node(s) x {per} task(s) at {at} (#SBATCH)"),
+                    )
+                }
             }
         }
     };

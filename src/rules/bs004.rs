@@ -40,6 +40,7 @@ impl Rule for GlobalBatchMissingFactor {
                         "multiply by the data-parallel world size: global = micro x accumulation x world",
                     )
                 }
+                Missing::EngineAccumulation => continue,
                 Missing::AccumulationIfLaunched => {
                     let Some(factor) = launched_accumulation(cx) else {
                         continue;
@@ -97,7 +98,7 @@ fn sample_schedule(cx: &Checker<'_>, s: &SampleSchedule, out: &mut Vec<Diagnosti
                     factors.push("the world size");
                 }
             }
-            Missing::AccumulationIfLaunched => {}
+            Missing::AccumulationIfLaunched | Missing::EngineAccumulation => {}
         }
     }
     if reasons.is_empty() {

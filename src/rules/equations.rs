@@ -76,6 +76,14 @@ fn factor(cx: &Checker<'_>, m: &Missing) -> Option<String> {
         Missing::AccumulationIfLaunched => {
             format!("the accumulation factor ({})", launched_accumulation(cx)?)
         }
+        Missing::EngineAccumulation => {
+            let a = super::deepspeed_accumulation(cx)?;
+            format!(
+                "the accumulation factor of the DeepSpeed config whose engine steps the scheduler (`gradient_accumulation_steps` {} at {})",
+                fmt_num(a.value),
+                a.at
+            )
+        }
     })
 }
 

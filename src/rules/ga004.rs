@@ -63,16 +63,24 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             let call = cx.file.slice(&m.step.span);
             let length = &m.length;
             let built = line_of(cx.file, m.built.start);
+            let step = line_of(cx.file, m.step.span.start);
             let runs = if lp.accelerate {
-                format!("`{call}` advances the prepared scheduler only when the gradients sync, once per optimizer step (every `{n}` micro-batches, the Accelerator's factor)")
+                format!("`{call}` ({step}) advances the prepared scheduler only when the gradients sync, once per optimizer step (every `{n}` micro-batches, the Accelerator's factor)")
             } else {
-                format!("`{call}` runs once per optimizer step (every `{n}` micro-batches)")
+                format!(
+                    "`{call}` ({step}) runs once per optimizer step (every `{n}` micro-batches)"
+                )
             };
+            // Reported where the length is written: that is the number to divide (once, when
+            // several boundaries step the scheduler).
+            if out.iter().any(|d| d.range == m.length_at) {
+                continue;
+            }
             out.push(
                 Diagnostic::new(
                     "GA004",
-                    m.step.span.clone(),
-                    format!("{runs} while the schedule's length counts micro-batches (`{length}`; the scheduler is built at {built}): training ends after 1/`{n}` of the schedule, before the learning rate has decayed"),
+                    m.length_at.clone(),
+                    format!("the schedule's length `{length}` counts micro-batches (the scheduler is built at {built}), but {runs}: training ends after 1/`{n}` of the schedule, before the learning rate has decayed"),
                 )
                 .with_help(format!("size the schedule in optimizer steps: divide the micro-batch count by `{n}` (rounding up)")),
             );

@@ -145,6 +145,9 @@ pub(super) struct BatchNotes {
     assigned: HashSet<String>,
     /// `split_batches=True`: a prepared loader's batch is the batch of all processes.
     split_batches: bool,
+    /// Schedulers handed to a DeepSpeed engine (`deepspeed.initialize(lr_scheduler=s)`): the
+    /// engine steps them once per optimizer step.
+    engine_schedulers: Vec<String>,
     /// A Lightning `Trainer(accumulate_grad_batches=N)`: the setting, its value, the call.
     lightning_accum: Option<(String, Option<f64>, Range<usize>)>,
 }
@@ -211,7 +214,8 @@ impl<'s> Walker<'s> {
         let lightning = last == "Trainer";
         let sampler = last.ends_with("Sampler");
         let accelerator = last == "Accelerator";
-        if !(loader || optimizer || trainer || sampler || accelerator || lightning) {
+        let engine = last == "initialize" && contains_word(self.text(call), "deepspeed");
+        if !(loader || optimizer || trainer || sampler || accelerator || lightning || engine) {
             return;
         }
         let Some(args) = call.field("arguments") else {
@@ -269,6 +273,12 @@ impl<'s> Walker<'s> {
         if let Some(g) = keyword("gradient_accumulation_steps") {
             seed(&mut self.batch, g, ACCUM, self.src);
         }
+        if engine {
+            if let Some(s) = keyword("lr_scheduler") {
+                self.batch.engine_schedulers.push(self.text(s).to_string());
+            }
+            return;
+        }
         if lightning {
             // Lightning accumulates for the module: its schedulers step once per optimizer step.
             if let Some(g) = keyword("accumulate_grad_batches") {
@@ -313,7 +323,7 @@ impl<'s> Walker<'s> {
 
     /// A value handed over as a dataset (`Trainer(train_dataset=ds)`).
     pub(super) fn note_dataset(&mut self, key: &str, value: &str) {
-        if key.ends_with("dataset") {
+        if key.ends_with("dataset") || key == "training_data" {
             self.batch.datasets.push(value.to_string());
         }
     }
@@ -473,8 +483,13 @@ impl<'s> Walker<'s> {
             match &count.scheduler {
                 Some(name) => {
                     let stepped = self.scheduler_steps.iter().any(|(_, r)| r == name);
-                    if !stepped && !lightning_steps {
+                    let engine = notes.engine_schedulers.iter().any(|s| s == name);
+                    if !stepped && !lightning_steps && !engine {
                         continue;
+                    }
+                    // A DeepSpeed engine steps it once per optimizer step of its config.
+                    if engine && f.accum == 0 {
+                        missing.push(Missing::EngineAccumulation);
                     }
                     // Lightning steps a module's scheduler once per optimizer step.
                     if let Some((text, value, call)) = notes.lightning_accum.as_ref() {

@@ -12,6 +12,9 @@ pub(super) struct MicroSized {
     name: String,
     built: Range<usize>,
     length: String,
+    /// Where the length is written: the assignment's value that holds the `len()`, or the
+    /// constructor's length argument.
+    length_at: Range<usize>,
     /// The loader whose `len()` sizes the schedule, as written.
     loader: String,
 }
@@ -130,7 +133,8 @@ impl<'s> Walker<'s> {
         }
         let mut texts: Vec<&'s str> = Vec::new();
         // What sizes the schedule: its length argument, not the optimizer or the warm-up.
-        let length = self.schedule_length(ctor).unwrap_or(ctor);
+        let length_node = self.schedule_length(ctor).unwrap_or(ctor);
+        let length = length_node;
         self.gather(self.text(length), 0, &mut texts);
         // Most schedules are not sized by a `len()`: look for one first.
         let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
@@ -168,15 +172,20 @@ impl<'s> Walker<'s> {
         }
         // The assignment that holds the count, or the count alone when it is written in the
         // constructor.
-        let length = if text == self.text(ctor) {
-            format!("len({loader})")
+        let start = (text.as_ptr() as usize).wrapping_sub(self.src.as_ptr() as usize);
+        let (length, length_at) = if text == self.text(ctor) {
+            (format!("len({loader})"), length_node.byte_range())
+        } else if self.src.get(start..start + text.len()) == Some(text) {
+            let written = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            (written, start..start + text.len())
         } else {
-            text.split_whitespace().collect::<Vec<_>>().join(" ")
+            return;
         };
         self.micro_schedules.push(MicroSized {
             name: name.to_string(),
             built: ctor.byte_range(),
             length,
+            length_at,
             loader: loader.to_string(),
         });
     }
@@ -354,6 +363,7 @@ impl<'s> Walker<'s> {
                     step: step.clone(),
                     built: m.built.clone(),
                     length: m.length.clone(),
+                    length_at: m.length_at.clone(),
                 });
             }
         }
