@@ -433,12 +433,36 @@ impl<'s> Walker<'s> {
             root: tree.root_node(),
             seeds,
         };
+        let run = self.run(loops);
+        // An iterable dataset's length is not the samples one epoch reads.
+        let iterable = contains_word(self.src, "IterableDataset");
+        let counts = notes.counts.iter().filter(|_| !iterable);
+        let mut out: Vec<BatchEquation> = counts
+            .filter_map(|c| self.count_equation(&model, &run, c))
+            .chain(
+                notes
+                    .rates
+                    .iter()
+                    .filter_map(|r| self.rate_equation(&model, &run, r)),
+            )
+            .chain(
+                notes
+                    .loaders
+                    .iter()
+                    .filter_map(|l| self.loader_equation(&model, &run, l)),
+            )
+            .collect();
+        out.sort_by_key(|e| e.span.start);
+        out.dedup_by(|a, b| a.span == b.span);
+        out
+    }
+
+    /// What the file shows of the run's factors.
+    fn run<'l>(&self, loops: &'l [AccumLoop]) -> Run<'l> {
         let src = self.src;
         let accumulating = loops
             .iter()
             .find(|lp| !lp.factor_value.is_some_and(|v| v <= 1.0));
-        let accumulation =
-            accumulating.map(|lp| Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
         let distributed = !self.facts.ddp_wraps.is_empty()
             || [
                 "init_process_group",
@@ -447,7 +471,6 @@ impl<'s> Walker<'s> {
             ]
             .iter()
             .any(|w| memchr::memmem::find(src.as_bytes(), w.as_bytes()).is_some());
-        let accelerate = contains_word(src, "Accelerator");
         // A LightningModule's scheduler with `"interval": "step"`.
         let lightning_steps = self
             .facts
@@ -458,178 +481,182 @@ impl<'s> Walker<'s> {
             && ["\"interval\": \"step\"", "'interval': 'step'"]
                 .iter()
                 .any(|w| src.contains(w));
-        let world = match distributed {
-            true => Missing::World,
-            false => Missing::WorldIfLaunched,
-        };
-        let mut out = Vec::new();
-        // An iterable dataset's length is not the samples one epoch reads.
-        let iterable = contains_word(src, "IterableDataset");
-        for count in notes.counts.iter().filter(|_| !iterable) {
-            let Some(value) = model.node(&count.value) else {
-                continue;
-            };
-            let f = model.factors(value, 0);
-            // Judged: the samples over a batch that holds the micro-batch, with no divisor of
-            // unknown meaning.
-            // The samples (`len(ds)`), or a budget known to be a number (`TOKEN_BUDGET //
-            // tokens_per_step`), over a batch that holds the micro-batch, with no divisor of
-            // unknown meaning.
-            let counted = f.samples == 1 || (f.samples == 0 && !f.unknown_up);
-            if !counted || f.micro != -1 || f.unknown_down {
-                continue;
-            }
-            let mut missing = Vec::new();
-            match &count.scheduler {
-                Some(name) => {
-                    let stepped = self.scheduler_steps.iter().any(|(_, r)| r == name);
-                    let engine = notes.engine_schedulers.iter().any(|s| s == name);
-                    if !stepped && !lightning_steps && !engine {
-                        continue;
-                    }
-                    // A DeepSpeed engine steps it once per optimizer step of its config.
-                    if engine && f.accum == 0 {
-                        missing.push(Missing::EngineAccumulation);
-                    }
-                    // Lightning steps a module's scheduler once per optimizer step.
-                    if let Some((text, value, call)) = notes.lightning_accum.as_ref() {
-                        if lightning_steps && !value.is_some_and(|v| v <= 1.0) && f.accum == 0 {
-                            missing.push(Missing::Accumulation(text.clone(), call.clone()));
-                        }
-                    }
-                    // Stepped at the boundary of an accumulating loop: once per optimizer step.
-                    let boundary = accumulating.filter(|lp| {
-                        lp.boundary_scheduler_steps.iter().any(|step| {
-                            self.scheduler_steps
-                                .iter()
-                                .any(|(span, r)| *span == step.span && r == name)
-                        })
-                    });
-                    if let Some(lp) = boundary {
-                        if f.accum == 0 {
-                            missing
-                                .push(Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
-                        }
-                    }
-                    // Each process reads its shard of the dataset; accelerate's prepared
-                    // scheduler steps once per process.
-                    let sharded = model
-                        .dataset_of(value, 0)
-                        .map_or(distributed, |d| schedules::shards(src, d));
-                    if f.world == 0 && !accelerate && !notes.split_batches && sharded {
-                        missing.push(world.clone());
-                    }
-                }
-                None => {
-                    let accum = notes
-                        .trainer_accum
-                        .iter()
-                        .find(|(call, _)| *call == count.call)
-                        .and_then(|(_, a)| a.clone());
-                    match accum {
-                        Some((text, value)) if !value.is_some_and(|v| v <= 1.0) && f.accum == 0 => {
-                            missing.push(Missing::Accumulation(text, count.call.clone()))
-                        }
-                        _ => {}
-                    }
-                    if f.world == 0 {
-                        missing.push(world.clone());
-                    }
-                }
-            }
-            if missing.is_empty() {
-                continue;
-            }
-            let at = model.written_at(value, f, 0);
-            out.push(BatchEquation {
-                span: at.byte_range(),
-                written: compact_spaced(self.text(at)),
-                has: f.describe_inverse(),
-                used: BatchUse::Count {
-                    key: count.key.clone(),
-                    scheduler: count.scheduler.clone(),
-                    call: count.call.clone(),
-                },
-                missing,
-            });
+        Run {
+            accumulating,
+            accumulation: accumulating
+                .map(|lp| Missing::Accumulation(lp.factor.clone(), lp.header.clone())),
+            distributed,
+            accelerate: contains_word(src, "Accelerator"),
+            lightning_steps,
+            world: match distributed {
+                true => Missing::World,
+                false => Missing::WorldIfLaunched,
+            },
         }
-        for (value, call, callee) in &notes.rates {
-            let Some(node) = model.node(value) else {
-                continue;
-            };
-            let f = model.factors(node, 0);
-            if f.micro < 1 || f.samples != 0 {
-                continue;
+    }
+
+    /// A count of optimizer steps that leaves out a factor the run has.
+    fn count_equation(&self, model: &Model, run: &Run, count: &Count) -> Option<BatchEquation> {
+        let value = model.node(&count.value)?;
+        let f = model.factors(value, 0);
+        // The samples (`len(ds)`), or a budget known to be a number (`TOKEN_BUDGET //
+        // tokens_per_step`), over a batch that holds the micro-batch, with no divisor of
+        // unknown meaning.
+        let counted = f.samples == 1 || (f.samples == 0 && !f.unknown_up);
+        if !counted || f.micro != -1 || f.unknown_down {
+            return None;
+        }
+        let mut missing = Vec::new();
+        match &count.scheduler {
+            Some(name) => {
+                let stepped = self.scheduler_steps.iter().any(|(_, r)| r == name);
+                let engine = self.batch.engine_schedulers.iter().any(|s| s == name);
+                if !stepped && !run.lightning_steps && !engine {
+                    return None;
+                }
+                // A DeepSpeed engine steps it once per optimizer step of its config.
+                if engine && f.accum == 0 {
+                    missing.push(Missing::EngineAccumulation);
+                }
+                // Lightning steps a module's scheduler once per optimizer step.
+                if let Some((text, value, call)) = self.batch.lightning_accum.as_ref() {
+                    if run.lightning_steps && !value.is_some_and(|v| v <= 1.0) && f.accum == 0 {
+                        missing.push(Missing::Accumulation(text.clone(), call.clone()));
+                    }
+                }
+                // Stepped at the boundary of an accumulating loop: once per optimizer step.
+                let boundary = run.accumulating.filter(|lp| {
+                    lp.boundary_scheduler_steps.iter().any(|step| {
+                        self.scheduler_steps
+                            .iter()
+                            .any(|(span, r)| *span == step.span && r == name)
+                    })
+                });
+                if let Some(lp) = boundary {
+                    if f.accum == 0 {
+                        missing.push(Missing::Accumulation(lp.factor.clone(), lp.header.clone()));
+                    }
+                }
+                // Each process reads its shard of the dataset; accelerate's prepared
+                // scheduler steps once per process.
+                let sharded = model
+                    .dataset_of(value, 0)
+                    .map_or(run.distributed, |d| schedules::shards(self.src, d));
+                if f.world == 0 && !run.accelerate && !self.batch.split_batches && sharded {
+                    missing.push(run.world.clone());
+                }
             }
-            let mut missing = Vec::new();
-            let trainer = !OPTIMIZER_CLASSES.contains(&callee.to_ascii_lowercase().as_str());
-            let accum = match trainer {
-                true => notes
+            None => {
+                let accum = self
+                    .batch
                     .trainer_accum
                     .iter()
-                    .find(|(c, _)| c == call)
-                    .and_then(|(_, a)| a.clone())
-                    .filter(|(_, v)| !v.is_some_and(|v| v <= 1.0))
-                    .map(|(text, _)| Missing::Accumulation(text, call.clone())),
-                false => accumulation.clone(),
-            };
-            if let (Some(a), 0) = (accum, f.accum) {
-                missing.push(a);
-            }
-            if f.world == 0 && (trainer || distributed || self.shards_data() || accelerate) {
-                missing.push(world.clone());
-            }
-            if missing.is_empty() {
-                continue;
-            }
-            let at = model.written_at(node, f, 0);
-            out.push(BatchEquation {
-                span: at.byte_range(),
-                written: compact_spaced(self.text(at)),
-                has: f.describe(),
-                used: BatchUse::Rate {
-                    call: call.clone(),
-                    callee: callee.clone(),
-                },
-                missing,
-            });
-        }
-        for Loader { call, batch, .. } in &notes.loaders {
-            let Some(node) = batch.as_ref().and_then(|b| model.node(b)) else {
-                continue;
-            };
-            if !self.trains_on(call) {
-                continue;
-            }
-            // The loader's own batch is not its own evidence.
-            let f = model.factors_unseeded(node);
-            if f.micro != 1 || f.samples != 0 {
-                continue;
-            }
-            let mut extra = Vec::new();
-            if f.accum > 0 {
-                if let Some(a) = &accumulation {
-                    extra.push(a.clone());
+                    .find(|(call, _)| *call == count.call)
+                    .and_then(|(_, a)| a.clone());
+                match accum {
+                    Some((text, value)) if !value.is_some_and(|v| v <= 1.0) && f.accum == 0 => {
+                        missing.push(Missing::Accumulation(text, count.call.clone()))
+                    }
+                    _ => {}
+                }
+                if f.world == 0 {
+                    missing.push(run.world.clone());
                 }
             }
-            if f.world > 0 && !notes.split_batches {
-                extra.push(world.clone());
-            }
-            if extra.is_empty() {
-                continue;
-            }
-            let at = model.written_at(node, f, 0);
-            out.push(BatchEquation {
-                span: at.byte_range(),
-                written: compact_spaced(self.text(at)),
-                has: f.describe(),
-                used: BatchUse::Loader { call: call.clone() },
-                missing: extra,
-            });
         }
-        out.sort_by_key(|e| e.span.start);
-        out.dedup_by(|a, b| a.span == b.span);
-        out
+        if missing.is_empty() {
+            return None;
+        }
+        Some(model.equation(
+            value,
+            f,
+            f.describe_inverse(),
+            BatchUse::Count {
+                key: count.key.clone(),
+                scheduler: count.scheduler.clone(),
+                call: count.call.clone(),
+            },
+            missing,
+        ))
+    }
+
+    /// A learning rate scaled by a batch that leaves out a factor the run has.
+    fn rate_equation(
+        &self,
+        model: &Model,
+        run: &Run,
+        (value, call, callee): &(Range<usize>, Range<usize>, String),
+    ) -> Option<BatchEquation> {
+        let node = model.node(value)?;
+        let f = model.factors(node, 0);
+        if f.micro < 1 || f.samples != 0 {
+            return None;
+        }
+        let mut missing = Vec::new();
+        let trainer = !OPTIMIZER_CLASSES.contains(&callee.to_ascii_lowercase().as_str());
+        let accum = match trainer {
+            true => self
+                .batch
+                .trainer_accum
+                .iter()
+                .find(|(c, _)| c == call)
+                .and_then(|(_, a)| a.clone())
+                .filter(|(_, v)| !v.is_some_and(|v| v <= 1.0))
+                .map(|(text, _)| Missing::Accumulation(text, call.clone())),
+            false => run.accumulation.clone(),
+        };
+        if let (Some(a), 0) = (accum, f.accum) {
+            missing.push(a);
+        }
+        if f.world == 0 && (trainer || run.distributed || self.shards_data() || run.accelerate) {
+            missing.push(run.world.clone());
+        }
+        if missing.is_empty() {
+            return None;
+        }
+        Some(model.equation(
+            node,
+            f,
+            f.describe(),
+            BatchUse::Rate {
+                call: call.clone(),
+                callee: callee.clone(),
+            },
+            missing,
+        ))
+    }
+
+    /// A training loader built with a batch that holds a factor beside the micro-batch.
+    fn loader_equation(&self, model: &Model, run: &Run, loader: &Loader) -> Option<BatchEquation> {
+        let Loader { call, batch, .. } = loader;
+        let node = batch.as_ref().and_then(|b| model.node(b))?;
+        if !self.trains_on(call) {
+            return None;
+        }
+        // The loader's own batch is not its own evidence.
+        let f = model.factors_unseeded(node);
+        if f.micro != 1 || f.samples != 0 {
+            return None;
+        }
+        let mut extra = Vec::new();
+        if f.accum > 0 {
+            if let Some(a) = &run.accumulation {
+                extra.push(a.clone());
+            }
+        }
+        if f.world > 0 && !self.batch.split_batches {
+            extra.push(run.world.clone());
+        }
+        if extra.is_empty() {
+            return None;
+        }
+        Some(model.equation(
+            node,
+            f,
+            f.describe(),
+            BatchUse::Loader { call: call.clone() },
+            extra,
+        ))
     }
 
     /// A `DistributedSampler` shards the data, or the file wraps a model in DDP: each process
@@ -670,6 +697,18 @@ impl Factors {
     }
 }
 
+/// What a file shows of its run: the accumulating loop, data parallelism, accelerate, a
+/// LightningModule's per-step schedulers.
+struct Run<'l> {
+    accumulating: Option<&'l AccumLoop>,
+    accumulation: Option<Missing>,
+    distributed: bool,
+    accelerate: bool,
+    lightning_steps: bool,
+    /// How the data-parallel size is missing: shown by the file, or by its launches.
+    world: Missing,
+}
+
 /// The valuation of a file's expressions into the run's factors.
 struct Model<'a, 's> {
     w: &'a Walker<'s>,
@@ -682,6 +721,25 @@ struct Model<'a, 's> {
 const MAX_DEPTH: usize = 12;
 
 impl<'a> Model<'a, '_> {
+    /// The equation a value breaks, reported where its factors are written.
+    fn equation(
+        &self,
+        node: Node<'a>,
+        f: Factors,
+        has: String,
+        used: BatchUse,
+        missing: Vec<Missing>,
+    ) -> BatchEquation {
+        let at = self.written_at(node, f, 0);
+        BatchEquation {
+            span: at.byte_range(),
+            written: compact_spaced(self.text(at)),
+            has,
+            used,
+            missing,
+        }
+    }
+
     fn node(&self, span: &Range<usize>) -> Option<Node<'a>> {
         self.root.descendant_for_byte_range(span.start, span.end)
     }
