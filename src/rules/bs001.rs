@@ -243,7 +243,10 @@ fn megatron(
 ) -> Option<Diagnostic> {
     let gn = flags.get("global_batch_size")?;
     let mn = flags.get("micro_batch_size")?;
-    if flags.get("decrease_batch_size_if_needed").is_some() {
+    // Megatron derives the accumulation: a launch that passes one runs another script (BS002).
+    if flags.get("decrease_batch_size_if_needed").is_some()
+        || super::bs002::ACCUM.iter().any(|k| flags.get(k).is_some())
+    {
         return None;
     }
     let (Val::Num(g), Val::Num(m)) = (val(Some(gn)), val(Some(mn))) else {

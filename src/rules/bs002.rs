@@ -70,9 +70,11 @@ impl Rule for EffectiveBatchMismatch {
             if launch.recipe {
                 continue;
             }
-            // Megatron's --global-batch-size / --micro-batch-size pair is BS001's.
+            // Megatron's --global-batch-size / --micro-batch-size pair is BS001's: Megatron
+            // derives the accumulation from them, so a launch that also passes it is not one.
             let megatron = launch.flags.get("global_batch_size").is_some()
-                && launch.flags.get("micro_batch_size").is_some();
+                && launch.flags.get("micro_batch_size").is_some()
+                && !ACCUM.iter().any(|k| launch.flags.get(k).is_some());
             if megatron {
                 continue;
             }
