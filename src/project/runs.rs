@@ -94,7 +94,19 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
                 .config(*f, *c)
                 .is_some_and(|r| accelerate_deepspeed(r).is_some())
         });
-    let trainer = trainer_args(files, origin, &flags, script, false, accelerate_ds);
+    // A recipe run by its framework's command (`llamafactory-cli train x.yaml`, `accelerate
+    // launch -m axolotl.cli.train x.yml`): the recipe holds the Trainer's arguments.
+    let recipe = named
+        .iter()
+        .filter(|_| script.is_none())
+        .find_map(|(f, c, _)| {
+            let root = files.config(*f, *c).filter(|r| names_deepspeed(r))?;
+            Some((*f, recipe_flags(root)))
+        });
+    let trainer = match &recipe {
+        Some((f, r)) => trainer_args(files, *f, r, None, true, false),
+        None => trainer_args(files, origin, &flags, script, false, accelerate_ds),
+    };
     let command = command_text(&inv);
     let info = RunInfo {
         at: files.site(origin, inv.span.start),
@@ -118,6 +130,31 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
     })
 }
 
+/// A recipe's keys as the Trainer's arguments: axolotl's `micro_batch_size` is the Trainer's
+/// per-device batch size.
+fn recipe_flags(root: &Node) -> Node {
+    let mut flags = root.clone();
+    if let Value::Map(entries) = &mut flags.value {
+        let axolotl = entries.iter().any(|(k, _)| k.name == "base_model")
+            && entries.iter().any(|(k, _)| k.name == "micro_batch_size");
+        if axolotl {
+            for (k, _) in entries.iter_mut() {
+                if k.name == "micro_batch_size" {
+                    k.name = "per_device_train_batch_size".into();
+                }
+            }
+        }
+    }
+    flags
+}
+
+/// The config names a DeepSpeed config (`deepspeed: ds_z2.json`): a recipe.
+fn names_deepspeed(root: &Node) -> bool {
+    let mut named = Vec::new();
+    nested_names(root, "", &mut named, 0);
+    !named.is_empty()
+}
+
 pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option<Run> {
     let mut named_paths = Vec::new();
     nested_names(files.config(origin, c)?, "", &mut named_paths, 0);
@@ -132,19 +169,7 @@ pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option
         .skip(1)
         .map(|(f, cc)| (*f, *cc, root.span.start..root.span.start))
         .collect();
-    let mut flags = root.clone();
-    // axolotl's micro_batch_size is the Trainer's per-device batch size.
-    if let Value::Map(entries) = &mut flags.value {
-        let axolotl = entries.iter().any(|(k, _)| k.name == "base_model")
-            && entries.iter().any(|(k, _)| k.name == "micro_batch_size");
-        if axolotl {
-            for (k, _) in entries.iter_mut() {
-                if k.name == "micro_batch_size" {
-                    k.name = "per_device_train_batch_size".into();
-                }
-            }
-        }
-    }
+    let flags = recipe_flags(&root);
     let world = accelerate_world(files, origin, &root);
     let trainer = trainer_args(files, origin, &flags, None, true, false);
     let info = RunInfo {
