@@ -141,8 +141,7 @@ pub(super) struct BatchNotes {
     /// Items assigned (`cfg["max_steps"] = ...`): the item as written and its value.
     items: Vec<(String, Range<usize>)>,
     /// Names assigned more than once: which value a reader sees is not known.
-    reassigned: HashSet<String>,
-    assigned: HashSet<String>,
+    pub(super) reassigned: HashSet<String>,
     /// `split_batches=True`: a prepared loader's batch is the batch of all processes.
     split_batches: bool,
     /// Schedulers handed to a DeepSpeed engine (`deepspeed.initialize(lr_scheduler=s)`): the
@@ -206,10 +205,9 @@ const WORLD_CALLS: &[&str] = &[
 impl<'s> Walker<'s> {
     /// A call that builds a loader, an optimizer, a Trainer's arguments, an Accelerator or a
     /// sampler: what it says about the batch.
-    pub(super) fn note_batch_call(&mut self, call: Node, last: &str) {
+    pub(super) fn note_batch_call(&mut self, call: Node, last: &str, lower: &str) {
         let loader = last.ends_with("DataLoader");
-        let optimizer =
-            starts_upper(last) && OPTIMIZER_CLASSES.contains(&last.to_ascii_lowercase().as_str());
+        let optimizer = starts_upper(last) && OPTIMIZER_CLASSES.contains(&lower);
         let trainer = last.ends_with("TrainingArguments") || last.ends_with("Config");
         let lightning = last == "Trainer";
         let sampler = last.ends_with("Sampler");
@@ -374,13 +372,6 @@ impl<'s> Walker<'s> {
                 call: ctor.byte_range(),
                 key,
             });
-        }
-    }
-
-    /// A name assigned: the second time, its binding is no longer one value.
-    pub(super) fn note_binding(&mut self, name: &str) {
-        if !self.batch.assigned.insert(name.to_string()) {
-            self.batch.reassigned.insert(name.to_string());
         }
     }
 
@@ -989,7 +980,7 @@ impl<'a> Model<'a, '_> {
 }
 
 /// Where `part`, a slice of `src`, starts in it.
-fn offset_in(src: &str, part: &str) -> Option<usize> {
+pub(super) fn offset_in(src: &str, part: &str) -> Option<usize> {
     let start = (part.as_ptr() as usize).checked_sub(src.as_ptr() as usize)?;
     (start + part.len() <= src.len()).then_some(start)
 }
@@ -1027,6 +1018,6 @@ fn compact(text: &str) -> String {
 }
 
 /// The text on one line, single-spaced: how a value is quoted in a message.
-fn compact_spaced(text: &str) -> String {
+pub(super) fn compact_spaced(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

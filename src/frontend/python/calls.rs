@@ -110,7 +110,7 @@ impl<'s> Walker<'s> {
                 self.note_next(node);
             }
         }
-        self.note_batch_call(node, last);
+        self.note_batch_call(node, last, &lower);
         if callee == "print" && self.value_model {
             self.printed_arguments(node);
         }

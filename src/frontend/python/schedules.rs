@@ -53,10 +53,9 @@ impl<'s> Walker<'s> {
             return;
         }
         // Where the division is in the file: `text` is a slice of the source.
-        let start = (text.as_ptr() as usize).wrapping_sub(self.src.as_ptr() as usize) + at;
-        if self.src.get(start..start + len) != Some(&text[at..at + len]) {
+        let Some(start) = batch_model::offset_in(self.src, text).map(|s| s + at) else {
             return;
-        }
+        };
         self.sample_sized.push(SampleSized {
             scheduler: name.to_string(),
             built: ctor.byte_range(),
@@ -172,12 +171,10 @@ impl<'s> Walker<'s> {
         }
         // The assignment that holds the count, or the count alone when it is written in the
         // constructor.
-        let start = (text.as_ptr() as usize).wrapping_sub(self.src.as_ptr() as usize);
         let (length, length_at) = if text == self.text(ctor) {
             (format!("len({loader})"), length_node.byte_range())
-        } else if self.src.get(start..start + text.len()) == Some(text) {
-            let written = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            (written, start..start + text.len())
+        } else if let Some(start) = batch_model::offset_in(self.src, text) {
+            (batch_model::compact_spaced(text), start..start + text.len())
         } else {
             return;
         };

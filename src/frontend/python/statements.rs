@@ -125,8 +125,10 @@ impl<'s> Walker<'s> {
                     .push((scope, callee, reduction));
             }
         }
-        self.note_binding(&target);
-        self.assigned_text.insert(target.clone(), rtext);
+        // Assigned a second time, a name's binding is no longer one value.
+        if self.assigned_text.insert(target.clone(), rtext).is_some() {
+            self.batch.reassigned.insert(target.clone());
+        }
         self.note_global_batch(&target, right);
         // `loss = loss / n` is its own statement; `loss = out.loss / n` divides on the way.
         let division = self.division_of(right).map(|(divisor, mut d)| {
