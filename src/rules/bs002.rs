@@ -30,6 +30,8 @@ pub(super) const MICRO: &[&str] = &[
     "per_device_batch_size",
     "batch_size_per_gpu",
     "batch_size_per_device",
+    // A LightningCLI data module's batch (see `lightning_cli`).
+    "data.batch_size",
     "train_micro_batch_size",
 ];
 /// Keys for the number of micro-steps per optimizer step.
@@ -65,6 +67,10 @@ impl Rule for EffectiveBatchMismatch {
                 worlds(cx, doc.config)
             };
             visit(cx, doc.root, doc.via, &worlds, 0, out);
+            if let Some((run, world)) = lightning_cli(cx, doc.root) {
+                let worlds: Vec<World> = world.into_iter().chain(worlds).collect();
+                out.extend(check_map(cx, &run, doc.via, &worlds, false));
+            }
         }
         for launch in &cx.training.project.launches {
             if launch.recipe {
@@ -108,6 +114,88 @@ fn visit(
     for (_, v) in entries {
         visit(cx, v, via, worlds, depth + 1, out);
     }
+}
+
+/// A LightningCLI config (`trainer:`, `model:` and `data:` sections, each class's arguments
+/// under `init_args`) declares one run across its sections: their batch keys, gathered in one
+/// map, when each is written once. A data module's `batch_size` is the batch its loaders are
+/// built with, one process's. A DDP strategy over `devices` x `num_nodes` fixes the world.
+fn lightning_cli(cx: &Checker<'_>, root: &Node) -> Option<(Node, Option<World>)> {
+    let trainer = root.get("trainer")?;
+    let sections = ["trainer", "model", "data"].map(|name| {
+        root.get(name)
+            .map(|sec| sec.get("init_args").unwrap_or(sec))
+    });
+    let mut entries: Vec<(Key, Node)> = Vec::new();
+    for sec in sections.iter().flatten() {
+        let Value::Map(pairs) = &sec.value else {
+            continue;
+        };
+        let data = sections[2].is_some_and(|d| std::ptr::eq(d, *sec));
+        for (k, v) in pairs {
+            let name = k.name.to_ascii_lowercase();
+            let micro = data && name == "batch_size" && find(sec, MICRO).is_none();
+            if !micro
+                && ![GLOBAL, MICRO, ACCUM]
+                    .iter()
+                    .any(|keys| keys.contains(&name.as_str()))
+            {
+                continue;
+            }
+            if entries
+                .iter()
+                .any(|(e, _)| e.name.eq_ignore_ascii_case(&k.name))
+            {
+                return None;
+            }
+            entries.push((k.clone(), v.clone()));
+        }
+    }
+    let gathered = |keys: &[&str]| {
+        entries
+            .iter()
+            .filter(|(k, _)| keys.contains(&k.name.to_ascii_lowercase().as_str()))
+            .count()
+    };
+    let micro = gathered(MICRO) + gathered(&["batch_size"]);
+    // Within one section the map is read as it stands.
+    let spread = sections
+        .iter()
+        .flatten()
+        .all(|sec| find(sec, GLOBAL).is_none() || find(sec, MICRO).is_none());
+    if gathered(GLOBAL) != 1 || micro != 1 || !spread {
+        return None;
+    }
+    // The data module's `batch_size`, read as the micro batch it is.
+    for (k, _) in &mut entries {
+        if k.name.eq_ignore_ascii_case("batch_size") {
+            k.name = "data.batch_size".into();
+        }
+    }
+    let number = |key: &str| match trainer.get(key).map(|n| &n.value) {
+        Some(Value::Number(n)) if *n >= 1.0 && n.fract() == 0.0 => Some(*n as u64),
+        None => Some(1),
+        _ => None,
+    };
+    let ddp = matches!(trainer.get("strategy").map(|n| &n.value), Some(Value::String(s)) if s.starts_with("ddp"));
+    let world =
+        match (ddp, number("devices"), number("num_nodes")) {
+            (true, Some(d), Some(n)) if d * n > 1 => Some(World {
+                processes: d * n,
+                data_parallel: d * n,
+                why: format!(
+                "{} processes from the trainer's `devices` x `num_nodes` with strategy `ddp` ({})",
+                d * n,
+                line_of(cx.file, trainer.get("devices").unwrap_or(trainer).span.start)
+            ),
+            }),
+            _ => None,
+        };
+    let run = Node {
+        value: Value::Map(entries),
+        span: root.span.clone(),
+    };
+    Some((run, world))
 }
 
 fn find<'n>(map: &'n Node, keys: &[&str]) -> Option<(&'n Key, &'n Node)> {

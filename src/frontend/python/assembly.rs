@@ -173,9 +173,10 @@ impl<'s> Walker<'s> {
             self.facts.schedule_in_optimizer_steps = true;
         }
         self.match_micro_schedules(&mut assembled.loops);
-        self.facts.global_batches = self.global_batches(&assembled.loops);
+        let products = self.global_batches(&assembled.loops);
+        self.facts.global_batches = self.confirmed_products(tree, &assembled.loops, products);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
-        self.facts.loader_batches = self.loader_batches();
+        self.facts.loader_batches = self.loader_batches(&assembled.loops);
         self.facts.batch_equations = self.batch_equations(tree, &assembled.loops);
         if !assembled.loops.is_empty() {
             self.facts.token_means = self.token_means();

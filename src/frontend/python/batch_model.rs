@@ -211,7 +211,8 @@ impl<'s> Walker<'s> {
         let trainer = last.ends_with("TrainingArguments") || last.ends_with("Config");
         let lightning = last == "Trainer";
         let sampler = last.ends_with("Sampler");
-        let accelerator = last == "Accelerator";
+        // accelerate's options reach the Accelerator directly or in a `DataLoaderConfiguration`.
+        let accelerator = last == "Accelerator" || last == "DataLoaderConfiguration";
         let engine = last == "initialize" && contains_word(self.text(call), "deepspeed");
         if !(loader || optimizer || trainer || sampler || accelerator || lightning || engine) {
             return;
@@ -412,18 +413,7 @@ impl<'s> Walker<'s> {
         if notes.counts.is_empty() && notes.rates.is_empty() && notes.loaders.is_empty() {
             return Vec::new();
         }
-        let mut seeds: HashMap<String, Factors> = HashMap::default();
-        for (text, f) in &notes.seeds {
-            seeds.entry(text.clone()).or_insert(*f);
-        }
-        for lp in loops {
-            seeds.entry(compact(&lp.factor)).or_insert(ACCUM);
-        }
-        let model = Model {
-            w: self,
-            root: tree.root_node(),
-            seeds,
-        };
+        let model = self.model(tree, loops);
         let run = self.run(loops);
         // An iterable dataset's length is not the samples one epoch reads.
         let iterable = contains_word(self.src, "IterableDataset");
@@ -446,6 +436,49 @@ impl<'s> Walker<'s> {
         out.sort_by_key(|e| e.span.start);
         out.dedup_by(|a, b| a.span == b.span);
         out
+    }
+
+    /// The values of the file, seeded with what each factor is by its use.
+    fn model<'t>(&'t self, tree: &'t Tree, loops: &[AccumLoop]) -> Model<'t, 's> {
+        let mut seeds: HashMap<String, Factors> = HashMap::default();
+        for (text, f) in &self.batch.seeds {
+            seeds.entry(text.clone()).or_insert(*f);
+        }
+        for lp in loops {
+            seeds.entry(compact(&lp.factor)).or_insert(ACCUM);
+        }
+        Model {
+            w: self,
+            root: tree.root_node(),
+            seeds,
+        }
+    }
+
+    /// The products written as global batches whose values, as the model reads them, do leave
+    /// out the factor they are missing by their names (`ws = dist.get_world_size()` is the
+    /// world size whatever it is called).
+    pub(super) fn confirmed_products(
+        &self,
+        tree: &Tree,
+        loops: &[AccumLoop],
+        products: Vec<GlobalBatch>,
+    ) -> Vec<GlobalBatch> {
+        if products.is_empty() {
+            return products;
+        }
+        let model = self.model(tree, loops);
+        products
+            .into_iter()
+            .filter(|g| {
+                let Some(f) = model.node(&g.span).map(|n| model.factors(n, 0)) else {
+                    return true;
+                };
+                match g.missing {
+                    Missing::World | Missing::WorldIfLaunched => f.world == 0,
+                    _ => f.accum == 0,
+                }
+            })
+            .collect()
     }
 
     /// What the file shows of the run's factors.
@@ -624,8 +657,16 @@ impl<'s> Walker<'s> {
         if !self.trains_on(call) {
             return None;
         }
-        // The loader's own batch is not its own evidence.
-        let f = model.factors_unseeded(node);
+        // The loader's own batch is not its own evidence. What it holds besides the factors
+        // it is known to hold is the micro-batch (`args.micro_bsz * args.accum`).
+        let mut f = model.factors_unseeded(node);
+        if f.micro == 0 && f.unknown_up && !f.unknown_down && (f.accum > 0 || f.world > 0) {
+            f = Factors {
+                micro: 1,
+                unknown_up: false,
+                ..f
+            };
+        }
         if f.micro != 1 || f.samples != 0 {
             return None;
         }
@@ -658,11 +699,16 @@ impl<'s> Walker<'s> {
             || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some()
     }
 
+    /// The name the loader built by `call` is assigned to.
+    fn loader_name(&self, call: &Range<usize>) -> Option<&str> {
+        self.assigned_text.iter().find_map(|(name, rhs)| {
+            (offset_in(self.src, rhs) == Some(call.start)).then_some(name.as_str())
+        })
+    }
+
     /// The loader built by `call` is iterated by a loop that trains (it calls `backward`).
     fn trains_on(&self, call: &Range<usize>) -> bool {
-        let Some(name) = self.assigned_text.iter().find_map(|(name, rhs)| {
-            (offset_in(self.src, rhs) == Some(call.start)).then_some(name.as_str())
-        }) else {
+        let Some(name) = self.loader_name(call) else {
             return false;
         };
         self.loops.iter().any(|lp| {
@@ -672,6 +718,41 @@ impl<'s> Walker<'s> {
                     .get(lp.span.clone())
                     .is_some_and(|body| body.contains("backward("))
         })
+    }
+
+    /// The loader built by `call` serves evaluation only: every use of the name it is bound to
+    /// is a loop that takes no backward, or an argument of a function of this file that takes
+    /// none (`evaluate(model, val_loader)`).
+    pub(super) fn evaluation_loader(&self, call: &Range<usize>) -> bool {
+        let Some(name) = self.loader_name(call) else {
+            return false;
+        };
+        let src = self.src;
+        let trains = |text: &str| text.contains("backward(");
+        let mut uses = 0;
+        for at in word_positions(src, name) {
+            let after = src[at + name.len()..].trim_start_matches([' ', '\t']);
+            if (after.starts_with('=') && !after.starts_with("==")) || call.contains(&at) {
+                continue;
+            }
+            uses += 1;
+            let looped = self
+                .loops
+                .iter()
+                .find(|lp| lp.header.contains(&at) && word_in(&lp.iterates, name));
+            if let Some(lp) = looped {
+                if src.get(lp.span.clone()).is_none_or(trains) {
+                    return false;
+                }
+                continue;
+            }
+            let callee = enclosing_callee(src, at);
+            let body = callee.and_then(|c| self.def_texts.get(c));
+            if body.is_none_or(|b| trains(b)) {
+                return false;
+            }
+        }
+        uses > 0
     }
 }
 
@@ -997,6 +1078,41 @@ fn word_in(text: &str, name: &str) -> bool {
         let after = t.get(at + name.len()).copied();
         !before.is_some_and(part) && !after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
     })
+}
+
+/// Where `name` stands as a whole word (not an attribute's tail).
+fn word_positions<'t>(text: &'t str, name: &'t str) -> impl Iterator<Item = usize> + 't {
+    let part = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let t = text.as_bytes();
+    memchr::memmem::find_iter(t, name.as_bytes()).filter(move |&at| {
+        let before = at.checked_sub(1).map(|i| t[i]);
+        let after = t.get(at + name.len()).copied();
+        !before.is_some_and(|b| part(b) || b == b'.') && !after.is_some_and(part)
+    })
+}
+
+/// The last segment of the callee whose argument list holds byte `at` (`evaluate` for
+/// `evaluate(model, val_loader)`), on the same logical line.
+fn enclosing_callee(src: &str, at: usize) -> Option<&str> {
+    let b = src.as_bytes();
+    let mut depth = 0usize;
+    let mut i = at;
+    let open = loop {
+        i = i.checked_sub(1)?;
+        match (b[i], depth) {
+            (b'(', 0) => break i,
+            (b'[' | b'{' | b'\n', 0) => return None,
+            (b')' | b']' | b'}', _) => depth += 1,
+            (b'(' | b'[' | b'{', _) => depth -= 1,
+            _ => {}
+        }
+    };
+    let end = open;
+    let start = b[..end]
+        .iter()
+        .rposition(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+        .map_or(0, |p| p + 1);
+    src.get(start..end).filter(|n| !n.is_empty())
 }
 
 /// `name //= x`, `name /= x` or `name *= x` somewhere in the file.

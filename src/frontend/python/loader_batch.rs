@@ -9,31 +9,37 @@ use crate::frontend::fields::{PyField, PyKind};
 impl<'s> Walker<'s> {
     /// `batch_size=<value>` in a call of a data loader.
     pub(super) fn note_loader_batch(&mut self, keyword: Node, value: Node) {
-        let is_loader = keyword
+        let Some(call) = keyword
             .parent()
             .and_then(|args| args.parent())
             .filter(|call| call.ty() == "call")
-            .and_then(|call| call.field("function"))
+        else {
+            return;
+        };
+        let is_loader = call
+            .field("function")
             .is_some_and(|f| last_segment(self.text(f)).ends_with("DataLoader"));
         let text = self.text(value);
         if is_loader && matches!(value.ty(), "identifier" | "attribute") {
-            self.loader_batch_args.push((text, value.byte_range()));
+            self.loader_batch_args
+                .push((text, value.byte_range(), call.byte_range()));
         }
     }
 
     /// The loaders whose batch is the one the file divides by the micro batch to get the
-    /// accumulation factor.
-    pub(super) fn loader_batches(&self) -> Vec<LoaderBatch> {
+    /// accumulation factor (a name for one, or the factor an accumulating loop steps on), but
+    /// not an evaluation loader.
+    pub(super) fn loader_batches(&self, loops: &[AccumLoop]) -> Vec<LoaderBatch> {
         let mut out = Vec::new();
-        for (arg, span) in &self.loader_batch_args {
+        for (arg, span, call) in &self.loader_batch_args {
             let key = last_segment(arg);
-            if key.to_ascii_lowercase().contains("micro") {
+            if key.to_ascii_lowercase().contains("micro") || self.evaluation_loader(call) {
                 continue;
             }
             // `accum = <key> // <micro>` with the same prefix (`cfg.batch_size // cfg.micro_batch_size`).
             let prefix = arg.strip_suffix(key).unwrap_or("");
             let derivation = self.assigned_text.iter().find_map(|(name, text)| {
-                if !names_accumulation(name) {
+                if !names_accumulation(name) && !loops.iter().any(|lp| lp.factor == *name) {
                     return None;
                 }
                 let compact: String = text.split_whitespace().collect();

@@ -89,7 +89,7 @@ impl<'s> Walker<'s> {
             if !self
                 .loader_batch_args
                 .iter()
-                .any(|(arg, _)| last_segment(arg) == batch)
+                .any(|(arg, ..)| last_segment(arg) == batch)
             {
                 continue;
             }
