@@ -374,6 +374,8 @@ pub struct RunInfo {
     pub accumulation: Option<Seen<f64>>,
     /// The `gradient_accumulation_steps` of a DeepSpeed config the run reaches, with where.
     pub deepspeed_accumulation: Option<Seen<f64>>,
+    /// The config keys the script's training loaders take their batch from, with where.
+    pub loader_keys: Vec<(Vec<String>, String)>,
 }
 
 /// A config this file holds, and a run that uses it.

@@ -28,6 +28,9 @@ pub struct Facts {
     pub token_means: Option<TokenMeans>,
     /// Data loaders built with the batch the file divides by the micro batch (BS002).
     pub loader_batches: Vec<LoaderBatch>,
+    /// The config keys training loaders take their batch from (`cfg["data"]["batch_size"]`):
+    /// the key path, and the loader's `batch_size` value (BS002 compares it with the config).
+    pub loader_keys: Vec<(Vec<String>, Range<usize>)>,
     /// Global batches computed as products that leave out a factor the file shows (BS004).
     pub global_batches: Vec<GlobalBatch>,
     /// Schedules sized in per-device batches of the whole dataset (BS004).

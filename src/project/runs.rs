@@ -116,6 +116,7 @@ pub(super) fn launch_run(files: &mut Files, origin: Fid, k: usize) -> Option<Run
         accumulation: accumulation(files, origin, &flags),
         deepspeed_accumulation: deepspeed_accumulation(files, &configs),
         trainer,
+        loader_keys: script.map(|s| loader_keys(files, s)).unwrap_or_default(),
     };
     Some(Run {
         origin,
@@ -180,6 +181,7 @@ pub(super) fn recipe_run(files: &mut Files, origin: Fid, c: ConfigRef) -> Option
         accumulation: None,
         deepspeed_accumulation: deepspeed_accumulation(files, &configs),
         trainer,
+        loader_keys: Vec::new(),
     };
     Some(Run {
         origin,
@@ -293,6 +295,17 @@ pub(super) fn standalone_run(files: &mut Files, origin: Fid) -> Run {
             auto_find_batch_size: false,
             accumulation: None,
             deepspeed_accumulation,
+            loader_keys: loader_keys(files, origin),
         }),
     }
+}
+
+/// The config keys the training loaders of `script` take their batch from, with where.
+fn loader_keys(files: &Files, script: Fid) -> Vec<(Vec<String>, String)> {
+    files
+        .facts(script)
+        .loader_keys
+        .iter()
+        .map(|(path, span)| (path.clone(), files.site(script, span.start)))
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! argparse defaults, or a launcher's flags) that declares a global batch that cannot equal micro
 //! batch x accumulation x data-parallel size. Documentation: `rules/BS002.toml`.
 
-use super::batch::{docs, looks_deepspeed, ranks, val, via_note, worlds, Val};
+use super::batch::{docs, looks_deepspeed, ranks, val, via_note, worlds, Doc, Val};
 use super::{line_of, Checker, Rule};
 use crate::config::{Key, Node, Value};
 use crate::context::World;
@@ -67,6 +67,7 @@ impl Rule for EffectiveBatchMismatch {
                 worlds(cx, doc.config)
             };
             visit(cx, doc.root, doc.via, &worlds, 0, out);
+            loader_keys(cx, &doc, out);
             if let Some((run, world)) = lightning_cli(cx, doc.root) {
                 let worlds: Vec<World> = world.into_iter().chain(worlds).collect();
                 out.extend(check_map(cx, &run, doc.via, &worlds, false));
@@ -113,6 +114,87 @@ fn visit(
     }
     for (_, v) in entries {
         visit(cx, v, via, worlds, depth + 1, out);
+    }
+}
+
+/// A training loader built with a key of this config (`cfg["data"]["batch_size"]`) whose
+/// value is not the micro batch the config declares but micro x accumulation, or the declared
+/// global batch: each micro-step reads the whole window.
+fn loader_keys(cx: &Checker<'_>, doc: &Doc<'_>, out: &mut Vec<Diagnostic>) {
+    let uses = cx.training.project.config_uses.iter();
+    let runs = uses.filter(|u| u.config == doc.config).map(|u| &u.run);
+    let mut seen = Vec::new();
+    for (path, site) in runs.flat_map(|r| &r.loader_keys) {
+        // A loader built with a declared global batch is wrong in the code: reported there.
+        let last = path
+            .last()
+            .map(|k| k.to_ascii_lowercase())
+            .unwrap_or_default();
+        if GLOBAL.contains(&last.as_str()) || ACCUM.contains(&last.as_str()) {
+            continue;
+        }
+        let Some(node) = path.iter().try_fold(doc.root, |n, k| n.get(k)) else {
+            continue;
+        };
+        let (Val::Num(l), false) = (val(Some(node)), seen.contains(&node.span)) else {
+            continue;
+        };
+        let number = |keys: &[&str]| {
+            let (k, n) = unique(doc.root, keys)?;
+            match val(Some(n)) {
+                Val::Num(v) => Some((k, v)),
+                _ => None,
+            }
+        };
+        let Some((mkey, m)) = number(MICRO) else {
+            continue;
+        };
+        let accum = number(ACCUM).filter(|(_, a)| *a > 1);
+        let global = number(GLOBAL);
+        let window = match (accum, global) {
+            (Some((akey, a)), _) if m.checked_mul(a) == Some(l) => {
+                format!("micro batch {m} x {} {a}", akey.name)
+            }
+            (_, Some((gkey, g))) if g == l && g != m => format!("the declared {} {g}", gkey.name),
+            _ => continue,
+        };
+        if l == m {
+            continue;
+        }
+        seen.push(node.span.clone());
+        let key = path.join(".");
+        out.push(
+            Diagnostic::new(
+                "BS002",
+                node.span.clone(),
+                format!("`{key}` {l} builds the training loader at {site}, but it is {window}, not the micro batch this config declares ({} {m}): a loader yields one micro-batch per micro-step, so each reads {} micro-batches", mkey.name, l / m.max(1)),
+            )
+            .with_help(format!("set `{key}` to the micro batch, {m}, or build the loader with `{}`", mkey.name)),
+        );
+    }
+}
+
+/// The one entry, at any depth, whose key is one of `keys`; none when there are several.
+fn unique<'n>(root: &'n Node, keys: &[&str]) -> Option<(&'n Key, &'n Node)> {
+    fn walk<'n>(n: &'n Node, keys: &[&str], found: &mut Vec<(&'n Key, &'n Node)>, depth: usize) {
+        let Value::Map(entries) = &n.value else {
+            return;
+        };
+        if depth > 8 {
+            return;
+        }
+        if let Some(hit) = find(n, keys) {
+            found.push(hit);
+        }
+        for (_, v) in entries {
+            walk(v, keys, found, depth + 1);
+        }
+    }
+    let mut found = Vec::new();
+    walk(root, keys, &mut found, 0);
+    match found.as_slice() {
+        [one] => Some(*one),
+        _ => None,
     }
 }
 

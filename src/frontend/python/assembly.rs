@@ -178,6 +178,7 @@ impl<'s> Walker<'s> {
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
         self.facts.loader_batches = self.loader_batches(&assembled.loops);
         self.facts.batch_equations = self.batch_equations(tree, &assembled.loops);
+        self.facts.loader_keys = self.loader_keys();
         if !assembled.loops.is_empty() {
             self.facts.token_means = self.token_means();
         }

@@ -438,6 +438,54 @@ impl<'s> Walker<'s> {
         out
     }
 
+    /// The config keys training loaders take their batch from: `cfg["data"]["batch_size"]`, or
+    /// `cfg.data.batch_size` where `cfg` is loaded from a file (`yaml.safe_load(...)`,
+    /// `OmegaConf.load(...)`), as a key path without the root.
+    pub(super) fn loader_keys(&self) -> Vec<(Vec<String>, Range<usize>)> {
+        let mut out = Vec::new();
+        for loader in &self.batch.loaders {
+            let Some(batch) = &loader.batch else {
+                continue;
+            };
+            let Some(text) = self.src.get(batch.clone()) else {
+                continue;
+            };
+            if !self.trains_on(&loader.call) {
+                continue;
+            }
+            if let Some(path) = self.key_path(text) {
+                out.push((path, batch.clone()));
+            }
+        }
+        out
+    }
+
+    /// `root["a"]["b"]` or `root.a.b` (a loaded config) as `["a", "b"]`.
+    fn key_path(&self, text: &str) -> Option<Vec<String>> {
+        let text = compact(text);
+        let word =
+            |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if let Some((root, rest)) = text.split_once('[') {
+            let mut path = Vec::new();
+            for part in rest.strip_suffix(']')?.split("][") {
+                let key = part
+                    .strip_prefix('"')
+                    .and_then(|p| p.strip_suffix('"'))
+                    .or_else(|| part.strip_prefix('\'').and_then(|p| p.strip_suffix('\'')))?;
+                path.push(key.to_string());
+            }
+            return (word(root) && path.iter().all(|k| word(k))).then_some(path);
+        }
+        let mut parts = text.split('.');
+        let root = parts.next()?;
+        let path: Vec<String> = parts.map(str::to_string).collect();
+        let loaded = self
+            .assigned_text
+            .get(root)
+            .is_some_and(|rhs| rhs.contains("load(") || rhs.contains("load_config("));
+        (loaded && !path.is_empty() && path.iter().all(|k| word(k))).then_some(path)
+    }
+
     /// The values of the file, seeded with what each factor is by its use.
     fn model<'t>(&'t self, tree: &'t Tree, loops: &[AccumLoop]) -> Model<'t, 's> {
         let mut seeds: HashMap<String, Factors> = HashMap::default();
