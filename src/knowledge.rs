@@ -52,6 +52,24 @@ pub struct DtypeRow {
     pub source: String,
 }
 
+/// The memory of one GPU (`rules/knowledge/gpus.toml`).
+#[derive(Debug, Deserialize)]
+pub struct GpuRow {
+    pub id: String,
+    pub names: Vec<String>,
+    /// The capacity as the vendor states it (`80 GB`).
+    pub stated: String,
+    /// The total the device reports.
+    pub bytes: f64,
+    pub source: String,
+    pub bytes_source: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct GpuTable {
+    gpu: Vec<GpuRow>,
+}
+
 /// Which model states a ZeRO stage divides over the data-parallel ranks.
 #[derive(Debug, Deserialize)]
 pub struct StageRow {
@@ -84,6 +102,7 @@ pub struct Knowledge {
     pub optimizers: Vec<OptimizerRow>,
     pub dtypes: Vec<DtypeRow>,
     pub stages: Vec<StageRow>,
+    pub gpus: Vec<GpuRow>,
 }
 
 fn table(name: &str) -> &'static str {
@@ -107,6 +126,9 @@ pub fn knowledge() -> &'static Knowledge {
             .unwrap_or_default(),
         stages: toml::from_str::<StageTable>(table("sharding"))
             .map(|t| t.stage)
+            .unwrap_or_default(),
+        gpus: toml::from_str::<GpuTable>(table("gpus"))
+            .map(|t| t.gpu)
             .unwrap_or_default(),
     })
 }
@@ -136,6 +158,40 @@ impl Knowledge {
     pub fn optimizer_by_id(&self, id: &str) -> Option<&OptimizerRow> {
         self.optimizers.iter().find(|o| o.id == id)
     }
+
+    /// The GPU a name means (`H100`, `a100-80gb`, `NVIDIA GeForce RTX 4090`); `Err` with the
+    /// GPUs it could mean when it names a family of several sizes (`A100`).
+    pub fn gpu(&self, name: &str) -> Result<&GpuRow, Vec<&GpuRow>> {
+        let n = gpu_key(name);
+        let exact = self
+            .gpus
+            .iter()
+            .find(|g| g.id == name || g.names.iter().any(|m| gpu_key(m) == n));
+        if let Some(g) = exact {
+            return Ok(g);
+        }
+        let family = match n.is_empty() {
+            true => Vec::new(),
+            false => self
+                .gpus
+                .iter()
+                .filter(|g| g.names.iter().any(|m| gpu_key(m).starts_with(&n)))
+                .collect(),
+        };
+        Err(family)
+    }
+}
+
+/// A GPU name as the lookup compares it: lowercase, without spaces, `-`, `_` and the vendor's
+/// brand words.
+fn gpu_key(name: &str) -> String {
+    let mut n = name.to_ascii_lowercase().replace([' ', '-', '_'], "");
+    for brand in ["nvidia", "geforce", "tesla", "amd", "instinct"] {
+        if let Some(rest) = n.strip_prefix(brand) {
+            n = rest.to_string();
+        }
+    }
+    n
 }
 
 /// An optimizer name as the lookup compares it: last segment, lowercase, no `-` or `_`.
@@ -159,6 +215,17 @@ mod tests {
         for d in &k.dtypes {
             assert!(!d.source.trim().is_empty(), "{} has no source", d.id);
         }
+        assert!(k.gpus.len() >= 18, "gpus.toml did not parse");
+        for g in &k.gpus {
+            assert!(g.source.starts_with("https://"), "{} has no source", g.id);
+            assert!(g.bytes > 1e10, "{}: {} bytes", g.id, g.bytes);
+        }
+        let id = |name: &str| k.gpu(name).map(|g| g.id.as_str()).map_err(|f| f.len());
+        assert_eq!(id("H100"), Ok("h100-sxm"));
+        assert_eq!(id("NVIDIA GeForce RTX 4090"), Ok("rtx-4090"));
+        assert_eq!(id("a100_80gb"), Ok("a100-80gb"));
+        assert_eq!(id("A100"), Err(2));
+        assert_eq!(id("TPU"), Err(0));
         // Each stage shards what the one before it does, and one more state.
         let sharded: Vec<(bool, bool, bool)> = (0..=3)
             .filter_map(|n| k.stage(n))

@@ -269,6 +269,62 @@ fn a_project_run_is_estimated_with_its_evidence() {
 }
 
 #[test]
+fn gpus_by_name_fsdp_spellings_and_long_sequences() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        let out = memlint(dir.path())
+            .arg("estimate")
+            .args(args)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // A GPU's name gives the memory the device reports (nvidia-smi: 81559 MiB for an H100).
+    let (code, out, _) = run(&[
+        "--params",
+        "7e9",
+        "--gpu-memory",
+        "H100",
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(code, Some(0));
+    let e: Value = serde_json::from_str(&out).expect("json");
+    let e = if e.is_array() { e[0].clone() } else { e };
+    let from = e["inputs"]["gpu_memory"]["from"].as_str().unwrap_or("");
+    assert!(from.contains("H100") && from.contains("81559 MiB"), "{e}");
+    let (code, _, err) = run(&["--params", "7e9", "--gpu-memory", "nvidia geforce rtx 4090"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&["--params", "7e9", "--gpu-memory", "A100"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("a100-40gb") && err.contains("a100-80gb"),
+        "{err}"
+    );
+    // FSDP's own spellings.
+    for s in [
+        "full_shard",
+        "FULL_SHARD",
+        "shard_grad_op",
+        "hybrid_shard",
+        "NO_SHARD",
+    ] {
+        let (code, _, err) = run(&["--params", "7e9", "--fsdp", s, "--dp", "8"]);
+        assert_eq!(code, Some(0), "--fsdp {s}: {err}");
+    }
+    // A sequence longer than the model's positions is warned about, not refused.
+    let (code, _, err) = run(&["--model", "gpt2", "--seq-len", "4096"]);
+    assert_eq!(code, Some(0));
+    assert!(err.contains("longer than the 1024 positions"), "{err}");
+    let (_, _, err) = run(&["--model", "gpt2", "--seq-len", "1024"]);
+    assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
 fn bad_inputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cases: &[(&[&str], &str)] = &[

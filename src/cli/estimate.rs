@@ -68,7 +68,8 @@ pub struct EstimateArgs {
     /// Micro-steps per optimizer step (gradients then live beside the activations).
     #[arg(long)]
     pub grad_accum: Option<u64>,
-    /// Memory of one GPU: `80GB`, `24GiB` (GB is 10^9 bytes, GiB 2^30, as written).
+    /// Memory of one GPU: `80GB`, `24GiB` (GB is 10^9 bytes, GiB 2^30, as written), or a GPU's
+    /// name (`H100`, `A100-40GB`, `RTX 4090`, `MI300X`): the total the device reports.
     #[arg(long)]
     pub gpu_memory: Option<String>,
     #[arg(long, value_enum, default_value = "text")]
@@ -95,6 +96,9 @@ pub enum FsdpArg {
     ShardGradOp,
     #[value(alias = "hybrid_shard", alias = "HYBRID_SHARD")]
     HybridShard,
+    // Every rank holds everything, as under DDP.
+    #[value(alias = "no_shard", alias = "NO_SHARD")]
+    NoShard,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -156,6 +160,34 @@ pub fn parse_memory(s: &str) -> Option<f64> {
     (v.is_finite() && v > 0.0).then_some(v * scale)
 }
 
+/// `--gpu-memory H100`: the memory the device reports, with the table's row as its source.
+fn gpu_memory(name: &str) -> Result<Given<f64>, String> {
+    match knowledge().gpu(name) {
+        Ok(g) => Ok(Given::new(
+            g.bytes,
+            format!(
+                "--gpu-memory {name}: {} MiB as the device reports it, {} stated",
+                (g.bytes / 1_048_576.0).round(),
+                g.stated
+            ),
+        )),
+        Err(family) if !family.is_empty() => {
+            let ids: Vec<&str> = family.iter().map(|g| g.id.as_str()).collect();
+            Err(format!(
+                "--gpu-memory: `{name}` comes in several sizes: give one of {}",
+                ids.join(", ")
+            ))
+        }
+        Err(_) => {
+            let ids: Vec<&str> = knowledge().gpus.iter().map(|g| g.id.as_str()).collect();
+            Err(format!(
+                "--gpu-memory: not a size or a known GPU: `{name}` (80GB, 24GiB, or one of {})",
+                ids.join(", ")
+            ))
+        }
+    }
+}
+
 /// The model named by `--model`: a path to a config (or a folder holding `config.json`), or a
 /// name in the table.
 pub fn shape_of(model: &str) -> Result<estimate::Shape, String> {
@@ -213,6 +245,7 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
                 FsdpArg::FullShard => Sharding::FullShard,
                 FsdpArg::ShardGradOp => Sharding::ShardGradOp,
                 FsdpArg::HybridShard => Sharding::HybridShard,
+                FsdpArg::NoShard => Sharding::None,
             },
             flag("fsdp"),
         )),
@@ -265,9 +298,10 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
     });
     i.gradient_accumulation = a.grad_accum.map(|v| Given::new(v, flag("grad-accum")));
     if let Some(g) = &a.gpu_memory {
-        let bytes = parse_memory(g)
-            .ok_or_else(|| format!("--gpu-memory: not a size: `{g}` (80GB, 24GiB)"))?;
-        i.gpu_memory = Some(Given::new(bytes, flag("gpu-memory")));
+        i.gpu_memory = Some(match parse_memory(g) {
+            Some(bytes) => Given::new(bytes, flag("gpu-memory")),
+            None => gpu_memory(g)?,
+        });
     }
     Ok(i)
 }
@@ -327,6 +361,9 @@ pub fn run(args: EstimateArgs) -> i32 {
     }
     let mut estimated = Vec::new();
     for (name, inputs) in runs {
+        if let Some(w) = longer_than_the_model(&inputs) {
+            eprintln!("memlint: warning: {name}: {w}");
+        }
         match estimate::estimate(&inputs) {
             Ok(e) => estimated.push(EstimatedRun { name, estimate: e }),
             Err(e) => {
@@ -341,6 +378,21 @@ pub fn run(args: EstimateArgs) -> i32 {
     };
     print!("{out}");
     0
+}
+
+/// A sequence length beyond the positions the model was built for: the model would need its
+/// position embeddings extended (RoPE scaling) or would fail, and the estimate is for a run
+/// that cannot start as given.
+fn longer_than_the_model(inputs: &Inputs) -> Option<String> {
+    let shape = inputs.shape.as_ref()?;
+    let max = shape.value.max_positions?;
+    let seq = inputs.seq_len.as_ref()?;
+    (seq.value > max).then(|| {
+        format!(
+            "sequence length {} ({}) is longer than the {max} positions {} was built for (max_position_embeddings, {}): the run needs the positions extended first (RoPE scaling for a rotary model)",
+            seq.value, seq.why, shape.value.id, shape.why
+        )
+    })
 }
 
 /// The runs the project launches, with what each says about its memory: every file analysed
