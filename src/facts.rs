@@ -68,6 +68,9 @@ pub struct Facts {
     pub opened_paths: Vec<(String, Range<usize>)>,
     /// Numbers bound to names that state a parameter count or a GPU's memory (`N_PARAMS = 7e9`).
     pub constants: Vec<NamedConstant>,
+    /// A GPT's shape written as constants, by the fields of nanoGPT's `GPTConfig` (`n_layer =
+    /// 12`, `n_embd = 768`): the value and where (`memlint estimate`).
+    pub model_fields: Vec<(String, u64, Range<usize>)>,
     /// `#SBATCH` directives of a batch script: `(option, value, span)`, option without dashes.
     pub sbatch: Vec<(String, String, Range<usize>)>,
     /// The parser had to recover from syntax errors: facts cover what parsed; never rewrite.
@@ -1018,6 +1021,7 @@ impl Facts {
         if !lin.is_constant() {
             return;
         }
+
         let role = crate::expr::role_of(name);
         if matches!(role, Role::ParamCount | Role::Gpu) {
             self.constants.push(NamedConstant {

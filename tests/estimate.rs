@@ -325,6 +325,43 @@ fn gpus_by_name_fsdp_spellings_and_long_sequences() {
 }
 
 #[test]
+fn a_gpt_written_as_constants_is_estimated_with_its_lines() {
+    let dir = project(&[
+        (
+            "train.py",
+            "import torch\nfrom model import GPT, GPTConfig\n\nout_dir = 'out'\nbatch_size = 12\nblock_size = 1024\nn_layer = 12\nn_head = 12\nn_embd = 768\ndropout = 0.0\n\nmodel = GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size))\noptimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)\n",
+        ),
+        (
+            "model.py",
+            "from dataclasses import dataclass\n\n\n@dataclass\nclass GPTConfig:\n    block_size: int = 1024\n    vocab_size: int = 50304\n    n_layer: int = 12\n    n_head: int = 12\n    n_embd: int = 768\n",
+        ),
+    ]);
+    let all = estimate_in(dir.path(), &[]);
+    let runs: Vec<&str> = all
+        .as_array()
+        .map(|a| a.iter().filter_map(|e| e["run"].as_str()).collect())
+        .unwrap_or_default();
+    // The script is a run; the module that declares the config is not.
+    assert_eq!(runs, ["train.py"], "{all}");
+    let e = &all[0];
+    let from = e["inputs"]["parameters"]["from"].as_str().unwrap_or("");
+    for part in [
+        "`n_layer = 12` at train.py:7",
+        "`n_embd = 768` at train.py:9",
+        "model.py:7",
+    ] {
+        assert!(from.contains(part), "{from} lacks {part}");
+    }
+    // GPT-2 small with the vocabulary padded to 50304: 124,439,808 + 47 x 768.
+    assert_eq!(e["inputs"]["parameters"]["value"], "124.48M", "{e}");
+    assert_eq!(e["inputs"]["sequence_length"]["value"], "1024", "{e}");
+    assert!(e["inputs"]["sequence_length"]["from"]
+        .as_str()
+        .unwrap_or("")
+        .contains("train.py:6"));
+}
+
+#[test]
 fn bad_inputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cases: &[(&[&str], &str)] = &[

@@ -204,15 +204,37 @@ pub fn from_config(path: &Path) -> Result<Shape, String> {
     let json: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not valid JSON: {e}", file.display()))?;
     // Multimodal configs nest the language model's shape.
-    let root = json.get("text_config").unwrap_or(&json);
+    from_json(
+        json.get("text_config").unwrap_or(&json),
+        &file.display().to_string(),
+    )
+}
+
+/// The fields of nanoGPT's `GPTConfig`, as training scripts also write them as constants.
+pub const GPT_FIELDS: &[&str] = &["n_layer", "n_head", "n_embd", "block_size", "vocab_size"];
+
+/// A GPT-2-style shape from `GPTConfig`'s fields (`block_size` is its positions); `None`
+/// without the layers, heads and width.
+pub fn gpt_from_fields(fields: &[(&str, u64)], vocab: u64, id: &str) -> Option<Shape> {
+    let get = |k: &str| fields.iter().find(|(f, _)| *f == k).map(|(_, v)| *v);
+    let mut json = serde_json::json!({
+        "model_type": "gpt2",
+        "n_layer": get("n_layer")?,
+        "n_head": get("n_head")?,
+        "n_embd": get("n_embd")?,
+        "vocab_size": get("vocab_size").unwrap_or(vocab),
+    });
+    if let Some(b) = get("block_size") {
+        json["n_positions"] = b.into();
+    }
+    from_json(&json, id).ok()
+}
+
+/// A shape from a config's keys (Hugging Face names, or GPT-2's `n_layer`, `n_embd`).
+fn from_json(root: &serde_json::Value, id: &str) -> Result<Shape, String> {
     let num = |keys: &[&str]| keys.iter().find_map(|k| root.get(*k)?.as_u64());
-    let missing = |what: &str, keys: &[&str]| {
-        format!(
-            "{}: no {what} (looked for {})",
-            file.display(),
-            keys.join(", ")
-        )
-    };
+    let missing =
+        |what: &str, keys: &[&str]| format!("{id}: no {what} (looked for {})", keys.join(", "));
     let field = |what: &str, keys: &[&str]| num(keys).ok_or_else(|| missing(what, keys));
     let hidden = field("hidden size", &["hidden_size", "n_embd", "d_model"])?;
     let layers = field(
@@ -250,7 +272,7 @@ pub fn from_config(path: &Path) -> Result<Shape, String> {
         .and_then(|v| v.as_bool())
         .unwrap_or(matches!(arch, "gpt2" | "bert" | "t5" | "opt" | "gemma"));
     let mut shape = Shape {
-        id: file.display().to_string(),
+        id: id.to_string(),
         aliases: Vec::new(),
         arch: arch.to_string(),
         layers,
@@ -267,7 +289,7 @@ pub fn from_config(path: &Path) -> Result<Shape, String> {
         max_positions: num(&["max_position_embeddings", "n_positions", "n_ctx"]),
         params: 0.0,
         params_source: "computed from the shape".into(),
-        source: file.display().to_string(),
+        source: id.to_string(),
     };
     shape.params = shape.params_from_shape();
     Ok(shape)

@@ -298,7 +298,11 @@ pub fn class_defaults(class: TsNode, src: &str, facts: &mut Facts) {
             literal(value, src, 0),
         ));
     }
-    if !entries.iter().any(|(k, _)| is_batch_key(&k.name)) {
+    // A batch config, or a GPT's shape (`GPTConfig`: `memlint estimate` reads its vocabulary).
+    if !entries
+        .iter()
+        .any(|(k, _)| is_batch_key(&k.name) || k.name == "n_embd")
+    {
         return;
     }
     let name = class

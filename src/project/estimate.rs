@@ -141,11 +141,15 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
                 })
             });
     }
+    let mut block = None;
+    if inputs.shape.is_none() && inputs.params.is_none() {
+        (inputs.shape, block) = code_shape(files, &members).unzip();
+    }
     if inputs.shape.is_none() && inputs.params.is_none() {
         return None;
     }
     inputs.micro_batch = number(MICRO_BATCH_KEYS);
-    inputs.seq_len = number(SEQ_KEYS);
+    inputs.seq_len = number(SEQ_KEYS).or(block.flatten());
     inputs.gradient_accumulation = number(ACCUM_KEYS);
     inputs.gpu_memory = keyed.iter().find_map(|k| {
         let n = k.node.as_number()?;
@@ -190,6 +194,66 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
         (_, at) => at.to_string(),
     };
     Some((name, inputs))
+}
+
+/// A GPT's shape from the constants of a file of the run (`n_layer = 12`, `n_head = 12`, `n_embd =
+/// 768`, as nanoGPT's `train.py` writes them), the vocabulary from the constants or from a
+/// `GPTConfig`-style dataclass of the project; and `block_size`, the sequence length it trains
+/// on.
+fn code_shape(files: &Files, members: &[Fid]) -> Option<(Given<est::Shape>, Option<Given<u64>>)> {
+    let (f, written) = members.iter().find_map(|&f| {
+        let mut fields: Vec<(&str, u64, usize)> = Vec::new();
+        for (name, v, span) in &files.facts(f).model_fields {
+            if !fields.iter().any(|(n, ..)| n == name) {
+                fields.push((name.as_str(), *v, span.start));
+            }
+        }
+        let has = |k: &str| fields.iter().any(|(n, ..)| *n == k);
+        (has("n_layer") && has("n_head") && has("n_embd")).then_some((f, fields))
+    })?;
+    let at = |offset: usize| files.site(f, offset);
+    let mut why: Vec<String> = written
+        .iter()
+        .filter(|(n, ..)| *n != "block_size")
+        .map(|(n, v, o)| format!("`{n} = {v}` at {}", at(*o)))
+        .collect();
+    let vocab = match written.iter().any(|(n, ..)| *n == "vocab_size") {
+        true => 0,
+        false => {
+            let (v, site) = config_vocab(files).unwrap_or((
+                50304,
+                "assumed: nanoGPT's `GPTConfig` default, GPT-2's 50257 padded to 50304".into(),
+            ));
+            why.push(format!("vocab_size {v} ({site})"));
+            v
+        }
+    };
+    let fields: Vec<(&str, u64)> = written.iter().map(|(n, v, _)| (*n, *v)).collect();
+    let id = format!("the GPT of {}", files.file(f).display);
+    let shape = est::shapes::gpt_from_fields(&fields, vocab, &id)?;
+    let block = written
+        .iter()
+        .find(|(n, ..)| *n == "block_size")
+        .map(|(_, v, o)| Given::new(*v, format!("`block_size` at {}", at(*o))));
+    Some((Given::new(shape, why.join(", ")), block))
+}
+
+/// `vocab_size` of a dataclass of the project that declares a GPT's fields (`GPTConfig`).
+fn config_vocab(files: &Files) -> Option<(u64, String)> {
+    files.units.iter().enumerate().find_map(|(i, u)| {
+        u.facts.inline_configs.iter().find_map(|c| {
+            if !matches!(c.kind, crate::facts::InlineKind::Dataclass { .. }) {
+                return None;
+            }
+            c.root.get("n_embd")?;
+            let v = c.root.get("vocab_size")?;
+            let n = v.as_number().filter(|n| *n >= 1.0 && n.fract() == 0.0)?;
+            Some((
+                n as u64,
+                format!("`vocab_size` at {}", files.site(Fid::Unit(i), v.span.start)),
+            ))
+        })
+    })
 }
 
 /// Precision, optimizer, sharding, offload, checkpointing and LoRA from the run's evidence.

@@ -2,6 +2,7 @@
 //! accumulation tests, instances) and the formulas they state.
 
 use super::*;
+use crate::estimate::shapes::GPT_FIELDS;
 use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
@@ -187,6 +188,15 @@ impl<'s> Walker<'s> {
                 Some(v) => self.module_numbers.insert(self.text(left), v),
                 None => self.module_numbers.remove(self.text(left)),
             };
+            // A script's model shape (`n_layer = 12`), for `memlint estimate`.
+            let whole = self
+                .number(right)
+                .filter(|v| *v >= 1.0 && v.fract() == 0.0 && *v < 1e9);
+            if let Some(v) = whole.filter(|_| GPT_FIELDS.contains(&target.as_str())) {
+                self.facts
+                    .model_fields
+                    .push((target.clone(), v as u64, right.byte_range()));
+            }
         }
         let value = self.value_of(right, 0);
         let rescaled = unparen(right);
