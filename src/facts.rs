@@ -994,6 +994,9 @@ pub enum InlineKind {
     Argparse,
 }
 
+/// The fields of nanoGPT's `GPTConfig`, as training scripts also write them as constants.
+pub const GPT_FIELDS: &[&str] = &["n_layer", "n_head", "n_embd", "block_size", "vocab_size"];
+
 /// A number bound to a name that says what it is (`N_PARAMS = 7_000_000_000`, `GPU_MEMORY_GB=40`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedConstant {

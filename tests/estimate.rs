@@ -362,6 +362,85 @@ fn a_gpt_written_as_constants_is_estimated_with_its_lines() {
 }
 
 #[test]
+fn fit_lists_configurations_that_do_fit_with_their_largest_micro_batch() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = memlint(root)
+        .args([
+            "estimate",
+            "fixtures/demo",
+            "--fit",
+            "--output-format",
+            "json",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let fits = runs[0]["fits"].as_array().cloned().unwrap_or_default();
+    assert!(!fits.is_empty(), "{runs}");
+    assert_eq!(runs[0]["gpu_memory_bytes"], 80e9);
+    // Each configuration, estimated with its flags, fits at its micro-batch and not at one more.
+    for f in &fits {
+        let flags: Vec<String> = f["flags"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str())
+                    .flat_map(|x| x.split(' ').map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let micro = f["micro_batch"].as_u64().unwrap_or(0);
+        assert!(micro >= 1, "{f}");
+        let at = |m: u64| {
+            let mut args: Vec<String> = vec!["fixtures/demo".into()];
+            args.extend(flags.iter().cloned());
+            args.extend(["--micro-batch".into(), m.to_string()]);
+            estimate_in(root, &args)[0]["fits"].clone()
+        };
+        assert_eq!(at(micro), Value::Bool(true), "{f}");
+        assert_eq!(at(micro + 1), Value::Bool(false), "{f}");
+    }
+    // The text names the flags.
+    let text = memlint(root)
+        .args(["estimate", "fixtures/demo", "--fit"])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("fits 80.0 GB (cheapest first)") && text.contains("1. --"),
+        "{text}"
+    );
+    // Without a GPU's memory there is nothing to fit.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = memlint(dir.path())
+        .args(["estimate", "--params", "7e9", "--fit"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fit needs the GPU's memory"));
+    let out = memlint(dir.path())
+        .args([
+            "estimate",
+            "--params",
+            "7e9",
+            "--gpu-memory",
+            "H100",
+            "--fit",
+            "--fit-allow",
+            "magic",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn bad_inputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cases: &[(&[&str], &str)] = &[

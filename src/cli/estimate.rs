@@ -72,6 +72,13 @@ pub struct EstimateArgs {
     /// name (`H100`, `A100-40GB`, `RTX 4090`, `MI300X`): the total the device reports.
     #[arg(long)]
     pub gpu_memory: Option<String>,
+    /// Search the configurations that fit --gpu-memory (sharding, checkpointing, offload) and
+    /// print them cheapest first, each with the largest micro-batch it allows.
+    #[arg(long)]
+    pub fit: bool,
+    /// What --fit may change beyond the run's training: lora, qlora, 8bit-optim.
+    #[arg(long, value_delimiter = ',', requires = "fit")]
+    pub fit_allow: Vec<String>,
     #[arg(long, value_enum, default_value = "text")]
     pub output_format: EstimateFormat,
     /// List the models of the shape table and exit.
@@ -359,6 +366,9 @@ pub fn run(args: EstimateArgs) -> i32 {
     if runs.is_empty() {
         runs.push(("the run the flags describe".into(), flags));
     }
+    if args.fit {
+        return fit_runs(&runs, &args);
+    }
     let mut estimated = Vec::new();
     for (name, inputs) in runs {
         if let Some(w) = longer_than_the_model(&inputs) {
@@ -378,6 +388,98 @@ pub fn run(args: EstimateArgs) -> i32 {
     };
     print!("{out}");
     0
+}
+
+/// `--fit`: for each run, the configurations that fit its GPU, cheapest first.
+fn fit_runs(runs: &[(String, Inputs)], args: &EstimateArgs) -> i32 {
+    let mut allow = estimate::fit::Allow::default();
+    for a in &args.fit_allow {
+        match a.as_str() {
+            "lora" => allow.lora = true,
+            "qlora" => allow.qlora = true,
+            "8bit-optim" => allow.optim_8bit = true,
+            other => {
+                eprintln!(
+                    "memlint: error: --fit-allow: unknown `{other}` (lora, qlora, 8bit-optim)"
+                );
+                return 2;
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for (name, inputs) in runs {
+        match estimate::fit::fit(inputs, allow) {
+            Ok(f) => found.push((name.as_str(), inputs, f)),
+            Err(e) => {
+                eprintln!("memlint: error: {name}: {e}");
+                return 2;
+            }
+        }
+    }
+    let out = match args.output_format {
+        EstimateFormat::Json => render_fit_json(&found),
+        EstimateFormat::Text => render_fit_table(&found),
+    };
+    print!("{out}");
+    0
+}
+
+type FitRun<'r> = (&'r str, &'r Inputs, Vec<estimate::fit::Fitting>);
+
+fn render_fit_table(found: &[FitRun<'_>]) -> String {
+    let gb = |b: f64| format!("{:.1} GB", b / 1e9);
+    let mut out = String::new();
+    for (k, (name, inputs, fits)) in found.iter().enumerate() {
+        if k > 0 {
+            out.push('\n');
+        }
+        let memory = inputs.gpu_memory.as_ref().map_or(0.0, |g| g.value);
+        out.push_str(&format!("{name}\n"));
+        if fits.is_empty() {
+            out.push_str(&format!(
+                "  nothing the search tries fits {}: more GPUs, a smaller model or --fit-allow lora,qlora,8bit-optim\n",
+                gb(memory)
+            ));
+            continue;
+        }
+        out.push_str(&format!("  fits {} (cheapest first):\n", gb(memory)));
+        for (i, f) in fits.iter().enumerate() {
+            let flags = match f.flags.is_empty() {
+                true => "as it is".to_string(),
+                false => f.flags.join(" "),
+            };
+            out.push_str(&format!(
+                "  {}. {flags}\n     micro-batch up to {}{}, peak {}\n",
+                i + 1,
+                f.micro_batch,
+                if f.micro_batch == estimate::fit::MICRO_MAX {
+                    " (the most tried)"
+                } else {
+                    ""
+                },
+                gb(f.total_bytes)
+            ));
+        }
+    }
+    out
+}
+
+fn render_fit_json(found: &[FitRun<'_>]) -> String {
+    let runs: Vec<serde_json::Value> = found
+        .iter()
+        .map(|(name, inputs, fits)| {
+            serde_json::json!({
+                "run": name,
+                "gpu_memory_bytes": inputs.gpu_memory.as_ref().map(|g| g.value),
+                "fits": fits.iter().map(|f| serde_json::json!({
+                    "flags": f.flags,
+                    "micro_batch": f.micro_batch,
+                    "total_bytes": f.total_bytes.round() as u64,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n"
 }
 
 /// A sequence length beyond the positions the model was built for: the model would need its

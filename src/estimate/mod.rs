@@ -6,6 +6,7 @@
 //! every input not given is assumed, and the assumption is named in the result.
 
 mod activations;
+pub mod fit;
 pub mod shapes;
 mod states;
 

@@ -210,9 +210,6 @@ pub fn from_config(path: &Path) -> Result<Shape, String> {
     )
 }
 
-/// The fields of nanoGPT's `GPTConfig`, as training scripts also write them as constants.
-pub const GPT_FIELDS: &[&str] = &["n_layer", "n_head", "n_embd", "block_size", "vocab_size"];
-
 /// A GPT-2-style shape from `GPTConfig`'s fields (`block_size` is its positions); `None`
 /// without the layers, heads and width.
 pub fn gpt_from_fields(fields: &[(&str, u64)], vocab: u64, id: &str) -> Option<Shape> {

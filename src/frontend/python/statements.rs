@@ -2,7 +2,7 @@
 //! accumulation tests, instances) and the formulas they state.
 
 use super::*;
-use crate::estimate::shapes::GPT_FIELDS;
+use crate::facts::GPT_FIELDS;
 use crate::frontend::fields::{PyField, PyKind};
 
 impl<'s> Walker<'s> {
