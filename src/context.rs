@@ -450,6 +450,16 @@ pub struct MemoryCase {
     pub off_gpu: Option<String>,
 }
 
+/// A run that starts in this file, with what it says about its memory.
+#[derive(Debug, Clone)]
+pub struct RunEstimate {
+    /// Where it starts and what it runs (`launch.sh:10: python train.py`).
+    pub name: String,
+    pub inputs: crate::estimate::Inputs,
+    /// The launch command or recipe in this file; empty for a file run on its own.
+    pub span: Range<usize>,
+}
+
 /// What rules see of the project around one file.
 #[derive(Debug, Clone, Default)]
 pub struct ProjectView {
@@ -458,7 +468,7 @@ pub struct ProjectView {
     pub memory: Vec<MemoryCase>,
     /// Each run that starts here, named, with what it says about its memory
     /// (`memlint estimate`).
-    pub estimates: Vec<(String, crate::estimate::Inputs)>,
+    pub estimates: Vec<RunEstimate>,
     /// `world-size` from the memlint configuration.
     pub world_setting: Option<u32>,
     /// The runs that start this file as their script.

@@ -64,7 +64,7 @@ fn unknown_selectors_name_their_flag_and_the_closest_codes() {
     assert_eq!(out, "");
     assert_eq!(
         err,
-        "memlint: error: unknown rule selector `MEM01X` in --select (closest: MEM010, MEM011, MEM001; `memlint rules` lists the codes)\n"
+        "memlint: error: unknown rule selector `MEM01X` in --select (closest: MEM010, MEM011, MEM012; `memlint rules` lists the codes)\n"
     );
     let (code, out, err) =
         stdout(memlint(dir.path()).args(["--extend-select", "GA", "--ignore", "ga01", "."]));

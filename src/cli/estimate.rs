@@ -512,9 +512,9 @@ fn project_runs(paths: &[PathBuf]) -> Result<Vec<(String, Inputs)>, String> {
     }
     let mut found: Vec<(String, Inputs)> = Vec::new();
     for r in &run.results {
-        for (name, inputs) in &r.training.project.estimates {
-            if !found.iter().any(|(n, _)| n == name) {
-                found.push((name.clone(), inputs.clone()));
+        for e in &r.training.project.estimates {
+            if !found.iter().any(|(n, _)| *n == e.name) {
+                found.push((e.name.clone(), e.inputs.clone()));
             }
         }
     }

@@ -119,7 +119,7 @@ impl Wanted {
                 }
                 "MEM003" => w.tables = true,
                 "MEM004" => w.units = true,
-                "MEM005" => {
+                "MEM005" | "MEM012" => {
                     w.memory = true;
                     w.batch = true;
                     w.fit = true;

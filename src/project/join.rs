@@ -7,7 +7,9 @@ use super::lookup::follow_nested;
 use super::memory::memory_case;
 use super::pins::{old_transformers, pinned_project, project_root};
 use super::runs::{launch_run, recipe_run, standalone_run, Run};
-use crate::context::{ConfigRef, ConfigUse, ExternalConfig, LaunchView, Located, ProjectView};
+use crate::context::{
+    ConfigRef, ConfigUse, ExternalConfig, LaunchView, Located, ProjectView, RunEstimate,
+};
 use std::path::{Path, PathBuf};
 
 /// Join the units of one lint run, reading only what is loaded: the units, and the files read
@@ -133,8 +135,13 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         if let Some((u, case)) = memory_case(&files, run, &lone) {
             views[u].memory.push(case);
         }
-        if let (Fid::Unit(u), Some(found)) = (run.origin, run_inputs(&files, run)) {
-            views[u].estimates.push(found);
+        if let (Fid::Unit(u), Some((name, inputs))) = (run.origin, run_inputs(&files, run)) {
+            let span = match (run.invocation, run.recipe) {
+                (Some(k), _) => units[u].facts.invocations[k].span.clone(),
+                (_, Some(c)) => files.config(run.origin, c).map_or(0..0, |n| n.span.clone()),
+                _ => 0..0,
+            };
+            views[u].estimates.push(RunEstimate { name, inputs, span });
         }
     }
     join_siblings(&mut files, &runs, &mut joined);

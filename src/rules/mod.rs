@@ -28,6 +28,7 @@ mod mem008;
 mod mem009;
 mod mem010;
 mod mem011;
+mod mem012;
 mod ml002;
 mod parts;
 mod requirement;
@@ -78,6 +79,7 @@ pub static RULES: &[&dyn Rule] = &[
     &bs003::TrainerDeepSpeedMismatch,
     &bs004::GlobalBatchMissingFactor,
     &mem005::TrainingDoesNotFit,
+    &mem012::RunDoesNotFit,
     &ml002::RepeatedKey,
 ];
 
