@@ -342,12 +342,15 @@ impl<'s> Walker<'s> {
                 else {
                     continue;
                 };
-                let Some(m) = self
-                    .micro_schedules
-                    .iter()
-                    .rev()
-                    .find(|m| m.name == *recv && self.iterates_over(&iterates, &m.loader, 0))
-                else {
+                // In a helper the loop's loader and scheduler are its parameters: the caller
+                // hands them over (`train_one_epoch(model, train_loader, opt, sched)`).
+                let header = lp.header.clone();
+                let handed = |param: &str, arg: &str| self.handed(param, arg, &header);
+                let Some(m) = self.micro_schedules.iter().rev().find(|m| {
+                    (m.name == *recv || handed(recv, &m.name))
+                        && (self.iterates_over(&iterates, &m.loader, 0)
+                            || words(&iterates).any(|w| handed(w, &m.loader)))
+                }) else {
                     continue;
                 };
                 // accelerate steps a prepared scheduler on the iterations that sync, so its
@@ -518,6 +521,84 @@ impl<'s> Walker<'s> {
             self.step_counters.iter().any(|c| c == counter) && self.schedule_length_reads(total)
         })
     }
+}
+
+impl<'s> Walker<'s> {
+    /// `param`, a parameter of the function of this file that holds `within`, is given `arg`
+    /// by a call of that function (by position or by keyword).
+    fn handed(&self, param: &str, arg: &str, within: &Range<usize>) -> bool {
+        let src = self.src;
+        let holder = self.def_texts.iter().find(|(_, text)| {
+            batch_model::offset_in(src, text)
+                .is_some_and(|at| at <= within.start && within.end <= at + text.len())
+        });
+        let Some((name, text)) = holder else {
+            return false;
+        };
+        let Some(params) = text
+            .find('(')
+            .and_then(|open| top_level_args(&text[open + 1..]))
+        else {
+            return false;
+        };
+        let names: Vec<&str> = params
+            .iter()
+            .map(|p| p.split([':', '=']).next().unwrap_or("").trim())
+            .filter(|p| *p != "self")
+            .collect();
+        let Some(index) = names.iter().position(|p| *p == param) else {
+            return false;
+        };
+        let bytes = src.as_bytes();
+        memchr::memmem::find_iter(bytes, format!("{name}(").as_bytes()).any(|at| {
+            let before = at.checked_sub(1).map(|i| bytes[i]);
+            let def = src[..at].trim_end().ends_with("def");
+            if def || before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return false;
+            }
+            let Some(args) = top_level_args(&src[at + name.len() + 1..]) else {
+                return false;
+            };
+            let keyword = args.iter().find_map(|a| {
+                let (k, v) = a.split_once('=')?;
+                (k.trim() == param && !v.starts_with('=')).then_some(v.trim())
+            });
+            let given = keyword.or_else(|| {
+                args.iter()
+                    .filter(|a| !a.contains('='))
+                    .nth(index)
+                    .map(|a| a.trim())
+            });
+            given == Some(arg)
+        })
+    }
+}
+
+/// The arguments of a call (or the parameters of a definition) that starts just after its `(`,
+/// split at the commas of its own level, up to its `)`.
+fn top_level_args(text: &str) -> Option<Vec<&str>> {
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut out = Vec::new();
+    for (i, b) in text.bytes().enumerate() {
+        match b {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' if depth > 0 => depth -= 1,
+            b')' => {
+                let last = text[start..i].trim();
+                if !last.is_empty() {
+                    out.push(last);
+                }
+                return Some(out);
+            }
+            b',' if depth == 0 => {
+                out.push(text[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The first positional argument of a call as written: `tqdm(loader, total=n)` → `loader`.
