@@ -432,7 +432,7 @@ impl<'s> Walker<'s> {
             local_counts: HashMap::default(),
             modulo_names: HashMap::default(),
             optimizer_names: Vec::new(),
-            scheduler_names: Vec::new(),
+            scheduler_names: statements::scheduler_names(src),
             scaler_names: Vec::new(),
             engine_names: Vec::new(),
             accelerator_names: Vec::new(),

@@ -5,6 +5,36 @@ use super::*;
 use crate::facts::GPT_FIELDS;
 use crate::frontend::fields::{PyField, PyKind};
 
+/// Names bound to a scheduler anywhere in the file (`cosine = CosineAnnealingLR(opt, ...)`,
+/// `sched = get_linear_schedule_with_warmup(...)`), read before the walk: a helper defined
+/// above the code that builds its scheduler steps it by that name.
+pub(super) fn scheduler_names(src: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in src.lines() {
+        let Some((left, right)) = line.trim_start().split_once('=') else {
+            continue;
+        };
+        let name = left.trim();
+        let ident =
+            |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let Some((callee, _)) = right.trim_start().split_once('(') else {
+            continue;
+        };
+        let callee = callee.trim();
+        let dotted = !callee.is_empty() && callee.split('.').all(ident);
+        let last = last_segment(callee).to_ascii_lowercase();
+        if ident(name)
+            && !right.starts_with('=')
+            && dotted
+            && (last.contains("schedule") || last.ends_with("lr"))
+            && !out.iter().any(|n| n == name)
+        {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
 impl<'s> Walker<'s> {
     // ---- statements -------------------------------------------------------------------------
 
