@@ -105,18 +105,17 @@ fn choices(base: &Inputs, allow: Allow) -> Vec<Vec<Option<Change>>> {
     };
     if dp > 1 && stage < 3 {
         let mut g = vec![None];
-        let options: [StageOption; 3] = if fsdp {
-            [
+        let options: Vec<StageOption> = if fsdp {
+            vec![
                 (2, "--fsdp shard-grad-op", 1, |i, w| {
                     i.sharding = Some(Given::new(Sharding::ShardGradOp, w))
                 }),
                 (3, "--fsdp full-shard", 4, |i, w| {
                     i.sharding = Some(Given::new(Sharding::FullShard, w))
                 }),
-                (9, "", 0, |_, _| {}),
             ]
         } else {
-            [
+            vec![
                 (1, "--zero 1", 1, |i, w| {
                     i.sharding = Some(Given::new(Sharding::Zero(1), w))
                 }),
@@ -129,7 +128,7 @@ fn choices(base: &Inputs, allow: Allow) -> Vec<Vec<Option<Change>>> {
             ]
         };
         for (s, flag, cost, apply) in options {
-            if s > stage && s <= 3 {
+            if s > stage {
                 g.push(change(flag, cost, apply));
             }
         }

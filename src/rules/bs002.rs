@@ -30,10 +30,12 @@ pub(super) const MICRO: &[&str] = &[
     "per_device_batch_size",
     "batch_size_per_gpu",
     "batch_size_per_device",
-    // A LightningCLI data module's batch (see `lightning_cli`).
-    "data.batch_size",
     "train_micro_batch_size",
 ];
+/// A LightningCLI data module's `batch_size`, the batch its loaders are built with: one
+/// process's micro batch (see `lightning_cli`).
+const DATA_BATCH: &str = "data.batch_size";
+
 /// Keys for the number of micro-steps per optimizer step.
 pub(super) const ACCUM: &[&str] = &[
     "gradient_accumulation_steps",
@@ -204,33 +206,47 @@ fn unique<'n>(root: &'n Node, keys: &[&str]) -> Option<(&'n Key, &'n Node)> {
 /// built with, one process's. A DDP strategy over `devices` x `num_nodes` fixes the world.
 fn lightning_cli(cx: &Checker<'_>, root: &Node) -> Option<(Node, Option<World>)> {
     let trainer = root.get("trainer")?;
-    let sections = ["trainer", "model", "data"].map(|name| {
-        root.get(name)
-            .map(|sec| sec.get("init_args").unwrap_or(sec))
-    });
+    let sections: Vec<(&str, &Node)> = ["trainer", "model", "data"]
+        .into_iter()
+        .filter_map(|name| {
+            let sec = root.get(name)?;
+            Some((name, sec.get("init_args").unwrap_or(sec)))
+        })
+        .collect();
+    // Within one section the map is read as it stands.
+    if sections
+        .iter()
+        .any(|(_, sec)| find(sec, GLOBAL).is_some() && find(sec, MICRO).is_some())
+    {
+        return None;
+    }
     let mut entries: Vec<(Key, Node)> = Vec::new();
-    for sec in sections.iter().flatten() {
+    for (section, sec) in &sections {
         let Value::Map(pairs) = &sec.value else {
             continue;
         };
-        let data = sections[2].is_some_and(|d| std::ptr::eq(d, *sec));
         for (k, v) in pairs {
             let name = k.name.to_ascii_lowercase();
-            let micro = data && name == "batch_size" && find(sec, MICRO).is_none();
-            if !micro
-                && ![GLOBAL, MICRO, ACCUM]
-                    .iter()
-                    .any(|keys| keys.contains(&name.as_str()))
+            let key = if *section == "data" && name == "batch_size" && find(sec, MICRO).is_none() {
+                Key {
+                    name: DATA_BATCH.into(),
+                    span: k.span.clone(),
+                }
+            } else if [GLOBAL, MICRO, ACCUM]
+                .iter()
+                .any(|keys| keys.contains(&name.as_str()))
             {
+                k.clone()
+            } else {
                 continue;
-            }
+            };
             if entries
                 .iter()
-                .any(|(e, _)| e.name.eq_ignore_ascii_case(&k.name))
+                .any(|(e, _)| e.name.eq_ignore_ascii_case(&key.name))
             {
                 return None;
             }
-            entries.push((k.clone(), v.clone()));
+            entries.push((key, v.clone()));
         }
     }
     let gathered = |keys: &[&str]| {
@@ -239,20 +255,8 @@ fn lightning_cli(cx: &Checker<'_>, root: &Node) -> Option<(Node, Option<World>)>
             .filter(|(k, _)| keys.contains(&k.name.to_ascii_lowercase().as_str()))
             .count()
     };
-    let micro = gathered(MICRO) + gathered(&["batch_size"]);
-    // Within one section the map is read as it stands.
-    let spread = sections
-        .iter()
-        .flatten()
-        .all(|sec| find(sec, GLOBAL).is_none() || find(sec, MICRO).is_none());
-    if gathered(GLOBAL) != 1 || micro != 1 || !spread {
+    if gathered(GLOBAL) != 1 || gathered(MICRO) + gathered(&[DATA_BATCH]) != 1 {
         return None;
-    }
-    // The data module's `batch_size`, read as the micro batch it is.
-    for (k, _) in &mut entries {
-        if k.name.eq_ignore_ascii_case("batch_size") {
-            k.name = "data.batch_size".into();
-        }
     }
     let number = |key: &str| match trainer.get(key).map(|n| &n.value) {
         Some(Value::Number(n)) if *n >= 1.0 && n.fract() == 0.0 => Some(*n as u64),
@@ -260,19 +264,18 @@ fn lightning_cli(cx: &Checker<'_>, root: &Node) -> Option<(Node, Option<World>)>
         _ => None,
     };
     let ddp = matches!(trainer.get("strategy").map(|n| &n.value), Some(Value::String(s)) if s.starts_with("ddp"));
-    let world =
-        match (ddp, number("devices"), number("num_nodes")) {
-            (true, Some(d), Some(n)) if d * n > 1 => Some(World {
-                processes: d * n,
-                data_parallel: d * n,
-                why: format!(
-                "{} processes from the trainer's `devices` x `num_nodes` with strategy `ddp` ({})",
-                d * n,
-                line_of(cx.file, trainer.get("devices").unwrap_or(trainer).span.start)
-            ),
-            }),
-            _ => None,
-        };
+    // `devices: auto` fixes no world size; the sections are judged without one.
+    let processes = number("devices")
+        .zip(number("num_nodes"))
+        .map_or(1, |(d, n)| d.saturating_mul(n));
+    let world = (ddp && processes > 1).then(|| World {
+        processes,
+        data_parallel: processes,
+        why: format!(
+            "{processes} processes from the trainer's `devices` x `num_nodes` with strategy `ddp` ({})",
+            line_of(cx.file, trainer.get("devices").unwrap_or(trainer).span.start)
+        ),
+    });
     let run = Node {
         value: Value::Map(entries),
         span: root.span.clone(),
@@ -318,7 +321,7 @@ fn check_map(
     } else {
         find(map, GLOBAL)?
     };
-    let (mkey, mnode) = find(map, MICRO)?;
+    let (mkey, mnode) = find(map, MICRO).or_else(|| find(map, &[DATA_BATCH]))?;
     let accum = find(map, ACCUM);
     let (Val::Num(g), Val::Num(m)) = (val(Some(gnode)), val(Some(mnode))) else {
         return None;

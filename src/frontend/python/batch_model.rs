@@ -1116,16 +1116,7 @@ pub(super) fn offset_in(src: &str, part: &str) -> Option<usize> {
 
 /// `text` reads `name` as a whole name (not `name_b` or `x.name`... a prefix `self.` is part of it).
 fn word_in(text: &str, name: &str) -> bool {
-    if name.is_empty() {
-        return false;
-    }
-    let part = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'.';
-    let t = text.as_bytes();
-    memchr::memmem::find_iter(t, name.as_bytes()).any(|at| {
-        let before = at.checked_sub(1).map(|i| t[i]);
-        let after = t.get(at + name.len()).copied();
-        !before.is_some_and(part) && !after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
-    })
+    !name.is_empty() && word_positions(text, name).next().is_some()
 }
 
 /// Where `name` stands as a whole word (not an attribute's tail).

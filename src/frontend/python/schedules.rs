@@ -528,10 +528,15 @@ impl<'s> Walker<'s> {
     /// by a call of that function (by position or by keyword).
     fn handed(&self, param: &str, arg: &str, within: &Range<usize>) -> bool {
         let src = self.src;
-        let holder = self.def_texts.iter().find(|(_, text)| {
-            batch_model::offset_in(src, text)
-                .is_some_and(|at| at <= within.start && within.end <= at + text.len())
-        });
+        // The innermost function that holds it (a nested function is held by its outer one too).
+        let holder = self
+            .def_texts
+            .iter()
+            .filter(|(_, text)| {
+                batch_model::offset_in(src, text)
+                    .is_some_and(|at| at <= within.start && within.end <= at + text.len())
+            })
+            .min_by_key(|(_, text)| text.len());
         let Some((name, text)) = holder else {
             return false;
         };

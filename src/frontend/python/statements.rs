@@ -22,17 +22,23 @@ pub(super) fn scheduler_names(src: &str) -> Vec<String> {
         };
         let callee = callee.trim();
         let dotted = !callee.is_empty() && callee.split('.').all(ident);
-        let last = last_segment(callee).to_ascii_lowercase();
         if ident(name)
             && !right.starts_with('=')
             && dotted
-            && (last.contains("schedule") || last.ends_with("lr"))
+            && builds_scheduler(callee)
             && !out.iter().any(|n| n == name)
         {
             out.push(name.to_string());
         }
     }
     out
+}
+
+/// A callee that builds a learning-rate scheduler: its last segment holds `schedule` or ends in
+/// `lr` (`CosineAnnealingLR`, `get_linear_schedule_with_warmup`).
+fn builds_scheduler(callee: &str) -> bool {
+    let last = last_segment(callee).to_ascii_lowercase();
+    last.contains("schedule") || last.ends_with("lr")
 }
 
 impl<'s> Walker<'s> {
@@ -98,14 +104,17 @@ impl<'s> Walker<'s> {
                 if last.ends_with("gradscaler") && simple_target {
                     self.scaler_names.push(target.clone());
                 }
-                let schedule = last.contains("schedule") || last.ends_with("lr");
+                let schedule = builds_scheduler(callee);
                 // Built by a factory (`config.instantiate(cfg.lr_scheduler, ...)`): a scheduler
                 // by the name its steps are read by.
                 if simple_target && (schedule || last_segment(&target).contains("sched")) {
                     self.note_schedule_count(&target, right);
                 }
                 if simple_target && schedule {
-                    self.scheduler_names.push(target.clone());
+                    // Most are already known from the read before the walk.
+                    if !self.scheduler_names.contains(&target) {
+                        self.scheduler_names.push(target.clone());
+                    }
                     let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
                     if self.counts_accumulation(length, 0) {
                         self.facts.schedule_in_optimizer_steps = true;
@@ -214,14 +223,13 @@ impl<'s> Walker<'s> {
             }
         }
         if self.scope() == 0 {
-            match self.number(right) {
+            let number = self.number(right);
+            match number {
                 Some(v) => self.module_numbers.insert(self.text(left), v),
                 None => self.module_numbers.remove(self.text(left)),
             };
             // A script's model shape (`n_layer = 12`), for `memlint estimate`.
-            let whole = self
-                .number(right)
-                .filter(|v| *v >= 1.0 && v.fract() == 0.0 && *v < 1e9);
+            let whole = number.filter(|v| *v >= 1.0 && v.fract() == 0.0 && *v < 1e9);
             if let Some(v) = whole.filter(|_| GPT_FIELDS.contains(&target.as_str())) {
                 self.facts
                     .model_fields
