@@ -269,6 +269,15 @@ impl TrainingContext {
         for (i, m) in ev.optimizers.iter().enumerate() {
             let row = if m.value.name == "sgd" && m.value.momentum.is_some_and(|v| v != 0.0) {
                 k.optimizer_by_id("sgd-momentum")
+            } else if m.value.name == "rmsprop"
+                && (m.value.centered || m.value.momentum.is_some_and(|v| v != 0.0))
+            {
+                let momentum = m.value.momentum.is_some_and(|v| v != 0.0);
+                k.optimizer_by_id(match (m.value.centered, momentum) {
+                    (true, true) => "rmsprop-centered-momentum",
+                    (true, false) => "rmsprop-centered",
+                    _ => "rmsprop-momentum",
+                })
             } else if m.value.amsgrad {
                 k.optimizer_by_id("adam-amsgrad")
             } else if m.value.name == "adafactor" && m.value.beta1 {

@@ -12,6 +12,11 @@ pub struct Facts {
     /// Lookup tables of numbers: dict literals (`{"bf16": 2, "fp32": 4}`) and the values one name
     /// takes in the arms of an `if`/`elif` chain on a string (`if dtype == "bf16": nbytes = 2`).
     pub tables: Vec<Table>,
+    /// One optimizer's states copied out of a chain that chooses them per optimizer (MEM002).
+    pub copied_arms: Vec<CopiedArm>,
+    /// The functions (indexes into [`Facts::scopes`]) that test the optimizer by name in an
+    /// `if` chain or a `match` (`if optim == "adamw":`): their values are chosen per optimizer.
+    pub optimizer_tests: Vec<usize>,
     /// Decimal and binary memory units meeting in one calculation.
     pub unit_mismatches: Vec<UnitMismatch>,
     /// Losses divided by the accumulation factor by hand and handed to a framework that divides too.
@@ -333,6 +338,8 @@ pub struct OptimizerMention {
     pub momentum: Option<f64>,
     pub amsgrad: bool,
     pub beta1: bool,
+    /// `centered=True` (RMSprop keeps a mean of the gradients too).
+    pub centered: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1068,6 +1075,21 @@ impl Table {
             && !name.contains("byte")
             && !name.contains("multiplier")
     }
+}
+
+/// A product that repeats the value one arm of an `if` chain or a `match` on the optimizer
+/// assigns (`if optimizer == "adam": opt_mem = params * 4 * 2`), written as a term of a sum
+/// outside the arms: every optimizer is costed as that arm's.
+#[derive(Debug, Clone)]
+pub struct CopiedArm {
+    /// The repeated product.
+    pub span: Range<usize>,
+    /// The arm's keys (`adam`), its value as written there, and the name it assigns.
+    pub keys: Vec<String>,
+    pub arm: Range<usize>,
+    pub target: String,
+    /// What the chain tests (`optimizer`).
+    pub subject: String,
 }
 
 #[derive(Debug, Clone)]

@@ -32,6 +32,7 @@ pub fn evidence_of<'a>(roots: impl Iterator<Item = &'a Node>) -> Evidence {
                                     .and_then(Node::as_number),
                                 amsgrad: false,
                                 beta1: false,
+                                centered: false,
                             },
                             span: node.span.clone(),
                         });

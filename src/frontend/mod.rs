@@ -143,6 +143,7 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
                 momentum: None,
                 amsgrad: false,
                 beta1: false,
+                centered: false,
             },
             span,
         });

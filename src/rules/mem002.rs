@@ -130,13 +130,49 @@ impl Rule for WrongOptimizerMultiplier {
         let counts = |t: &Table| pairs.iter().any(|(_, c)| std::ptr::eq(*c, t));
         for table in tables.iter().filter(|t| !t.counts_states() && !counts(t)) {
             match pairs.iter().find(|(b, _)| std::ptr::eq(*b, table)) {
-                // Bytes per state beside a count of states: the product is per parameter.
-                Some((_, counts)) => check_product(table, counts, out),
+                // Bytes per state beside a count of states: a count of state tensors is the
+                // same at every precision, so a wrong one is reported alone; otherwise the
+                // product is per parameter.
+                Some((_, counts)) => {
+                    if !check_counts(counts, out) {
+                        check_product(table, counts, out)
+                    }
+                }
                 None => check_table(table, None, UNITS, out),
             }
         }
-        check_assignments(cx, out);
+        // A sum says more about a term (the weights' precision beside it) than the term alone.
         check_sums(cx, out);
+        check_assignments(cx, out);
+        check_copied_arms(cx, out);
+    }
+}
+
+/// One optimizer's states, chosen per optimizer by a chain, written again as a term of a sum
+/// outside the chain: that sum costs every optimizer as the copied arm's.
+fn check_copied_arms(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+    if cx.training.inference {
+        return;
+    }
+    for copy in &cx.facts.copied_arms {
+        let key = copy.keys.join("`/`");
+        let subject = match copy.subject.as_str() {
+            "" => "the optimizer".to_string(),
+            s => format!("`{s}`"),
+        };
+        let message = format!(
+            "`{}` is the `{key}` arm's optimizer states (line {}: `{} = {}`), written here whatever {subject} is: every other optimizer is costed as `{key}`",
+            cx.file.slice(&copy.span),
+            cx.file.lines.line_of(copy.arm.start) + 1,
+            copy.target,
+            cx.file.slice(&copy.arm),
+        );
+        out.push(
+            Diagnostic::new("MEM002", copy.span.clone(), message).with_help(format!(
+                "read `{}`, the states the chain chose for {subject}",
+                copy.target
+            )),
+        );
     }
 }
 
@@ -198,6 +234,56 @@ fn agrees_with_states(t: &Table) -> usize {
 }
 
 /// A table of bytes per state, judged through its count of states.
+/// A table of state tensors per optimizer (beside its bytes per state): a row whose count no
+/// variant of its optimizer keeps, where the other rows' counts are right. Whether one was
+/// reported.
+fn check_counts(counts: &Table, out: &mut Vec<Diagnostic>) -> bool {
+    let rows: Vec<(&TableEntry, Vec<&OptimizerRow>)> = counts
+        .entries
+        .iter()
+        .map(|e| (e, candidates(&e.key)))
+        .filter(|(_, c)| !c.is_empty())
+        .collect();
+    let keeps = |e: &TableEntry, c: &[&OptimizerRow]| c.iter().any(|r| close(e.value, r.states));
+    let wrong: Vec<_> = rows.iter().filter(|(e, c)| !keeps(e, c)).collect();
+    let right = rows.len() - wrong.len();
+    if wrong.is_empty() || right < 2 || wrong.len() >= right {
+        return false;
+    }
+    let mut seen: Vec<&std::ops::Range<usize>> = Vec::new();
+    for (e, c) in wrong {
+        let Some(row) = c.first() else { continue };
+        if seen.contains(&&e.value_span) {
+            continue;
+        }
+        seen.push(&e.value_span);
+        out.push(
+            Diagnostic::new(
+                "MEM002",
+                e.value_span.clone(),
+                format!(
+                    "`{}: {}` counts {} optimizer state tensors, but {} keeps {} per parameter (the table's other rows count the states each optimizer keeps)",
+                    e.key,
+                    fmt_num(e.value),
+                    fmt_num(e.value),
+                    row.display,
+                    fmt_num(row.states)
+                ),
+            )
+            .with_help(format!(
+                "count the states from the optimizer's table row ({})",
+                row.source
+            ))
+            .with_fix(Some(Fix {
+                applicability: Applicability::Unsafe,
+                message: format!("use {} for {}", fmt_num(row.states), row.display),
+                edits: vec![Edit::replace(e.value_span.clone(), fmt_num(row.states))],
+            })),
+        );
+    }
+    true
+}
+
 fn check_product(table: &Table, counts: &Table, out: &mut Vec<Diagnostic>) {
     let entries = table
         .entries
@@ -377,7 +463,21 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             .tables
             .iter()
             .any(|t| t.arms && t.name.as_deref().is_some_and(|n| mentions(text, n)));
-        if f.inference || from_arms {
+        // A function that chooses the states per optimizer (`if optim == "adamw": ...`) returns
+        // one row per optimizer; a name that calls its value a total (ZeRO's "model states" are
+        // weights, gradients and optimizer states) holds more than the states.
+        let chosen = cx.facts.optimizer_tests.contains(&f.scope);
+        let total = ["total", "sum", "model_state"]
+            .iter()
+            .any(|w| target.to_ascii_lowercase().contains(w));
+        // A value computed elsewhere (`return state_bytes / 1e9`) is judged where it is computed.
+        let elsewhere = f
+            .lin
+            .terms
+            .iter()
+            .any(|t| t.symbol_span.start < f.span.start || t.symbol_span.end > f.span.end);
+        let judged = out.iter().any(|d| d.range == f.span);
+        if f.inference || from_arms || chosen || total || elsewhere || judged {
             continue;
         }
         let lin = &f.lin;
@@ -388,16 +488,53 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         if lin.constant != 0.0 || !matches!(role, Role::Model | Role::ParamCount) {
             continue;
         }
-        let k: f64 = lin.terms.iter().map(|t| t.coef).sum();
-        // Model-size units: the least the states can be. Bytes per parameter (only when the name
-        // says bytes): between the 16-bit states and fp32 states plus a master copy.
+        let mut k: f64 = lin.terms.iter().map(|t| t.coef).sum();
+        // A count converted from bytes to a unit (`n * 8 / 2**20`): its bytes per parameter.
+        let divisors: Vec<f64> = lin
+            .terms
+            .iter()
+            .filter_map(|t| t.conversion.as_ref().map(|c| c.divisor))
+            .collect();
+        let converted = role == Role::ParamCount
+            && divisors.len() == lin.terms.len()
+            && divisors.windows(2).all(|d| d[0] == d[1]);
+        if let (true, Some(d)) = (converted, divisors.first()) {
+            k *= d;
+        }
+        // Model-size units: the least the states can be. Bytes per parameter (the name says
+        // bytes, or the value was converted from bytes): between the 16-bit states and fp32
+        // states plus a master copy.
         let (lo, hi, unit) = if role == Role::Model {
             let lo = optimizers
                 .iter()
                 .map(|o| o.row.state_multiplier_min())
                 .fold(f64::MAX, f64::min);
-            (lo, f64::MAX, "x the weights")
-        } else if target.to_ascii_lowercase().contains("byte") {
+            // Weights of a known precision (`model_gb = n * 4 / 1e9`) bound it above: fp32
+            // states of fp32 weights, or fp32 states and a master copy of 16-bit weights (with
+            // room for Adafactor's factored statistics).
+            let weight_bytes: Option<Vec<f64>> = lin
+                .terms
+                .iter()
+                .map(|t| Some(t.per_param? * t.conversion.as_ref().map_or(1.0, |c| c.divisor)))
+                .collect();
+            let most = |per: fn(&OptimizerRow) -> f64| {
+                optimizers
+                    .iter()
+                    .map(|o| per(o.row))
+                    .fold(f64::MIN, f64::max)
+                    + 0.05
+            };
+            let hi = match weight_bytes.as_deref() {
+                Some([w, rest @ ..]) if rest.iter().all(|x| close(*x, *w)) && close(*w, 4.0) => {
+                    most(|r| r.bytes_per_param_fp32 / 4.0)
+                }
+                Some([w, rest @ ..]) if rest.iter().all(|x| close(*x, *w)) && close(*w, 2.0) => {
+                    most(|r| (r.bytes_per_param_fp32 + 4.0) / 2.0)
+                }
+                _ => f64::MAX,
+            };
+            (lo, hi, "x the weights")
+        } else if converted || target.to_ascii_lowercase().contains("byte") {
             let lo = optimizers
                 .iter()
                 .map(|o| o.row.bytes_per_param_fp32.min(o.row.bytes_per_param_bf16))
@@ -432,7 +569,7 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             opt.origin.describe(),
         );
         let fix = match lin.terms.as_slice() {
-            [t] if short && (bound - bound.round()).abs() < 1e-9 => {
+            [t] if short && !converted && (bound - bound.round()).abs() < 1e-9 => {
                 t.literal.as_ref().map(|lit| Fix {
                     applicability: if matches!(opt.origin, crate::context::Origin::Assumed) {
                         Applicability::Unsafe

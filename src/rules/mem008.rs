@@ -87,7 +87,29 @@ impl Rule for ShardingDivisor {
                     },
                 },
             };
-            if let Some(d) = judge(cx, f, sharding, &why) {
+            // The stage read from this function's name holds for this formula only.
+            let by_name = f.stages.is_none() && facts.and_then(|s| s.named_stage()).is_some();
+            if let Some(mut d) = judge(cx, f, sharding, &why) {
+                // A term written in another function and reached through its return (`return
+                // self._zero1()` in `_zero2`, named for a stage) is reported where this formula
+                // reads it.
+                let elsewhere = by_name
+                    && cx.facts.formulas.iter().any(|g| {
+                        g.scope != f.scope
+                            && g.span.start <= d.range.start
+                            && d.range.end <= g.span.end
+                    });
+                if elsewhere && (d.range.start < f.span.start || d.range.end > f.span.end) {
+                    let read = cx.file.slice(&f.span).lines().next().unwrap_or("");
+                    let read = &read[..crate::source::floor_char_boundary(read, 60)];
+                    d.message = format!("{} (reached through `{}`)", d.message, read.trim_end());
+                    d.range = f.span.clone();
+                    // Its own finding: the function that wrote the term may be right.
+                    if !out.iter().any(|o| o.range == d.range) {
+                        out.push(d);
+                    }
+                    continue;
+                }
                 if reported.first(f) {
                     out.push(d);
                 }
@@ -179,9 +201,35 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
         .filter(|s| mask & (1 << s) != 0)
         .filter_map(|s| knowledge().stage(s))
         .collect();
+    // Whole bytes added and taken away again (`zero1(p) - 2 * p + 2 * p / n`: a state moved
+    // from whole to divided): what a named state says is no longer what the GPU keeps, so
+    // the bytes decide.
+    let whole_signs: Vec<bool> = f
+        .lin
+        .terms
+        .iter()
+        .filter(|t| t.role == Role::ParamCount && !is_sharded(t))
+        .map(|t| t.coef > 0.0)
+        .collect();
+    if whole_signs.contains(&true) && whole_signs.contains(&false) {
+        return judge_bytes(f, &rows, why);
+    }
+    // A whole term over another count than the divided ones (`4 * largest_layer_params`
+    // beside `18 * total_params / n`: ZeRO-3's gathered layer) is a buffer, no model state.
+    let divided_counts: Vec<&str> = terms
+        .iter()
+        .filter(|t| t.role == Role::ParamCount && is_sharded(t))
+        .map(|t| t.symbol.as_str())
+        .collect();
+    let buffer = |t: &Term| {
+        t.role == Role::ParamCount
+            && !is_sharded(t)
+            && !divided_counts.is_empty()
+            && !divided_counts.contains(&t.symbol.as_str())
+    };
     // Named states: the formula runs at every stage that reaches it, so each state must be
     // divided exactly when each of those stages shards it.
-    for t in &terms {
+    for t in terms.iter().filter(|t| !buffer(t)) {
         let (state, shards): (&str, fn(&StageRow) -> bool) = match component(t) {
             Component::Weights => ("the parameters", |r| r.params),
             Component::Grads => ("the gradients", |r| r.grads),
@@ -246,9 +294,10 @@ fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic>
             .filter(|t| divided || divided_counts.contains(&t.symbol.as_str()))
             // Divided by the model-parallel degree alone, a term is still whole here.
             .filter(|t| divided || !t.opaque || t.divided_by.is_some())
+            .map(|t| in_bytes(t.coef))
+            .sum::<f64>()
             // A budget subtracts what it needs (`cap - w - g / world`).
-            .map(|t| in_bytes(t.coef).abs())
-            .sum()
+            .abs()
     };
     let (whole, shared) = (bytes(false), bytes(true));
     if shared <= 0.0 {

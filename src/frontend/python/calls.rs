@@ -128,6 +128,7 @@ impl<'s> Walker<'s> {
                 momentum: None,
                 amsgrad: false,
                 beta1: false,
+                centered: false,
             };
             if let Some(args) = args {
                 let mut c = args.walk();
@@ -141,6 +142,7 @@ impl<'s> Walker<'s> {
                         "momentum" => m.momentum = Some(parse_number(v).unwrap_or(f64::NAN)),
                         "amsgrad" => m.amsgrad = v == "True",
                         "beta1" => m.beta1 = v != "None",
+                        "centered" => m.centered = v == "True",
                         _ => {}
                     }
                 }
@@ -823,18 +825,42 @@ impl<'s> Walker<'s> {
 }
 
 impl<'s> Walker<'s> {
-    /// `print("need", (w + g + o) / 2**30)`: an arithmetic argument of a printout states what
-    /// it prints, as an assigned total would.
+    /// `print("need", (w + g + o) / 2**30)`, `print(f"need {(w + g + o) / 2**30:.1f} GiB")`:
+    /// an arithmetic argument or interpolation of a printout states what it prints, as an
+    /// assigned total would.
     fn printed_arguments(&mut self, node: Node) {
         let Some(args) = node.field("arguments") else {
             return;
         };
         let mut c = args.walk();
-        let arithmetic: Vec<Node> = args
-            .named_children(&mut c)
-            .map(super::unparen)
-            .filter(|a| a.ty() == "binary_operator")
-            .collect();
+        let mut arithmetic: Vec<Node> = Vec::new();
+        for a in args.named_children(&mut c).map(super::unparen) {
+            if a.ty() == "string" {
+                // Of an f-string, the sums (`{(w + g + o) / 2**30:.1f}`): a single figure
+                // states no total.
+                let op = |n: Node| n.field("operator").map(|o| self.text(o));
+                let sum = |n: Node| {
+                    let n = match op(n) {
+                        Some("/" | "//") => n.field("left").map(super::unparen),
+                        _ => Some(n),
+                    };
+                    n.is_some_and(|n| {
+                        n.ty() == "binary_operator" && matches!(op(n), Some("+" | "-"))
+                    })
+                };
+                let mut cs = a.walk();
+                arithmetic.extend(
+                    a.named_children(&mut cs)
+                        .filter(|k| k.ty() == "interpolation")
+                        .filter_map(|k| k.field("expression").or_else(|| k.named_child(0)))
+                        .map(super::unparen)
+                        .filter(|e| sum(*e)),
+                );
+            } else {
+                arithmetic.push(a);
+            }
+        }
+        arithmetic.retain(|a| a.ty() == "binary_operator");
         for a in arithmetic {
             let value = self.value_of(a, 0);
             self.pend(PendingKind::Expr, value, a.byte_range());

@@ -1012,7 +1012,7 @@ impl<'s> Walker<'s> {
             .iter()
             .map(|s| ScopeFacts {
                 name: s.name.clone(),
-                tests: Topics::default(),
+                ..ScopeFacts::default()
             })
             .collect();
         let mut read = vec![false; scopes.len()];

@@ -322,9 +322,11 @@ impl<'s> Walker<'s> {
                 }
             }
         }
-        for (keys, block) in arms {
-            self.arm_entries(&keys, block);
+        for (keys, block) in &arms {
+            self.arm_entries(keys, *block);
         }
+        let subject = tested_operand(cond).map(|n| self.text(n).to_string());
+        self.copied_arms(node, subject, &arms);
     }
 
     /// `match dtype: case "bf16" | "fp16": return 2`.
@@ -337,6 +339,7 @@ impl<'s> Walker<'s> {
             .named_children(&mut c)
             .filter(|n| n.ty() == "case_clause")
             .collect();
+        let mut arms = Vec::new();
         for clause in clauses {
             let mut keys = Vec::new();
             let mut cc = clause.walk();
@@ -347,8 +350,282 @@ impl<'s> Walker<'s> {
             }
             if let Some(block) = clause.field("consequence") {
                 self.arm_entries(&keys, block);
+                arms.push((keys, block));
             }
         }
+        let subject = node.field("subject").map(|n| self.text(n).to_string());
+        self.copied_arms(node, subject, &arms);
+    }
+
+    /// Arms that choose an optimizer's states (`opt_mem = params * 4 * 2` under `optimizer ==
+    /// "adam"`, `params * 4` under `"sgd"`, `0` otherwise), and the values of the enclosing
+    /// function that repeat one arm's as a term of a sum (or a part of a dict or a call's
+    /// keywords) outside the arms, where the sum does not read the name the arms assign and no
+    /// test picks that arm's optimizer.
+    fn copied_arms(&mut self, chain: Node, subject: Option<String>, arms: &[(Vec<String>, Node)]) {
+        let k = knowledge();
+        let scope = self.scope();
+        if arms
+            .iter()
+            .flat_map(|(keys, _)| keys)
+            .any(|key| k.optimizer(key).is_some())
+            && !self.facts.optimizer_tests.contains(&scope)
+        {
+            self.facts.optimizer_tests.push(scope);
+        }
+        // Every assignment of the chain's blocks, keyed arms or not: (keys, target, value).
+        let mut assigned: Vec<(Vec<String>, String, String, Range<usize>)> = Vec::new();
+        let mut blocks: Vec<(Vec<String>, Node)> = arms.to_vec();
+        let mut c = chain.walk();
+        for alt in chain.children_by_field_name("alternative", &mut c) {
+            if let Some(b) = alt.field("body").or_else(|| alt.field("consequence")) {
+                if !blocks.iter().any(|(_, x)| x.id() == b.id()) {
+                    blocks.push((Vec::new(), b));
+                }
+            }
+        }
+        for (keys, block) in &blocks {
+            let keys: Vec<String> = keys
+                .iter()
+                .filter(|k2| k.optimizer(k2).is_some())
+                .cloned()
+                .collect();
+            let mut c = block.walk();
+            for s in block.named_children(&mut c) {
+                let Some(a) = s.named_child(0).filter(|a| a.ty() == "assignment") else {
+                    continue;
+                };
+                let (Some(l), Some(r)) = (a.field("left"), a.field("right")) else {
+                    continue;
+                };
+                let value = self
+                    .product_key(r)
+                    .unwrap_or_else(|| self.text(r).split_whitespace().collect());
+                assigned.push((
+                    keys.clone(),
+                    self.text(l).to_string(),
+                    value,
+                    r.byte_range(),
+                ));
+            }
+        }
+        // An optimizer's arm whose value no other arm of the same name takes.
+        let chosen: Vec<_> = assigned
+            .iter()
+            .filter(|(keys, target, value, span)| {
+                !keys.is_empty()
+                    && (value.contains('*') || self.number(unparen_at(chain, span)).is_some())
+                    && assigned.iter().any(|(_, t2, _, _)| t2 == target)
+                    && assigned
+                        .iter()
+                        .filter(|(_, t2, v2, _)| t2 == target && v2 != value)
+                        .count()
+                        > 0
+                    && !assigned
+                        .iter()
+                        .any(|(k2, t2, v2, _)| t2 == target && v2 == value && k2 != keys)
+            })
+            .collect();
+        if chosen.is_empty() {
+            return;
+        }
+        let mut function = chain;
+        while let Some(p) = function.parent() {
+            function = p;
+            if function.ty() == "function_definition" {
+                break;
+            }
+        }
+        let mut stack = vec![function];
+        let mut found = Vec::new();
+        while let Some(n) = stack.pop() {
+            if n.start_byte() >= chain.start_byte() && n.end_byte() <= chain.end_byte() {
+                continue;
+            }
+            // Nested functions are judged with their own chains.
+            if n.ty() == "function_definition" && n.id() != function.id() {
+                continue;
+            }
+            if matches!(n.ty(), "binary_operator" | "integer" | "float") {
+                let key = match n.ty() {
+                    "binary_operator" => self.product_key(n),
+                    _ => Some(self.text(n).to_string()),
+                };
+                let same: Vec<_> = chosen
+                    .iter()
+                    .filter(|c| Some(&c.2) == key.as_ref())
+                    .collect();
+                if let [(keys, target, _, arm)] = same.as_slice() {
+                    let literal = n.ty() != "binary_operator";
+                    if self.a_part(n, target, literal) && !self.picked_by(n, function, keys) {
+                        found.push(CopiedArm {
+                            span: n.byte_range(),
+                            keys: keys.clone(),
+                            arm: arm.clone(),
+                            target: target.clone(),
+                            subject: subject.clone().unwrap_or_default(),
+                        });
+                        continue;
+                    }
+                }
+            }
+            let mut c = n.walk();
+            stack.extend(n.named_children(&mut c));
+        }
+        found.sort_by_key(|f| f.span.start);
+        self.facts.copied_arms.extend(found);
+    }
+
+    /// A product of names and numbers, its factors sorted (`params * 4 * 2` and `2 * 4 *
+    /// params` are one value); `None` for anything else or a product of numbers alone.
+    fn product_key(&self, n: Node) -> Option<String> {
+        let mut factors = Vec::new();
+        let mut stack = vec![unparen(n)];
+        while let Some(n) = stack.pop() {
+            match n.ty() {
+                "binary_operator" if n.field("operator").map(|o| self.text(o)) == Some("*") => {
+                    stack.extend(n.field("left").map(unparen));
+                    stack.extend(n.field("right").map(unparen));
+                }
+                "identifier" | "attribute" => factors.push(self.text(n).to_string()),
+                "integer" | "float" => {
+                    let v = crate::config::parse_number(self.text(n))?;
+                    factors.push(format!("{v}"));
+                }
+                _ => return None,
+            }
+        }
+        let named = factors
+            .iter()
+            .any(|f| f.starts_with(|c: char| !c.is_ascii_digit()));
+        (factors.len() >= 2 && named).then(|| {
+            factors.sort();
+            factors.join("*")
+        })
+    }
+
+    /// A whole value (not a factor of a product) that is one part of a total that does not
+    /// read `target`: a term of a sum (possibly converted to a unit first: `(w + n * 8) /
+    /// 1e9`), or a value of a dict or of a call's keywords beside other parts. A bare number
+    /// counts only in a sum of three terms or more (`W + G + 8`).
+    fn a_part(&self, n: Node, target: &str, literal: bool) -> bool {
+        let op = |p: Node| p.field("operator").map(|o| self.text(o));
+        let Some(mut parent) = n.parent() else {
+            return false;
+        };
+        if parent.ty() == "binary_operator" && !matches!(op(parent), Some("+" | "-")) && literal {
+            return false;
+        }
+        if parent.ty() == "binary_operator" && op(parent) == Some("*") {
+            return false;
+        }
+        let reads = |whole: Node| {
+            let mut c = whole.walk();
+            let mut stack = vec![whole];
+            while let Some(x) = stack.pop() {
+                if matches!(x.ty(), "identifier" | "attribute") && self.text(x) == target {
+                    return true;
+                }
+                stack.extend(x.named_children(&mut c));
+            }
+            false
+        };
+        let mut at = n;
+        loop {
+            match parent.ty() {
+                "parenthesized_expression" => {}
+                "binary_operator"
+                    if !literal
+                        && matches!(op(parent), Some("/" | "//"))
+                        && parent.field("left").map(|l| l.id()) == Some(at.id()) => {}
+                "binary_operator" if matches!(op(parent), Some("+" | "-")) => {
+                    // The whole sum, and how many terms it adds.
+                    let sum = |p: &Node| {
+                        p.ty() == "parenthesized_expression"
+                            || (p.ty() == "binary_operator" && matches!(op(*p), Some("+" | "-")))
+                    };
+                    let mut top = parent;
+                    while let Some(p) = top.parent().filter(sum) {
+                        top = p;
+                    }
+                    let (mut terms, mut stack) = (0, vec![top]);
+                    while let Some(x) = stack.pop() {
+                        match x.ty() {
+                            "parenthesized_expression" => stack.extend(x.named_child(0)),
+                            "binary_operator" if sum(&x) => {
+                                stack.extend(x.field("left"));
+                                stack.extend(x.field("right"));
+                            }
+                            _ => terms += 1,
+                        }
+                    }
+                    // A bare number is read only in a total that is returned or assigned.
+                    let total = top
+                        .parent()
+                        .is_some_and(|p| matches!(p.ty(), "return_statement" | "assignment"));
+                    return (!literal || (terms >= 3 && total)) && !reads(top);
+                }
+                "pair" | "keyword_argument" if !literal => {
+                    let Some(container) = parent.parent() else {
+                        return false;
+                    };
+                    let mut c = container.walk();
+                    let parts = container
+                        .named_children(&mut c)
+                        .filter(|x| x.ty() == parent.ty())
+                        .count();
+                    return parts >= 3 && !reads(container);
+                }
+                _ => return false,
+            }
+            at = parent;
+            match parent.parent() {
+                Some(p) => parent = p,
+                None => return false,
+            }
+        }
+    }
+
+    /// Whether `n` is written under a test that picks one of `keys` (`if opt == "adam":`, an
+    /// `elif`, a `case "adam":`, `x if opt == "adam" else y`), below `function`.
+    fn picked_by(&self, n: Node, function: Node, keys: &[String]) -> bool {
+        let picks = |cond: Option<Node>| {
+            cond.is_some_and(|c| {
+                let (picked, negated) = self.test_keys(c);
+                !negated && picked.iter().any(|p| keys.contains(p))
+            })
+        };
+        let mut at = n;
+        while let Some(p) = at.parent() {
+            if p.id() == function.id() {
+                break;
+            }
+            let inside = |field: &str| p.field(field).map(|b| b.id()) == Some(at.id());
+            let picked = match p.ty() {
+                "if_statement" | "elif_clause" => {
+                    inside("consequence") && picks(p.field("condition"))
+                }
+                "conditional_expression" => {
+                    p.named_child(0).map(|b| b.id()) == Some(at.id()) && picks(p.named_child(1))
+                }
+                "case_clause" => {
+                    let mut strings = Vec::new();
+                    let mut c = p.walk();
+                    for pattern in p.named_children(&mut c) {
+                        if pattern.ty() == "case_pattern" {
+                            collect_strings(pattern, self.src, &mut strings, 0);
+                        }
+                    }
+                    strings.iter().any(|s| keys.contains(s))
+                }
+                _ => false,
+            };
+            if picked {
+                return true;
+            }
+            at = p;
+        }
+        false
     }
 
     /// The numbers one arm's block assigns to simple names or returns, under each key.
@@ -396,6 +673,35 @@ impl<'s> Walker<'s> {
                 .collect();
             self.arm_table(&target, returned, found);
         }
+    }
+}
+
+/// The node at `span` below `root` (an arm's value, found again by where it is written).
+fn unparen_at<'t>(root: Node<'t>, span: &Range<usize>) -> Node<'t> {
+    root.descendant_for_byte_range(span.start, span.end)
+        .map_or(root, unparen)
+}
+
+/// The operand a comparison tests against its keys (`optimizer` in `optimizer == "adam"`).
+fn tested_operand(cond: Node) -> Option<Node> {
+    let cond = unparen(cond);
+    match cond.ty() {
+        "comparison_operator" => {
+            let mut c = cond.walk();
+            let named: Vec<Node> = cond.named_children(&mut c).collect();
+            named
+                .into_iter()
+                .find(|n| !matches!(n.ty(), "string" | "tuple" | "list" | "set"))
+        }
+        "boolean_operator" | "not_operator" => cond
+            .field("left")
+            .or_else(|| cond.field("argument"))
+            .and_then(tested_operand),
+        "call" => cond
+            .field("function")
+            .and_then(|f| f.field("object"))
+            .map(unparen),
+        _ => None,
     }
 }
 
