@@ -2,7 +2,7 @@
 //! role is a model size or a parameter count; MEM005 also reads a parameter count from a model
 //! name in a config written in Python.
 
-use super::scan::{assigned_at, contains, identifier_at, is_ident, Scan};
+use super::scan::{assigned_at, contains, finder, has, identifier_at, is_ident, Scan, Word};
 use crate::config::parse_number;
 use crate::expr::{counts_parameters, is_memory_name, names_a_count, role_of, sizes_memory, Role};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
@@ -134,11 +134,13 @@ impl Scan<'_> {
     fn count_parameters(&self, named: bool) -> bool {
         const PARAMS_MAX: usize = 400;
         let lower = self.lower;
-        memchr::memmem::find_iter(lower, b"def ").any(|at| {
+        finder!(b"def ").find_iter(lower).any(|at| {
             let rest = &lower[at + 4..];
             let skip = rest.iter().take_while(|b| **b == b' ').count();
             let (start, end) = identifier_at(lower, at + 4 + skip, false);
+            // The name is ASCII: its lowercase is `lower`'s (`sizes_memory` reads it so).
             let def = start == at + 4 + skip
+                && (!named || may_size_memory(&lower[start..end]))
                 && (!named || self.text.get(start..end).is_some_and(sizes_memory))
                 && lower.get(end) == Some(&b'(');
             if !def {
@@ -149,7 +151,8 @@ impl Scan<'_> {
             let params = tail.split(')').next().unwrap_or("");
             params.split(',').any(|p| {
                 let name = p.split([':', '=']).next().unwrap_or("");
-                counts_parameters(name.trim().trim_start_matches('*'))
+                let name = name.trim().trim_start_matches('*');
+                may_count_parameters(name) && counts_parameters(name)
             }) && (!named || self.counts_memory_near(at))
         })
     }
@@ -166,7 +169,7 @@ impl Scan<'_> {
     /// count by that parameter's name. Near memory arithmetic only.
     fn count_argument(&self) -> bool {
         let lower = self.lower;
-        let argument = memchr::memchr2_iter(b'(', b',', lower).any(|at| {
+        let argument = |at: usize| {
             let after = &lower[at + 1..];
             let start = after.iter().take_while(|b| **b == b' ').count();
             if !after.get(start).is_some_and(u8::is_ascii_digit) {
@@ -178,8 +181,8 @@ impl Scan<'_> {
                 .count();
             let value = std::str::from_utf8(&after[start..start + len]).unwrap_or("");
             parse_number(value).is_some_and(|v| v >= 1e6) && self.counts_memory_near(at)
-        });
-        argument && self.count_parameters(false)
+        };
+        memchr::memchr2_iter(b'(', b',', lower).any(argument) && self.count_parameters(false)
     }
 
     /// A count's name assigned a number of parameters.
@@ -195,6 +198,16 @@ impl Scan<'_> {
             {
                 return false;
             }
+            // The name first: a count's name is rarer than a number.
+            let name_end = lower[..eq]
+                .iter()
+                .rposition(|b| *b != b' ')
+                .map_or(0, |i| i + 1);
+            let (start, end) = identifier_at(lower, name_end, false);
+            let name = self.text.get(start..end).unwrap_or("");
+            if end != name_end || !may_name_a_count(name) || !names_a_count(name) {
+                return false;
+            }
             let end = memchr::memchr3(b'\n', b'#', b';', after).unwrap_or(after.len());
             let value = std::str::from_utf8(&after[value_start..end]).unwrap_or("");
             let value = value.trim_end();
@@ -205,16 +218,7 @@ impl Scan<'_> {
             if !literal || !large {
                 return false;
             }
-            let name_end = lower[..eq]
-                .iter()
-                .rposition(|b| *b != b' ')
-                .map_or(0, |i| i + 1);
-            let (start, end) = identifier_at(lower, name_end, false);
-            let name = self.text.get(start..end).unwrap_or("");
-            end == name_end
-                && names_a_count(name)
-                && role_of(name) == Role::Unknown
-                && self.counts_memory_near(eq)
+            role_of(name) == Role::Unknown && self.counts_memory_near(eq)
         })
     }
 
@@ -222,43 +226,62 @@ impl Scan<'_> {
     /// `num_parameters()` and the like, or a name for billions of parameters.
     fn derived_sizes(&self) -> impl Iterator<Item = usize> + '_ {
         let lower = self.lower;
-        let numel = contains(lower, b"parameters()");
-        let words: &[&[u8]] = &[
-            b"num_parameters",
-            b"get_num_params",
-            b"num_params(",
-            b"get_nb_trainable",
-            b"get_memory_footprint",
-            b"billion",
-        ];
+        let numel = has!(lower, b"parameters()");
         // `numel()` of a parameter: the receiver names one, or the lines around iterate a
         // module's parameters (`n += p.numel()` under `for p in model.parameters():`).
-        let numels = memchr::memmem::find_iter(lower, b"numel")
-            .filter(move |_| numel)
+        let numels = numel
+            .then(|| finder!(b"numel").find_iter(lower))
+            .into_iter()
+            .flatten()
             .filter(move |&at| {
                 let (start, _) = identifier_at(lower, at.saturating_sub(2), false);
                 let receiver = &lower[start..at];
                 let lines = lines_before(lower, at, 3);
                 receiver.windows(5).any(|w| w == b"param")
-                    || memchr::memmem::find(lines, b"parameters(").is_some()
+                    || finder!(b"parameters(").find(lines).is_some()
             });
-        let named = words
-            .iter()
-            .flat_map(move |w| memchr::memmem::find_iter(lower, w));
-        let billions = [b"_b".as_slice(), b"_bn", b"_m", b"_mn", b"illion"]
-            .into_iter()
-            .flat_map(move |suffix| {
-                memchr::memmem::find_iter(lower, suffix).filter(move |&at| {
-                    let end = at + suffix.len();
-                    !lower.get(end).is_some_and(|b| is_ident(*b)) && {
-                        let (start, end) = identifier_at(lower, at, false);
-                        self.text
-                            .get(start..end)
-                            .is_some_and(|n| crate::expr::count_scale(n).is_some())
-                    }
-                })
-            });
-        numels.chain(named).chain(billions)
+        // The words that derive a count: `num_parameters`, `get_num_params`, `num_params(`,
+        // `get_nb_trainable`, `get_memory_footprint`, `billion`. The first three are found
+        // through `num_param` and `billion` through `illion`, one pass for each group.
+        let starts = |at: usize, word: &[u8]| lower[at..].starts_with(word);
+        let num_param = finder!(b"num_param").find_iter(lower).flat_map(move |at| {
+            let parameters = starts(at, b"num_parameters").then_some(at);
+            let get = (at >= 4 && starts(at - 4, b"get_num_params")).then(|| at - 4);
+            let call = starts(at, b"num_params(").then_some(at);
+            [parameters, get, call].into_iter().flatten()
+        });
+        let named = num_param
+            .chain(finder!(b"get_nb_trainable").find_iter(lower))
+            .chain(finder!(b"get_memory_footprint").find_iter(lower));
+        // A name ending in `_b`, `_bn`, `_m`, `_mn` or `illion` whose words count parameters
+        // in billions or millions (`count_scale`); `billion` anywhere is a word above.
+        let count_scale_at = move |at: usize, end: usize| {
+            !lower.get(end).is_some_and(|b| is_ident(*b)) && {
+                let (start, end) = identifier_at(lower, at, false);
+                self.text
+                    .get(start..end)
+                    .is_some_and(|n| crate::expr::count_scale(n).is_some())
+            }
+        };
+        let suffixes = |word: &'static memchr::memmem::Finder<'static>| {
+            // `_b` and `_bn` (`_m` and `_mn`) in one pass.
+            word.find_iter(lower).flat_map(move |at| {
+                let short = count_scale_at(at, at + 2).then_some(at);
+                let long =
+                    (lower.get(at + 2) == Some(&b'n') && count_scale_at(at, at + 3)).then_some(at);
+                [short, long].into_iter().flatten()
+            })
+        };
+        let illion = finder!(b"illion").find_iter(lower).flat_map(move |at| {
+            let billion = (at >= 1 && lower[at - 1] == b'b').then(|| at - 1);
+            let scaled = count_scale_at(at, at + 6).then_some(at);
+            [billion, scaled].into_iter().flatten()
+        });
+        numels
+            .chain(named)
+            .chain(illion)
+            .chain(suffixes(finder!(b"_b")))
+            .chain(suffixes(finder!(b"_m")))
     }
 
     /// MEM007-MEM010 read bytes per parameter: a parameter count multiplied or divided
@@ -375,18 +398,12 @@ impl Scan<'_> {
     /// Python is kept only with a batch key.
     pub(super) fn names_a_sized_model(&self) -> bool {
         let lower = &self.lower;
-        let flag = |w: &str| w.replace('_', "-");
-        let batch = BATCH_KEY_PARTS
-            .iter()
-            .any(|w| contains(lower, w.as_bytes()) || contains(lower, flag(w).as_bytes()))
-            || BATCH_KEY_NAMES
-                .iter()
-                .any(|w| contains(lower, w.as_bytes()));
-        if !batch {
+        if !self.names_a_batch_key() {
             return false;
         }
-        let keys = memchr::memmem::find_iter(lower, b"model")
-            .chain(memchr::memmem::find_iter(lower, b"_component_"));
+        let keys = finder!(b"model")
+            .find_iter(lower)
+            .chain(finder!(b"_component_").find_iter(lower));
         keys.into_iter().any(|at| {
             // torchtune names its model by `_component_` under `model`.
             self.config_key(at, at + 1, |k| {
@@ -394,6 +411,33 @@ impl Scan<'_> {
             })
             .is_some_and(|value| self.value_names_a_size(value))
         })
+    }
+
+    /// A batch key's part (or its flag, with `-`) or a batch key's name is written.
+    fn names_a_batch_key(&self) -> bool {
+        // The parts and their flags, searched for with kept searchers; the commonest (and
+        // shared with other checks) first.
+        static WORDS: OnceLock<Vec<memchr::memmem::Finder<'static>>> = OnceLock::new();
+        let words = WORDS.get_or_init(|| {
+            let flag = |w: &str| w.replace('_', "-").into_bytes();
+            BATCH_KEY_PARTS
+                .iter()
+                .flat_map(|w| [w.as_bytes().to_vec(), flag(w)])
+                .chain(BATCH_KEY_NAMES.iter().map(|w| w.as_bytes().to_vec()))
+                // Searched below as shared words.
+                .filter(|w| {
+                    !matches!(
+                        w.as_slice(),
+                        b"batch_size" | b"batch-size" | b"accumulate_grad_batches"
+                    )
+                })
+                .map(|w| memchr::memmem::Finder::new(&w).into_owned())
+                .collect()
+        });
+        self.has(Word::BatchSize)
+            || self.has(Word::BatchDash)
+            || self.has(Word::AccumulateGradBatches)
+            || words.iter().any(|w| w.find(self.lower).is_some())
     }
 
     /// Whether a string in the value after a key ending at `from` (up to the end of its line,
@@ -433,8 +477,13 @@ impl Scan<'_> {
     /// A name holding `byte` whose role is the optimizer's is assigned (`optimizer_bytes = ...`),
     /// or a function so named is defined (`def optimizer_bytes(n):` returns the count).
     fn assigns_state_bytes(&self) -> bool {
+        // Asked for every count multiplied in the file: answered once.
+        *self.state_bytes.get_or_init(|| self.find_state_bytes())
+    }
+
+    fn find_state_bytes(&self) -> bool {
         let lower = &self.lower;
-        memchr::memmem::find_iter(lower, b"byte").any(|at| {
+        finder!(b"byte").find_iter(lower).any(|at| {
             let (start, end) = identifier_at(lower, at, false);
             let rest = self.text[end..].trim_start_matches([' ', '\t']);
             let defined = self.text[..start]
@@ -445,6 +494,62 @@ impl Scan<'_> {
                 && role_of(&self.text[start..end]) == Role::Optimizer
         })
     }
+}
+
+/// A gate for [`counts_parameters`], true wherever it is, without allocating: it runs for
+/// every parameter of every function.
+fn may_count_parameters(name: &str) -> bool {
+    let n = name.as_bytes();
+    [
+        "n",
+        "p",
+        "psi",
+        "num",
+        "count",
+        "params",
+        "parameters",
+        "nparams",
+    ]
+    .iter()
+    .any(|w| n.eq_ignore_ascii_case(w.as_bytes()))
+        || n.windows(5).any(|w| w.eq_ignore_ascii_case(b"param"))
+}
+
+/// A gate for [`sizes_memory`] on a lowercase ASCII name, true wherever it is, without
+/// allocating: it runs for every function's name.
+fn may_size_memory(lower_name: &[u8]) -> bool {
+    lower_name.split(|b| *b == b'_').any(|w| {
+        matches!(
+            w,
+            b"bytes"
+                | b"mem"
+                | b"memory"
+                | b"gb"
+                | b"gib"
+                | b"mb"
+                | b"mib"
+                | b"vram"
+                | b"footprint"
+                | b"budget"
+        )
+    })
+}
+
+/// A gate for [`names_a_count`], true wherever it is, without allocating.
+fn may_name_a_count(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    [
+        "n",
+        "p",
+        "psi",
+        "params",
+        "parameters",
+        "nparams",
+        "num_param",
+        "n_param",
+    ]
+    .iter()
+    .any(|w| last.eq_ignore_ascii_case(w))
 }
 
 /// Whether an assigned value may fold to a parameter count: not a call (`sum(...)`,
@@ -509,7 +614,9 @@ fn sized_name_at(text: &str, at: usize) -> (Reading, usize) {
     };
     let role = |(s, e): (usize, usize)| text.get(s..e).map_or(Role::Unknown, role_of);
     let end = wide.1;
-    match role(ascii) {
+    // Read once: most names hold `model` and are read as nothing.
+    let ascii_role = role(ascii);
+    match ascii_role {
         Role::Model => return (Reading::Sized, end),
         Role::ParamCount if wide == ascii => return (Reading::Count(ascii.0, ascii.1), end),
         _ => {}
@@ -522,7 +629,7 @@ fn sized_name_at(text: &str, at: usize) -> (Reading, usize) {
         && (start + 1..=at).any(|k| {
             (bytes[k].is_ascii_alphabetic() || bytes[k] == b'_') && sized_name_in(text, k, name_end)
         });
-    if after_number || matches!(role(ascii), Role::ParamCount) {
+    if after_number || matches!(ascii_role, Role::ParamCount) {
         return (Reading::Sized, end);
     }
     (Reading::Neither, end)

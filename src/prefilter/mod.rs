@@ -56,7 +56,7 @@ mod units;
 
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
 use crate::source::Language;
-use scan::{assigned_at, contains, identifier_at, is_ident, Scan};
+use scan::{assigned_at, finder, has, identifier_at, is_ident, Scan, Word};
 
 /// What the rules reported for one file can use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -247,9 +247,7 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (wanted.global_batch && scan.batch_count(training_loop))
         || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
-        || (wanted.global_batch
-            && contains(scan.bytes, b"DistributedSampler")
-            && scan.sample_schedule());
+        || (wanted.global_batch && scan.has(Word::DistributedSampler) && scan.sample_schedule());
     Needs {
         parse,
         loop_model,
@@ -278,19 +276,23 @@ const BATCH_KEYS: &[&str] = &[
 
 impl Scan<'_> {
     fn directive(&self) -> bool {
-        contains(self.lower, b"memlint") || contains(self.lower, b"noqa")
+        has!(self.lower, b"memlint") || has!(self.lower, b"noqa")
     }
 
     /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
     /// with the batch its accumulation factor is derived from needs `DataLoader` and a division
     /// by a name holding `micro`.
     fn batch_key(&self) -> bool {
-        if contains(self.bytes, b"DataLoader") && self.divided_by_micro() {
+        if self.has(Word::DataLoader) && self.divided_by_micro() {
             return true;
         }
-        let axolotl = contains(self.lower, b"base_model");
-        let hits = memchr::memmem::find_iter(self.lower, b"batch_size")
-            .chain(memchr::memmem::find_iter(self.lower, b"batch-size"));
+        if !self.has(Word::BatchSize) && !self.has(Word::BatchDash) {
+            return false;
+        }
+        let axolotl = has!(self.lower, b"base_model");
+        let hits = finder!(b"batch_size")
+            .find_iter(self.lower)
+            .chain(finder!(b"batch-size").find_iter(self.lower));
         hits.into_iter().any(|at| {
             let batch = |k: &str| BATCH_KEYS.contains(&k) || (axolotl && k == "micro_batch_size");
             self.config_key(at, at + "batch_size".len(), batch)
@@ -306,28 +308,29 @@ impl Scan<'_> {
     /// Trainer's accumulation, or data parallelism. A script a launch runs is read whole: its
     /// launches show the rest.
     fn batch_count(&self, training_loop: bool) -> bool {
-        let micro = contains(self.bytes, b"DataLoader") || contains(self.lower, b"batch_size");
+        let micro = self.has(Word::DataLoader) || self.has(Word::BatchSize);
         // `word =` (a keyword or an assignment), not `==`.
-        let given = |word: &[u8]| {
-            memchr::memmem::find_iter(self.lower, word).any(|at| {
-                let rest = self.lower[at + word.len()..].trim_ascii_start();
+        let given = |word: &memchr::memmem::Finder| {
+            word.find_iter(self.lower).any(|at| {
+                let rest = self.lower[at + word.needle().len()..].trim_ascii_start();
                 rest.first() == Some(&b'=') && rest.get(1) != Some(&b'=')
             })
         };
         let count = || {
-            contains(self.lower, b"len(")
-                && (given(b"max_steps")
-                    || given(b"warmup_steps")
-                    || (training_loop && contains(self.lower, b"schedul")))
+            self.has(Word::Len)
+                && (given(finder!(b"max_steps"))
+                    || given(finder!(b"warmup_steps"))
+                    || (training_loop && has!(self.lower, b"schedul")))
         };
-        let rate = || given(b"lr") || given(b"learning_rate");
+        let rate = || given(finder!(b"lr")) || given(finder!(b"learning_rate"));
         let factor = || {
             training_loop
-                || contains(self.bytes, b"gradient_accumulation_steps")
-                || contains(self.bytes, b"DistributedDataParallel")
-                || contains(self.bytes, b"DistributedSampler")
-                || contains(self.bytes, b"init_process_group")
-                || memchr::memmem::find_iter(self.bytes, b"DDP(")
+                || self.has(Word::GradientAccumulationSteps)
+                || self.has(Word::DistributedDataParallel)
+                || self.has(Word::DistributedSampler)
+                || self.has(Word::InitProcessGroup)
+                || finder!(b"DDP(")
+                    .find_iter(self.bytes)
                     .any(|at| at == 0 || !is_ident(self.bytes[at - 1]))
         };
         micro && factor() && (count() || rate())
@@ -335,14 +338,14 @@ impl Scan<'_> {
 
     /// A loader's batch is judged in a loop that trains on it (BS002).
     fn training_loader(&self) -> bool {
-        contains(self.bytes, b"DataLoader") && contains(self.bytes, b"backward(")
+        self.has(Word::DataLoader) && has!(self.bytes, b"backward(")
     }
 
     /// A division by a name holding `micro` (`batch_size // micro_batch_size`,
     /// `cfg.batch_size / cfg.micro_batch_size`).
     fn divided_by_micro(&self) -> bool {
         let lower = self.lower;
-        memchr::memmem::find_iter(lower, b"micro").any(|at| {
+        finder!(b"micro").find_iter(lower).any(|at| {
             let before = lower[..at]
                 .iter()
                 .rev()
@@ -356,8 +359,9 @@ impl Scan<'_> {
     /// (or `:`, an annotated assignment), and a product (`*`).
     fn global_batch(&self) -> bool {
         let lower = self.lower;
-        contains(self.bytes, b"*")
-            && memchr::memmem::find_iter(lower, b"batch").any(|at| {
+        memchr::memchr(b'*', self.bytes).is_some()
+            && self.has(Word::Batch)
+            && finder!(b"batch").find_iter(lower).any(|at| {
                 let (start, end) = identifier_at(lower, at, false);
                 let name = &lower[start..end];
                 assigned_at(&lower[end..])
@@ -371,17 +375,17 @@ impl Scan<'_> {
     /// `lr`) from `len(` divided by a batch (a name holding `batch` or `bs`).
     fn sample_schedule(&self) -> bool {
         let lower = self.lower;
-        contains(lower, b"len(")
-            && (contains(lower, b"batch") || contains(lower, b"bs"))
-            && (contains(lower, b"schedul") || contains(lower, b"lr"))
+        self.has(Word::Len)
+            && (self.has(Word::Batch) || has!(lower, b"bs"))
+            && (has!(lower, b"schedul") || has!(lower, b"lr"))
     }
 
     /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or
     /// `init_process_group`.
     fn data_parallel(&self) -> bool {
-        contains(self.bytes, b"DDP")
-            || contains(self.bytes, b"DistributedDataParallel")
-            || contains(self.bytes, b"init_process_group")
+        has!(self.bytes, b"DDP")
+            || self.has(Word::DistributedDataParallel)
+            || self.has(Word::InitProcessGroup)
     }
 
     /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, or `def compute_loss(`
@@ -389,21 +393,21 @@ impl Scan<'_> {
     fn trainer_loss(&self) -> bool {
         // `compute_loss_func` followed by `=` (a keyword), or `compute_loss` followed by `(` (a
         // definition) in a file that names a causal LM.
-        let followed = |word: &[u8], by: u8| {
-            memchr::memmem::find_iter(self.bytes, word).any(|at| {
-                self.bytes[at + word.len()..]
+        let followed = |word: &memchr::memmem::Finder, by: u8| {
+            word.find_iter(self.bytes).any(|at| {
+                self.bytes[at + word.needle().len()..]
                     .iter()
                     .find(|b| !matches!(**b, b' ' | b'\t'))
                     == Some(&by)
             })
         };
         // The rarer word first.
-        contains(self.bytes, b"compute_loss")
-            && contains(self.bytes, b"gradient_accumulation_steps")
-            && (followed(b"compute_loss_func", b'=')
-                || (followed(b"compute_loss", b'(')
-                    && (contains(self.bytes, b"CausalLM")
-                        || contains(self.bytes, b"ConditionalGeneration"))))
+        has!(self.bytes, b"compute_loss")
+            && self.has(Word::GradientAccumulationSteps)
+            && (followed(finder!(b"compute_loss_func"), b'=')
+                || (followed(finder!(b"compute_loss"), b'(')
+                    && (has!(self.bytes, b"CausalLM")
+                        || has!(self.bytes, b"ConditionalGeneration"))))
     }
 
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
@@ -411,25 +415,26 @@ impl Scan<'_> {
     /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
     /// `accumulate_grad_batches`.
     fn training_loop(&self) -> bool {
-        let attribute = |word: &[u8]| {
-            memchr::memmem::find_iter(self.bytes, word)
-                .any(|i| !self.bytes.get(i + word.len()).is_some_and(|b| is_ident(*b)))
+        let attribute = |word: &memchr::memmem::Finder| {
+            let len = word.needle().len();
+            word.find_iter(self.bytes)
+                .any(|i| !self.bytes.get(i + len).is_some_and(|b| is_ident(*b)))
         };
         // `backward` is rarer than `.step`: read for it first. Without one, only a clip before a
         // GradScaler's step in a file that never unscales is judged.
-        let backward = contains(self.lower, b"backward")
-            && (attribute(b".backward")
-                || attribute(b".manual_backward")
-                || attribute(b".backward_loss"));
+        let backward = has!(self.lower, b"backward")
+            && (attribute(finder!(b".backward"))
+                || attribute(finder!(b".manual_backward"))
+                || attribute(finder!(b".backward_loss")));
         let scaled_clip = || {
-            contains(self.lower, b"clip_grad_")
-                && contains(self.lower, b"scaler")
-                && !contains(self.lower, b"unscale_")
+            has!(self.lower, b"clip_grad_")
+                && has!(self.lower, b"scaler")
+                && !has!(self.lower, b"unscale_")
         };
-        contains(self.lower, b"accumulate_grad_batches")
-            || contains(self.lower, b".accumulate(")
+        self.has(Word::AccumulateGradBatches)
+            || has!(self.lower, b".accumulate(")
             || ((backward || scaled_clip())
-                && (attribute(b".step") || attribute(b".optimizer_step")))
+                && (attribute(finder!(b".step")) || attribute(finder!(b".optimizer_step"))))
     }
 }
 
@@ -554,6 +559,64 @@ mod tests {
         assert!(yes("p.add_argument(\"--global-batch-size\", default=8)\n"));
         assert!(!yes("per_device_train_batch_size = 8\n"));
         assert!(needs_parse(Language::Shell, "echo hi\n", all));
+    }
+
+    /// Edge cases of the checks that share searches or read words in one pass: the decisions
+    /// are the ones each check made alone.
+    #[test]
+    fn shared_and_merged_searches_keep_decisions() {
+        let py = Language::Python;
+        let memory = Wanted {
+            memory: true,
+            ..Wanted::default()
+        };
+        let yes = |t: &str| needs_parse(py, t, memory);
+        // A derived count found through `num_param`, `illion`, `_b` and `_bn` in one pass each.
+        assert!(yes("n = get_num_params(m)\nprint(n * 2 / 1e9)\n"));
+        assert!(yes("n = m.num_parameters()\nprint(n * 2 / 1e9)\n"));
+        assert!(yes("n = num_params(m)\nprint(n * 2 / 1e9)\n"));
+        assert!(!yes("n = num_paramsx\nprint(n * 2 / 1e9)\n"));
+        assert!(yes("x = 3 # billion\nprint(x / 1e9)\n"));
+        assert!(yes("params_b = 7\nprint(params_b / 1e9)\n"));
+        assert!(yes("params_bn = 7\nprint(params_bn / 1e9)\n"));
+        assert!(yes("model_mn = 7\nprint(model_mn / 1e9)\n"));
+        assert!(!yes("params_bnx = 7\nprint(params_bnx / 1e9)\n"));
+        assert!(!yes("params_b = 7\n"));
+        // `numel()` counts only beside `parameters()`.
+        assert!(!yes("k = p.numel()\nprint(k / 1e9)\n"));
+        // A count's name assigned a large number, any case.
+        assert!(yes("N = 7e9\nprint(N * 2 / 2**30)\n"));
+        assert!(yes("num_param = 7e9\nprint(num_param * 2 / 2**30)\n"));
+        assert!(!yes("num_params2 = 7e9\nprint(num_params2 * 2 / 2**30)\n"));
+        // A memory helper's count parameter, its name in any case.
+        assert!(yes("def Train_MEM_gb(Psi):\n    return Psi * 2 / 1e9\n"));
+        assert!(!yes("def train_memo(P):\n    return P * 2 / 1e9\n"));
+        assert!(yes(
+            "def f(x, *NParams):\n    return 1\nprint(f(1, 13e9) / 2**30)\n"
+        ));
+        // A parameter count multiplied into a `*byte*` name asked about twice.
+        assert!(yes("a = n_params * 2\nb = n_params * 4\nadam_bytes = 8\n"));
+        // The batch rules' words, shared between checks.
+        let batch = Wanted {
+            batch: true,
+            global_batch: true,
+            ..Wanted::default()
+        };
+        assert!(needs_parse(
+            py,
+            "p.add_argument('--train-batch-size', default=8)\n",
+            batch
+        ));
+        assert!(needs_parse(
+            py,
+            "dl = DataLoader(ds, batch_size=bs // micro)\n",
+            batch
+        ));
+        assert!(!needs_parse(
+            py,
+            "dl = dataloader(ds)\nx = a / micro\n",
+            batch
+        ));
     }
 
     #[test]

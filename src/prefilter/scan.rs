@@ -1,12 +1,19 @@
 //! The scan of one file's text, and what every family's check reads with: words, identifiers,
 //! and where a config written in Python holds a key.
 
+use std::cell::{Cell, OnceCell};
+
 /// The scan of one file: its text and an ASCII-lowercased copy (`role_of`, the directives and
 /// the unit words ignore case; a lowercased copy lets the matchers vectorise).
 pub(super) struct Scan<'t> {
     pub(super) text: &'t str,
     pub(super) bytes: &'t [u8],
     pub(super) lower: &'t [u8],
+    /// Whether each [`Word`] is written, once asked: several checks read the same words, and
+    /// every search is a pass over the whole file.
+    words: [Cell<Option<bool>>; WORDS.len()],
+    /// Answers several checks share, found once (see their readers in `memory.rs`).
+    pub(super) state_bytes: OnceCell<bool>,
 }
 
 impl<'t> Scan<'t> {
@@ -15,13 +22,96 @@ impl<'t> Scan<'t> {
         lower.clear();
         lower.extend_from_slice(text.as_bytes());
         lower.make_ascii_lowercase();
+        Scan::over(text, lower)
+    }
+
+    /// The scan of `text` with its lowercased copy.
+    pub(super) fn over(text: &'t str, lower: &'t [u8]) -> Self {
         Scan {
             text,
             bytes: text.as_bytes(),
             lower,
+            words: Default::default(),
+            state_bytes: OnceCell::new(),
         }
     }
+
+    /// Whether `word` is written (in the lowercased text, or as written for a `Word` that
+    /// names a class), searched at most once per file.
+    pub(super) fn has(&self, word: Word) -> bool {
+        let cell = &self.words[word as usize];
+        if let Some(known) = cell.get() {
+            return known;
+        }
+        let in_lower = WORDS[word as usize].1;
+        let hay = if in_lower { self.lower } else { self.bytes };
+        let found = word_finders()[word as usize].find(hay).is_some();
+        cell.set(Some(found));
+        found
+    }
 }
+
+/// Words several checks search for: see [`Scan::has`].
+#[derive(Clone, Copy)]
+pub(super) enum Word {
+    DataLoader,
+    BatchSize,
+    BatchDash,
+    Batch,
+    Len,
+    AccumulateGradBatches,
+    DistributedDataParallel,
+    DistributedSampler,
+    InitProcessGroup,
+    GradientAccumulationSteps,
+}
+
+/// Each [`Word`]'s text, and whether it is searched in the lowercased text.
+const WORDS: [(&[u8], bool); 10] = [
+    (b"DataLoader", false),
+    (b"batch_size", true),
+    (b"batch-size", true),
+    (b"batch", true),
+    (b"len(", true),
+    (b"accumulate_grad_batches", true),
+    (b"DistributedDataParallel", false),
+    (b"DistributedSampler", false),
+    (b"init_process_group", false),
+    (b"gradient_accumulation_steps", false),
+];
+
+/// The searchers of [`WORDS`], built once.
+fn word_finders() -> &'static [memchr::memmem::Finder<'static>] {
+    static FINDERS: std::sync::OnceLock<Vec<memchr::memmem::Finder<'static>>> =
+        std::sync::OnceLock::new();
+    FINDERS.get_or_init(|| {
+        WORDS
+            .iter()
+            .map(|(needle, _)| memchr::memmem::Finder::new(needle))
+            .collect()
+    })
+}
+
+/// A searcher for a literal needle, built once where it is written: building one costs about
+/// as much as searching a small file.
+macro_rules! finder {
+    ($needle:expr) => {{
+        static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+            std::sync::OnceLock::new();
+        FINDER.get_or_init(|| memchr::memmem::Finder::new($needle))
+    }};
+}
+pub(super) use finder;
+
+/// Whether the literal `needle` is in `hay` (a kept searcher, see [`finder!`]).
+macro_rules! has {
+    ($hay:expr, $needle:expr) => {
+        $crate::prefilter::scan::finder!($needle)
+            .find($hay)
+            .is_some()
+    };
+}
+pub(super) use has;
 
 impl Scan<'_> {
     /// Where the value starts (after the `:`, the `=` or the flag) of the key around the word

@@ -4,7 +4,7 @@
 //! conditional, a `match`) in a file that assigns or returns a number; a quoted key given as a
 //! keyword beside a number for a `byte` or `multiplier` name (a keyword pair).
 
-use super::scan::{identifier_at, is_ident, Scan};
+use super::scan::{finder, identifier_at, is_ident, Scan};
 use crate::knowledge::{knowledge, normalize as optimizer_name};
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -176,7 +176,7 @@ fn number_near_key(
         .iter()
         .filter(|(open, key)| near(*open) && (optimizer_key(key) || also(*open)))
         .map(|(_, key)| key.to_string())
-        .chain(memchr::memmem::find_iter(lower, b"torch.").filter_map(|i| {
+        .chain(finder!(b"torch.").find_iter(lower).filter_map(|i| {
             let (_, end) = identifier_at(lower, i + 6, false);
             let key = std::str::from_utf8(&lower[i..end]).ok()?;
             (known_key(key) && near(i) && also(i)).then(|| key.to_string())
@@ -214,7 +214,9 @@ fn arm_numbers(code: &[u8]) -> impl Iterator<Item = f64> + '_ {
             after(j + 1)
         }
     });
-    let returned = memchr::memmem::find_iter(code, b"return").filter_map(move |i| after(i + 6));
+    let returned = finder!(b"return")
+        .find_iter(code)
+        .filter_map(move |i| after(i + 6));
     assigned.chain(returned)
 }
 
@@ -227,23 +229,59 @@ fn per_parameter(v: f64) -> bool {
 /// Lowercase dtype names, and optimizer names as the knowledge lookup normalises them.
 type Keys = HashSet<String, foldhash::fast::FixedState>;
 
-fn known_keys() -> &'static (Keys, Keys) {
-    static KEYS: OnceLock<(Keys, Keys)> = OnceLock::new();
+/// The known keys, and a bit for every (length, first byte, last byte) one of them has: most
+/// strings of a file miss every bit, and the bit costs less than a hash lookup.
+struct KnownKeys {
+    dtypes: Keys,
+    optimizers: Keys,
+    gate: [u64; 64],
+}
+
+impl KnownKeys {
+    fn slot(key: &[u8]) -> (usize, u64) {
+        let (first, last) = match key {
+            [first, .., last] => (*first, *last),
+            [only] => (*only, *only),
+            [] => (0, 0),
+        };
+        let h =
+            key.len().wrapping_mul(0x9e37) ^ (usize::from(first) << 4) ^ (usize::from(last) * 0x3d);
+        ((h >> 6) & 63, 1 << (h & 63))
+    }
+
+    /// False when no key has the length, first and last byte of `key`.
+    fn may_hold(&self, key: &[u8]) -> bool {
+        let (word, bit) = Self::slot(key);
+        self.gate[word] & bit != 0
+    }
+}
+
+fn known_keys() -> &'static KnownKeys {
+    static KEYS: OnceLock<KnownKeys> = OnceLock::new();
     KEYS.get_or_init(|| {
         let k = knowledge();
-        let dtypes = k
+        let dtypes: Keys = k
             .dtypes
             .iter()
             .flat_map(|d| d.names.iter())
             .map(|n| n.to_ascii_lowercase())
             .collect();
-        let optimizers = k
+        let optimizers: Keys = k
             .optimizers
             .iter()
             .flat_map(|o| o.names.iter())
             .map(|n| optimizer_name(n))
             .collect();
-        (dtypes, optimizers)
+        let mut gate = [0; 64];
+        for key in dtypes.iter().chain(&optimizers) {
+            let (word, bit) = KnownKeys::slot(key.as_bytes());
+            gate[word] |= bit;
+        }
+        KnownKeys {
+            dtypes,
+            optimizers,
+            gate,
+        }
     })
 }
 
@@ -266,7 +304,18 @@ fn normalized<'b>(key: &str, buf: &'b mut [u8; KEY_MAX]) -> Option<&'b str> {
 /// `knowledge().optimizer(key)` would find a row, for a key already in lowercase.
 fn optimizer_key(key: &str) -> bool {
     let mut buf = [0; KEY_MAX];
-    normalized(key, &mut buf).is_some_and(|k| known_keys().1.contains(k))
+    let keys = known_keys();
+    normalized(key, &mut buf)
+        .is_some_and(|k| keys.may_hold(k.as_bytes()) && keys.optimizers.contains(k))
+}
+
+/// A dtype name, whole or by its last segment, for a key already in lowercase.
+fn dtype_key(key: &str) -> bool {
+    let keys = known_keys();
+    let last = key.rsplit('.').next().unwrap_or(key);
+    let holds = |k: &str| keys.may_hold(k.as_bytes()) && keys.dtypes.contains(k);
+    // Without a `.` the key is its last segment.
+    (last.len() != key.len() && holds(key)) || holds(last)
 }
 
 /// `knowledge().dtype(key)` or `knowledge().optimizer(key)` would find a row, for a key
@@ -275,9 +324,7 @@ fn known_key(key: &str) -> bool {
     if key.is_empty() || key.len() > 2 * KEY_MAX {
         return false;
     }
-    let dtypes = &known_keys().0;
-    let last = key.rsplit('.').next().unwrap_or(key);
-    dtypes.contains(key) || dtypes.contains(last) || optimizer_key(key)
+    dtype_key(key) || optimizer_key(key)
 }
 
 /// A known key compared as the `if` chains, conditionals and `match` statements the frontend
@@ -297,7 +344,7 @@ fn compares_known_key(lower: &[u8], quoted: &[(usize, &str)]) -> bool {
         return true;
     }
     // `== torch.bfloat16`, `is torch.float32`, `in (torch.float16, torch.bfloat16)`
-    let attribute = memchr::memmem::find_iter(lower, b"torch.").any(|i| {
+    let attribute = finder!(b"torch.").find_iter(lower).any(|i| {
         let before = lower[..i].trim_ascii_end();
         let (_, end) = identifier_at(lower, i + 6, false);
         // `(` opens a tuple tested by `in`, not a call's arguments (`x.to(torch.float32)`).
@@ -329,7 +376,7 @@ fn compares_quoted(lower: &[u8]) -> bool {
         let len = memchr::memchr(quote, lower.get(open + 1..)?)?;
         std::str::from_utf8(&lower[open + 1..open + 1 + len]).ok()
     };
-    let equals = memchr::memmem::find_iter(lower, b"==").any(|at| {
+    let equals = finder!(b"==").find_iter(lower).any(|at| {
         if string_at(skip(at + 2)).is_some_and(known_key) {
             return true;
         }
@@ -345,7 +392,7 @@ fn compares_quoted(lower: &[u8]) -> bool {
                 .is_some_and(known_key)
     });
     equals
-        || memchr::memmem::find_iter(lower, b" in ").any(|at| {
+        || finder!(b" in ").find_iter(lower).any(|at| {
             let mut i = at + 4;
             while lower.get(i).is_some_and(|b| matches!(b, b' ' | b'\t')) {
                 i += 1;
