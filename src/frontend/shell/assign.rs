@@ -250,3 +250,65 @@ impl<'s> Walker<'s> {
         }
     }
 }
+
+impl<'s> Walker<'s> {
+    /// `case "$DTYPE" in bf16) BPP=2 ;; fp32) BPP=4 ;; esac`: the numbers each arm assigns, a
+    /// table keyed by the arms' dtype or optimizer names (MEM002, MEM003), as the arms of a
+    /// Python `match` are.
+    pub(super) fn case_table(&mut self, node: Node) {
+        let k = crate::knowledge::knowledge();
+        let known = |key: &str| k.dtype(key).is_some() || k.optimizer(key).is_some();
+        let mut tables: Vec<crate::facts::Table> = Vec::new();
+        let mut c = node.walk();
+        for item in node
+            .named_children(&mut c)
+            .filter(|n| n.kind() == "case_item")
+        {
+            let mut ci = item.walk();
+            let keys: Vec<String> = item
+                .children_by_field_name("value", &mut ci)
+                .map(|v| self.text(v).trim_matches(['"', '\'']).to_string())
+                .filter(|key| known(key))
+                .collect();
+            if keys.is_empty() {
+                continue;
+            }
+            let mut cs = item.walk();
+            for s in item.named_children(&mut cs) {
+                let (Some(name), Some(value)) = (s.field("name"), s.field("value")) else {
+                    continue;
+                };
+                if s.kind() != "variable_assignment" {
+                    continue;
+                }
+                let literal = self.text(value).trim_matches(['"', '\'']);
+                let Some(number) = parse_number(literal) else {
+                    continue;
+                };
+                let target = self.text(name).to_string();
+                let at = match tables.iter().position(|t| t.name.as_ref() == Some(&target)) {
+                    Some(i) => i,
+                    None => {
+                        tables.push(crate::facts::Table {
+                            name: Some(target),
+                            entries: Vec::new(),
+                            arms: true,
+                            returned: false,
+                        });
+                        tables.len() - 1
+                    }
+                };
+                tables[at]
+                    .entries
+                    .extend(keys.iter().map(|key| crate::facts::TableEntry {
+                        key: key.clone(),
+                        value: number,
+                        value_span: value.byte_range(),
+                    }));
+            }
+        }
+        self.facts
+            .tables
+            .extend(tables.into_iter().filter(|t| t.entries.len() >= 2));
+    }
+}

@@ -140,6 +140,7 @@ impl<'s> Walker<'s> {
                 self.sbatch(node);
             }
             "for_statement" => self.for_variable(node),
+            "case_statement" => self.case_table(node),
             "redirected_statement" => self.heredoc(node),
             "function_definition" => self.function_scope(node),
             "variable_assignment" => self.assignment(node),
