@@ -610,6 +610,7 @@ fn analyse_with(file: &SourceFile, reads: python::Reads) -> Result<Facts, String
                     };
                     Facts {
                         evidence,
+                        tables: crate::frontend::config::tables(&doc),
                         config: Some(doc),
                         pins,
                         ..Facts::default()

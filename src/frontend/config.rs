@@ -2,7 +2,7 @@
 
 use super::flag_evidence;
 use crate::config::{ConfigDoc, Node, Value};
-use crate::facts::{Evidence, Framework, Mention, OptimizerMention, Precision};
+use crate::facts::{Evidence, Framework, Mention, OptimizerMention, Precision, Table, TableEntry};
 
 /// What a config says about training: optimizer, precision, sharding, adapters.
 pub fn evidence(doc: &ConfigDoc) -> Evidence {
@@ -89,4 +89,51 @@ pub fn evidence_of<'a>(roots: impl Iterator<Item = &'a Node>) -> Evidence {
         }
     }
     ev
+}
+
+/// Mappings keyed by dtype or optimizer names with numbers (`bytes_per_param: {fp32: 4, bf16:
+/// 2}`, a JSON file of optimizer state bytes): tables MEM002 and MEM003 judge, as a dict in
+/// Python is. Flags written as numbers (`bf16: 1`, `fp16: 0`) are no table: three rows at least,
+/// one of them above 1.
+pub fn tables(doc: &ConfigDoc) -> Vec<Table> {
+    let k = crate::knowledge::knowledge();
+    let known = |key: &str| k.dtype(key).is_some() || k.optimizer(key).is_some();
+    let mut found = Vec::new();
+    let mut stack: Vec<(Option<&str>, &Node, usize)> =
+        doc.roots.iter().map(|r| (None, r, 0)).collect();
+    while let Some((name, node, depth)) = stack.pop() {
+        match &node.value {
+            Value::Map(entries) if depth < crate::config::MAX_DEPTH => {
+                let rows: Vec<TableEntry> = entries
+                    .iter()
+                    .filter(|(key, _)| known(&key.name))
+                    .filter_map(|(key, v)| {
+                        Some(TableEntry {
+                            key: key.name.clone(),
+                            value: v.as_number()?,
+                            value_span: v.span.clone(),
+                        })
+                    })
+                    .collect();
+                if rows.len() >= 3 && rows.iter().any(|r| r.value > 1.0) {
+                    found.push(Table {
+                        name: name.map(str::to_string),
+                        entries: rows,
+                        arms: false,
+                        returned: false,
+                    });
+                }
+                stack.extend(
+                    entries
+                        .iter()
+                        .map(|(key, v)| (Some(key.name.as_str()), v, depth + 1)),
+                );
+            }
+            Value::List(items) if depth < crate::config::MAX_DEPTH => {
+                stack.extend(items.iter().map(|v| (name, v, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    found
 }
