@@ -374,7 +374,7 @@ impl<'s> Walker<'s> {
             self.facts.optimizer_tests.push(scope);
         }
         // Every assignment of the chain's blocks, keyed arms or not: (keys, target, value).
-        let mut assigned: Vec<(Vec<String>, String, String, Range<usize>)> = Vec::new();
+        let mut assigned: Vec<(Vec<String>, String, String, Node)> = Vec::new();
         let mut blocks: Vec<(Vec<String>, Node)> = arms.to_vec();
         let mut c = chain.walk();
         for alt in chain.children_by_field_name("alternative", &mut c) {
@@ -401,26 +401,18 @@ impl<'s> Walker<'s> {
                 let value = self
                     .product_key(r)
                     .unwrap_or_else(|| self.text(r).split_whitespace().collect());
-                assigned.push((
-                    keys.clone(),
-                    self.text(l).to_string(),
-                    value,
-                    r.byte_range(),
-                ));
+                assigned.push((keys.clone(), self.text(l).to_string(), value, unparen(r)));
             }
         }
         // An optimizer's arm whose value no other arm of the same name takes.
         let chosen: Vec<_> = assigned
             .iter()
-            .filter(|(keys, target, value, span)| {
+            .filter(|(keys, target, value, written)| {
                 !keys.is_empty()
-                    && (value.contains('*') || self.number(unparen_at(chain, span)).is_some())
-                    && assigned.iter().any(|(_, t2, _, _)| t2 == target)
+                    && (value.contains('*') || self.number(*written).is_some())
                     && assigned
                         .iter()
-                        .filter(|(_, t2, v2, _)| t2 == target && v2 != value)
-                        .count()
-                        > 0
+                        .any(|(_, t2, v2, _)| t2 == target && v2 != value)
                     && !assigned
                         .iter()
                         .any(|(k2, t2, v2, _)| t2 == target && v2 == value && k2 != keys)
@@ -461,7 +453,7 @@ impl<'s> Walker<'s> {
                         found.push(CopiedArm {
                             span: n.byte_range(),
                             keys: keys.clone(),
-                            arm: arm.clone(),
+                            arm: arm.byte_range(),
                             target: target.clone(),
                             subject: subject.clone().unwrap_or_default(),
                         });
@@ -674,12 +666,6 @@ impl<'s> Walker<'s> {
             self.arm_table(&target, returned, found);
         }
     }
-}
-
-/// The node at `span` below `root` (an arm's value, found again by where it is written).
-fn unparen_at<'t>(root: Node<'t>, span: &Range<usize>) -> Node<'t> {
-    root.descendant_for_byte_range(span.start, span.end)
-        .map_or(root, unparen)
 }
 
 /// The operand a comparison tests against its keys (`optimizer` in `optimizer == "adam"`).
