@@ -58,8 +58,9 @@ pub(super) struct LossFuncArg {
 }
 
 /// Trainers that scale their loss for the window the way transformers' `Trainer` does. TRL's
-/// trainers normalise their own losses.
-const HF_TRAINERS: &[&str] = &["Trainer", "Seq2SeqTrainer"];
+/// `SFTTrainer` hands `num_items_in_batch` on to the Trainer's loss (TRL 0.13 to 1.9); its
+/// preference and RL trainers set `model_accepts_loss_kwargs = False`, and the Trainer divides.
+const HF_TRAINERS: &[&str] = &["Trainer", "Seq2SeqTrainer", "SFTTrainer"];
 
 impl<'s> Walker<'s> {
     /// A function or class definition, when the file writes `compute_loss`.
