@@ -2,6 +2,7 @@
 //! multiplier from here; none is hidden in rule code.
 
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 include!(concat!(env!("OUT_DIR"), "/catalog.rs"));
@@ -103,6 +104,9 @@ pub struct Knowledge {
     pub dtypes: Vec<DtypeRow>,
     pub stages: Vec<StageRow>,
     pub gpus: Vec<GpuRow>,
+    /// Every optimizer name, normalized, with its row's index: the lookup runs for every
+    /// optimizer a file mentions.
+    optimizer_names: HashMap<String, usize>,
 }
 
 fn table(name: &str) -> &'static str {
@@ -117,29 +121,38 @@ fn table(name: &str) -> &'static str {
 /// the test suite catches, so here it degrades to empty tables rather than a panic.
 pub fn knowledge() -> &'static Knowledge {
     static K: OnceLock<Knowledge> = OnceLock::new();
-    K.get_or_init(|| Knowledge {
-        optimizers: toml::from_str::<OptimizerTable>(table("optimizers"))
+    K.get_or_init(|| {
+        let optimizers: Vec<OptimizerRow> = toml::from_str::<OptimizerTable>(table("optimizers"))
             .map(|t| t.optimizer)
-            .unwrap_or_default(),
-        dtypes: toml::from_str::<DtypeTable>(table("dtypes"))
-            .map(|t| t.dtype)
-            .unwrap_or_default(),
-        stages: toml::from_str::<StageTable>(table("sharding"))
-            .map(|t| t.stage)
-            .unwrap_or_default(),
-        gpus: toml::from_str::<GpuTable>(table("gpus"))
-            .map(|t| t.gpu)
-            .unwrap_or_default(),
+            .unwrap_or_default();
+        let mut optimizer_names = HashMap::new();
+        for (i, o) in optimizers.iter().enumerate() {
+            for name in &o.names {
+                // The first row that holds a name keeps it.
+                optimizer_names.entry(normalize(name)).or_insert(i);
+            }
+        }
+        Knowledge {
+            optimizers,
+            optimizer_names,
+            dtypes: toml::from_str::<DtypeTable>(table("dtypes"))
+                .map(|t| t.dtype)
+                .unwrap_or_default(),
+            stages: toml::from_str::<StageTable>(table("sharding"))
+                .map(|t| t.stage)
+                .unwrap_or_default(),
+            gpus: toml::from_str::<GpuTable>(table("gpus"))
+                .map(|t| t.gpu)
+                .unwrap_or_default(),
+        }
     })
 }
 
 impl Knowledge {
     /// The row for an optimizer as written (`AdamW`, `adamw_torch`, `bnb.optim.AdamW8bit`).
     pub fn optimizer(&self, name: &str) -> Option<&OptimizerRow> {
-        let n = normalize(name);
-        self.optimizers
-            .iter()
-            .find(|o| o.names.iter().any(|m| normalize(m) == n))
+        let index = self.optimizer_names.get(&normalize(name))?;
+        self.optimizers.get(*index)
     }
 
     /// The row for a dtype as written (`bf16`, `torch.float16`, `half`).

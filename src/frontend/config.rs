@@ -106,11 +106,12 @@ pub fn tables(doc: &ConfigDoc) -> Vec<Table> {
             Value::Map(entries) if depth < crate::config::MAX_DEPTH => {
                 let rows: Vec<TableEntry> = entries
                     .iter()
-                    .filter(|(key, _)| known(&key.name))
                     .filter_map(|(key, v)| {
-                        Some(TableEntry {
+                        // The number first: most keys hold none, and the name lookup costs more.
+                        let value = v.as_number()?;
+                        known(&key.name).then(|| TableEntry {
                             key: key.name.clone(),
-                            value: v.as_number()?,
+                            value,
                             value_span: v.span.clone(),
                         })
                     })
