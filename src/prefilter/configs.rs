@@ -143,12 +143,20 @@ fn is_key_byte(b: u8) -> bool {
 
 /// A normalised key, or one of its dotted segments, is one the readers look at.
 fn known(key: &[u8]) -> bool {
-    std::iter::once(key)
-        .chain(key.split(|b| *b == b'.'))
-        .any(|k| {
-            WHOLE.iter().any(|w| k == w.as_bytes())
-                || PARTS.iter().any(|p| contains(k, p.as_bytes()))
-        })
+    // One automaton for every part: a data file asks about each of its keys.
+    static PARTS_SEARCH: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> =
+        std::sync::OnceLock::new();
+    let parts = PARTS_SEARCH.get_or_init(|| aho_corasick::AhoCorasick::new(PARTS).ok());
+    let has_part = |k: &[u8]| match parts {
+        Some(ac) => ac.is_match(k),
+        None => PARTS.iter().any(|p| contains(k, p.as_bytes())),
+    };
+    // A part found in the whole key is found in one of its segments too.
+    has_part(key)
+        || key
+            .split(|b| *b == b'.')
+            .any(|k| WHOLE.iter().any(|w| k == w.as_bytes()))
+        || WHOLE.iter().any(|w| key == w.as_bytes())
 }
 
 #[cfg(test)]
