@@ -88,6 +88,41 @@ struct StageTable {
     stage: Vec<StageRow>,
 }
 
+/// What a training process holds beyond its tensors (`rules/knowledge/runtime.toml`).
+#[derive(Debug, Deserialize, Default)]
+pub struct Runtime {
+    #[serde(default)]
+    pub step_temporary: Vec<StepTemporary>,
+    #[serde(default)]
+    pub allocator: AllocatorRow,
+    #[serde(default)]
+    pub context: FixedRow,
+    #[serde(default)]
+    pub nccl: FixedRow,
+}
+
+/// A temporary an optimizer's step allocates beside its states, in moments (one state's size).
+#[derive(Debug, Deserialize)]
+pub struct StepTemporary {
+    pub optimizer: String,
+    pub moments: f64,
+    pub source: String,
+}
+
+/// The caching allocator's cached-but-unused bytes per byte of the step's working set.
+#[derive(Debug, Deserialize, Default)]
+pub struct AllocatorRow {
+    pub fragmentation: f64,
+    pub source: String,
+}
+
+/// A fixed amount per GPU (the CUDA context, NCCL's buffers).
+#[derive(Debug, Deserialize, Default)]
+pub struct FixedRow {
+    pub bytes: f64,
+    pub source: String,
+}
+
 #[derive(Debug, Deserialize)]
 struct OptimizerTable {
     optimizer: Vec<OptimizerRow>,
@@ -104,6 +139,7 @@ pub struct Knowledge {
     pub dtypes: Vec<DtypeRow>,
     pub stages: Vec<StageRow>,
     pub gpus: Vec<GpuRow>,
+    pub runtime: Runtime,
     /// Every optimizer name, normalized, with its row's index: the lookup runs for every
     /// optimizer a file mentions.
     optimizer_names: HashMap<String, usize>,
@@ -144,6 +180,7 @@ pub fn knowledge() -> &'static Knowledge {
             gpus: toml::from_str::<GpuTable>(table("gpus"))
                 .map(|t| t.gpu)
                 .unwrap_or_default(),
+            runtime: toml::from_str::<Runtime>(table("runtime")).unwrap_or_default(),
         }
     })
 }
@@ -254,6 +291,14 @@ mod tests {
             ]
         );
         assert!(k.stages.iter().all(|s| !s.source.trim().is_empty()));
+        let r = &k.runtime;
+        assert!(r.context.bytes > 1e8, "runtime.toml did not parse");
+        assert!(r.nccl.bytes > 1e8 && r.allocator.fragmentation > 0.0);
+        for source in [&r.context.source, &r.nccl.source, &r.allocator.source] {
+            assert!(!source.trim().is_empty());
+        }
+        assert!(r.step_temporary.iter().all(|t| !t.source.is_empty()));
+        assert!(k.optimizer_by_id(&r.step_temporary[0].optimizer).is_some());
     }
 
     #[test]

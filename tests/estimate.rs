@@ -75,13 +75,15 @@ fn estimate_in(dir: &Path, args: &[String]) -> Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
-/// A quantity of the estimate: `total`, `allocated` (the total without the CUDA context, what
-/// `torch.cuda.max_memory_allocated` sees), `host`, or components joined by `+`.
+/// A quantity of the estimate: the peak a measurement gives (`allocated`, what
+/// `torch.cuda.max_memory_allocated` sees; `reserved`, `torch.cuda.max_memory_reserved`;
+/// `device`, nvidia-smi's used memory), `total` (the peak selected), `host`, or components
+/// joined by `+`.
 fn quantity(e: &Value, q: &str) -> f64 {
     let n = |v: &Value| v.as_f64().expect("number");
     match q {
         "total" => n(&e["total_bytes"]),
-        "allocated" => n(&e["total_bytes"]) - n(&e["breakdown"]["overhead"]),
+        "allocated" | "reserved" | "device" => n(&e["peaks"][q]),
         "host" => n(&e["host_bytes"]),
         parts => parts
             .split('+')
@@ -100,28 +102,60 @@ fn published_figures() {
     let analytic = rows.iter().filter(|r| r.kind == "analytic").count();
     let measured_rows = rows.iter().filter(|r| r.kind == "measured").count();
     assert!(
-        analytic + measured_rows >= 25 && measured_rows >= 15,
-        "need at least 25 rows, 15 measured"
+        analytic + measured_rows >= 40 && measured_rows >= 15,
+        "need at least 40 rows, 15 measured"
+    );
+    // The id's first word names the source; measured rows say which peak they measured.
+    let mut sources: Vec<&str> = rows.iter().filter_map(|r| r.id.split('-').next()).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    assert!(
+        sources.len() >= 4,
+        "rows from 4 sources at least: {sources:?}"
+    );
+    for r in rows.iter().filter(|r| r.kind == "measured") {
+        assert!(
+            ["allocated", "reserved", "device"].contains(&r.quantity.as_str()),
+            "{}: a measured row names the peak it measured, not `{}`",
+            r.id,
+            r.quantity
+        );
+    }
+    let measured_as = |q: &str| {
+        rows.iter()
+            .filter(|r| r.kind == "measured" && r.quantity == q)
+            .count()
+    };
+    assert!(measured_as("device") >= 5, "nvidia-smi figures");
+    assert!(
+        rows.iter()
+            .any(|r| r.kind == "measured" && r.args.iter().any(|a| a == "--quantize")),
+        "QLoRA rows"
     );
     let mut failures = Vec::new();
     let mut measured = Vec::new();
     println!(
-        "{:34} {:9} {:>10} {:>10} {:>8}  source",
-        "row", "kind", "published", "memlint", "error"
+        "{:40} {:9} {:9} {:>10} {:>10} {:>8}",
+        "row", "kind", "peak", "published", "memlint", "error"
     );
     for r in &rows {
         let e = estimate(&r.args);
         let got = quantity(&e, &r.quantity);
         let err = (got - r.expected_bytes) / r.expected_bytes * 100.0;
         println!(
-            "{:34} {:9} {:>8.2}GB {:>8.2}GB {:>+7.1}%  {}",
+            "{:40} {:9} {:9} {:>8.2}GB {:>8.2}GB {:>+7.1}%",
             r.id,
             r.kind,
+            if r.quantity.contains('+') {
+                "parts"
+            } else {
+                r.quantity.as_str()
+            },
             r.expected_bytes / 1e9,
             got / 1e9,
             err,
-            r.source
         );
+        assert!(!r.source.trim().is_empty(), "{}: no source", r.id);
         if r.kind == "measured" {
             measured.push(err.abs());
         }
@@ -187,6 +221,9 @@ fn the_table_names_inputs_and_assumptions() {
         "sharding ZeRO-3 (--zero)",
         "precision: bf16-mixed",
         "optimizer: AdamW",
+        "peak (device)",
+        "as nvidia-smi shows",
+        "peaks: allocated",
     ] {
         assert!(text.contains(want), "missing `{want}` in:\n{text}");
     }
@@ -204,6 +241,8 @@ fn json_holds_the_contract_keys() {
     ]);
     for key in [
         "total_bytes",
+        "peak",
+        "peaks",
         "breakdown",
         "host_bytes",
         "fits",
@@ -223,12 +262,34 @@ fn json_holds_the_contract_keys() {
     ] {
         assert!(e["breakdown"][part].is_number(), "no breakdown.{part}");
     }
+    // The device's peak is the default; the three levels hold one another.
+    assert_eq!(e["peak"], "device");
+    assert_eq!(e["total_bytes"], e["peaks"]["device"]);
+    let level = |k: &str| e["peaks"][k].as_f64().unwrap_or(0.0);
+    assert!(level("allocated") <= level("reserved") && level("reserved") < level("device"));
     // Pure bf16 AdamW: 2 + 2 + 4 bytes per parameter.
     assert_eq!(e["breakdown"]["weights"], 14_000_000_000u64);
     assert_eq!(e["breakdown"]["optimizer_states"], 28_000_000_000u64);
     // 56 GB of model states do not fit 24 GiB.
     assert_eq!(e["fits"], false);
     assert_eq!(e["inputs"]["gpu_memory"]["from"], "--gpu-memory");
+    // --peak selects what total_bytes gives; what must fit the GPU is still the device's peak.
+    for peak in ["allocated", "reserved", "device"] {
+        let p = estimate(&[
+            "--model".into(),
+            "llama-2-7b".into(),
+            "--lora-rank".into(),
+            "8".into(),
+            "--gpu-memory".into(),
+            "24GB".into(),
+            "--peak".into(),
+            peak.into(),
+        ]);
+        assert_eq!(p["peak"], peak);
+        assert_eq!(p["total_bytes"], p["peaks"][peak], "{p}");
+        let device = p["peaks"]["device"].as_f64().unwrap_or(0.0);
+        assert_eq!(p["fits"], device <= 24e9, "{p}");
+    }
 }
 
 #[test]

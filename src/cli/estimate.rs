@@ -2,7 +2,8 @@
 //! flags describe. A flag overrides what the project says.
 
 use crate::estimate::{
-    self, shapes, Attention, Checkpointing, Given, Inputs, Offload, Precision, Quantize, Sharding,
+    self, shapes, Attention, Checkpointing, Given, Inputs, Offload, Peak, Precision, Quantize,
+    Sharding,
 };
 use crate::knowledge::knowledge;
 use crate::lint::{lint, LintOptions};
@@ -72,6 +73,12 @@ pub struct EstimateArgs {
     /// name (`H100`, `A100-40GB`, `RTX 4090`, `MI300X`): the total the device reports.
     #[arg(long)]
     pub gpu_memory: Option<String>,
+    /// The peak to give: `allocated` (tensors alive, torch.cuda.max_memory_allocated),
+    /// `reserved` (and the caching allocator's cache, torch.cuda.max_memory_reserved) or
+    /// `device` (and the CUDA context and NCCL buffers: what nvidia-smi shows). Whichever is
+    /// given, the device's peak is what must fit --gpu-memory.
+    #[arg(long, value_enum)]
+    pub peak: Option<PeakArg>,
     /// Search the configurations that fit --gpu-memory (sharding, checkpointing, offload) and
     /// print them cheapest first, each with the largest micro-batch it allows.
     #[arg(long)]
@@ -106,6 +113,14 @@ pub enum FsdpArg {
     // Every rank holds everything, as under DDP.
     #[value(alias = "no_shard", alias = "NO_SHARD")]
     NoShard,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+pub enum PeakArg {
+    Allocated,
+    Reserved,
+    #[value(alias = "nvidia-smi")]
+    Device,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -304,6 +319,14 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
         Given::new(v, flag("attention"))
     });
     i.gradient_accumulation = a.grad_accum.map(|v| Given::new(v, flag("grad-accum")));
+    i.peak = a.peak.map(|p| {
+        let v = match p {
+            PeakArg::Allocated => Peak::Allocated,
+            PeakArg::Reserved => Peak::Reserved,
+            PeakArg::Device => Peak::Device,
+        };
+        Given::new(v, flag("peak"))
+    });
     if let Some(g) = &a.gpu_memory {
         i.gpu_memory = Some(match parse_memory(g) {
             Some(bytes) => Given::new(bytes, flag("gpu-memory")),
@@ -550,7 +573,8 @@ fn overlay(mut found: Inputs, flags: &Inputs) -> Inputs {
         quantize,
         attention,
         gradient_accumulation,
-        gpu_memory
+        gpu_memory,
+        peak
     );
     if flags.shape.is_some() && flags.params.is_none() {
         found.params = None;

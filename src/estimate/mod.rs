@@ -2,18 +2,21 @@
 //! with: model states by precision and optimizer (`states.rs`: fp32 master weights under mixed
 //! precision, ZeRO stages and FSDP strategies over the data-parallel degree, offload, LoRA and
 //! QLoRA), activations per layer after Korthikanti et al. 2022 and the logits (`activations.rs`),
-//! and the CUDA context. Every number comes from `rules/knowledge/` or is cited where it is used;
+//! and what the process holds beyond its tensors at three levels, allocated, reserved and
+//! device (`peaks.rs`). Every number comes from `rules/knowledge/` or is cited where it is used;
 //! every input not given is assumed, and the assumption is named in the result.
 
 mod activations;
 pub mod fit;
+mod peaks;
 pub mod shapes;
 mod states;
 
+pub use peaks::{Peak, Peaks};
 pub use shapes::Shape;
 pub use states::{model_states, Regime, States};
 
-use crate::knowledge::OptimizerRow;
+use crate::knowledge::{knowledge, OptimizerRow};
 
 /// How weights, gradients and optimizer states are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +181,8 @@ pub struct Inputs {
     pub gradient_accumulation: Option<Given<u64>>,
     /// GPU memory in bytes.
     pub gpu_memory: Option<Given<f64>>,
+    /// The peak `total_bytes` gives (the device's, what nvidia-smi shows, unless said).
+    pub peak: Option<Given<Peak>>,
 }
 
 /// One part of the memory of a GPU.
@@ -193,12 +198,18 @@ pub enum Component {
     GatheredParameters,
     Activations,
     Logits,
-    /// The CUDA context and the allocator's workspace.
+    /// What the optimizer step allocates beside the states (a multi-tensor AdamW's square
+    /// roots of the second moments), when the step is the peak.
+    StepTemporaries,
+    /// Bytes PyTorch's caching allocator holds cached and unused at the peak.
+    AllocatorCache,
+    /// What lives outside PyTorch's allocator: the CUDA context, and NCCL's buffers when ranks
+    /// communicate.
     Overhead,
 }
 
 impl Component {
-    pub const ALL: [Component; 9] = [
+    pub const ALL: [Component; 11] = [
         Component::Weights,
         Component::Gradients,
         Component::Fp32Gradients,
@@ -207,6 +218,8 @@ impl Component {
         Component::GatheredParameters,
         Component::Activations,
         Component::Logits,
+        Component::StepTemporaries,
+        Component::AllocatorCache,
         Component::Overhead,
     ];
 
@@ -221,6 +234,8 @@ impl Component {
             Component::GatheredParameters => "gathered_parameters",
             Component::Activations => "activations",
             Component::Logits => "logits",
+            Component::StepTemporaries => "step_temporaries",
+            Component::AllocatorCache => "allocator_cache",
             Component::Overhead => "overhead",
         }
     }
@@ -230,19 +245,17 @@ impl Component {
     }
 }
 
-/// The CUDA context and allocator workspace a training process holds beyond its tensors: PyTorch
-/// takes "between 300 MiB and 2 GiB" on first use of CUDA (`docs/knowledge.md` §4.4); the low end
-/// with lazy module loading, the default since CUDA 11.7.
-pub const CUDA_CONTEXT_BYTES: f64 = 500.0 * 1024.0 * 1024.0;
-
 /// The estimate for one GPU of a run.
 #[derive(Clone, Debug)]
 pub struct Estimate {
     /// Bytes per component, in [`Component::ALL`] order; zero parts are kept.
     pub breakdown: Vec<(Component, f64)>,
-    /// The peak: persistent parts plus the larger of (activations + logits) and the gradients,
-    /// or their sum when gradients accumulate over micro-batches.
+    /// The selected peak (`peak`): allocated, reserved or device.
     pub total_bytes: f64,
+    /// The peak `total_bytes` is.
+    pub peak: Peak,
+    /// All three peaks, and the parts between them.
+    pub peaks: Peaks,
     /// Host memory an offload needs, per node (DeepSpeed's estimator, with its 1.5 buffer factor).
     pub host_bytes: f64,
     pub gpu_memory: Option<f64>,
@@ -289,8 +302,6 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
     let regime = states::regime(inputs, params, shape, &mut noted)?;
     let st = model_states(&regime);
     let acts = activations::activations(inputs, &regime, shape, &mut noted);
-    let overhead = CUDA_CONTEXT_BYTES;
-    noted.assume("CUDA context and allocator workspace: 500 MiB");
     let accumulating = match &inputs.gradient_accumulation {
         Some(g) => {
             noted.input("gradient accumulation", g.value.to_string(), &g.why);
@@ -298,15 +309,40 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
         }
         None => false,
     };
-    let persistent = st.weights + st.master + st.states + st.gathered;
-    let transient_grads = st.grads + st.fp32_grads;
-    let working = acts.activations + acts.logits;
-    let peak_share = if accumulating {
-        working + transient_grads
-    } else {
-        working.max(transient_grads)
+    let parts = peaks::Parts {
+        persistent: st.weights + st.master + st.states + st.gathered,
+        gradients: st.grads + st.fp32_grads,
+        working: acts.activations + acts.logits,
+        accumulating,
     };
-    let total = persistent + peak_share + overhead;
+    let temporaries = peaks::step_temporaries(&regime);
+    if temporaries > 0.0 {
+        noted.assume(&format!(
+            "{}'s step: torch's multi-tensor (foreach) implementation, one temporary of a moment's size (a fused step has none)",
+            regime.optimizer_display
+        ));
+    }
+    let communicating = regime.shards * regime.model_parallel > 1.0;
+    let levels = peaks::peaks(&parts, temporaries, communicating);
+    noted.assume(&format!(
+        "outside PyTorch's allocator: {:.0} MiB of CUDA context{}",
+        knowledge().runtime.context.bytes / 1_048_576.0,
+        if communicating {
+            format!(
+                " and {:.0} MiB of NCCL buffers",
+                knowledge().runtime.nccl.bytes / 1_048_576.0
+            )
+        } else {
+            String::new()
+        }
+    ));
+    // Which peak to give is a choice of output, not an input of the model: named only when made.
+    let peak = inputs.peak.as_ref().map_or(Peak::Device, |p| {
+        noted.input("peak", p.value.name().to_string(), &p.why);
+        p.value
+    });
+    let total = levels.get(peak);
+    let device = levels.device;
     let breakdown = vec![
         (Component::Weights, st.weights),
         (Component::Gradients, st.grads),
@@ -316,7 +352,9 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
         (Component::GatheredParameters, st.gathered),
         (Component::Activations, acts.activations),
         (Component::Logits, acts.logits),
-        (Component::Overhead, overhead),
+        (Component::StepTemporaries, levels.step_temporaries),
+        (Component::AllocatorCache, levels.allocator_cache),
+        (Component::Overhead, levels.outside_allocator),
     ];
     let gpu_memory = inputs.gpu_memory.as_ref().map(|g| {
         noted.input(
@@ -329,9 +367,12 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
     Ok(Estimate {
         breakdown,
         total_bytes: total,
+        peak,
+        peaks: levels,
         host_bytes: st.host,
         gpu_memory,
-        fits: gpu_memory.map(|g| total <= g),
+        // Whatever peak is printed, the device's is what must fit the GPU's memory.
+        fits: gpu_memory.map(|g| device <= g),
         inputs: noted.inputs,
         assumptions: noted.assumptions,
         params,

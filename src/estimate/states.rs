@@ -32,6 +32,11 @@ pub struct Regime {
     /// Parameters gathered at once under ZeRO-3 and FSDP (the largest module).
     pub largest_module: f64,
     pub gpus_per_node: f64,
+    /// The optimizer's id in `rules/knowledge/optimizers.toml`, and its full-size states per
+    /// parameter (the step's temporaries are counted in these).
+    pub optimizer: String,
+    pub optimizer_display: String,
+    pub optimizer_states: f64,
 }
 
 /// Model-state bytes on one GPU, and on the host of one node.
@@ -204,6 +209,9 @@ pub(super) fn regime(
         offload_params,
         largest_module,
         gpus_per_node: gpus_per_node as f64,
+        optimizer: optimizer.id.clone(),
+        optimizer_display: optimizer.display.clone(),
+        optimizer_states: optimizer.states,
     })
 }
 

@@ -48,7 +48,12 @@ pub fn render_estimate_table(runs: &[EstimatedRun], bars: bool) -> String {
             (Some(g), Some(false)) => format!(" of {} GB: does not fit", gb(g)),
             _ => String::new(),
         };
-        let _ = writeln!(out, "  {:22} {:>9}{verdict}", "peak", gb(e.total_bytes));
+        let _ = writeln!(
+            out,
+            "  {:22} {:>9}{verdict}",
+            format!("peak ({})", e.peak.name()),
+            gb(e.total_bytes)
+        );
         if e.host_bytes > 0.0 {
             let _ = writeln!(
                 out,
@@ -57,9 +62,17 @@ pub fn render_estimate_table(runs: &[EstimatedRun], bars: bool) -> String {
                 gb(e.host_bytes)
             );
         }
+        let _ = writeln!(out, "  the {} peak: {}", e.peak.name(), e.peak.meaning());
         let _ = writeln!(
             out,
-            "  peak = weights, master weights, states and gathered parameters, plus the larger of (activations + logits) and the gradients{}, plus overhead",
+            "  peaks: allocated {} GB, reserved {} GB, device {} GB (--peak allocated|reserved|device)",
+            gb(e.peaks.allocated),
+            gb(e.peaks.reserved),
+            gb(e.peaks.device)
+        );
+        let _ = writeln!(
+            out,
+            "  allocated = weights, master weights, states and gathered parameters, plus the larger of (activations + logits) and the gradients{}, or of the gradients and the step's temporaries; reserved adds the allocator's cache, device the overhead",
             if e.get(Component::Gradients) > 0.0 && accumulating(e) { " (their sum: gradients accumulate)" } else { "" }
         );
         if !e.inputs.is_empty() {
@@ -103,6 +116,12 @@ pub fn render_estimate_json(runs: &[EstimatedRun]) -> String {
             json!({
                 "run": run.name,
                 "total_bytes": e.total_bytes.round() as u64,
+                "peak": e.peak.name(),
+                "peaks": {
+                    "allocated": e.peaks.allocated.round() as u64,
+                    "reserved": e.peaks.reserved.round() as u64,
+                    "device": e.peaks.device.round() as u64,
+                },
                 "breakdown": breakdown,
                 "host_bytes": e.host_bytes.round() as u64,
                 "gpu_memory_bytes": e.gpu_memory.map(|g| g.round() as u64),

@@ -118,6 +118,10 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
             offload_params: None,
             largest_module: 0.0,
             gpus_per_node: 1.0,
+            // Model states only: the step's temporaries are not part of the floor.
+            optimizer: String::new(),
+            optimizer_display: String::new(),
+            optimizer_states: 0.0,
         });
         (st.weights + st.grads + st.master + st.states) / 1e9
     };
