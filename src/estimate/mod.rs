@@ -7,6 +7,7 @@
 
 mod activations;
 pub mod fit;
+pub mod hub;
 pub mod shapes;
 mod states;
 
