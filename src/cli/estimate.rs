@@ -2,7 +2,7 @@
 //! flags describe. A flag overrides what the project says.
 
 use crate::estimate::{
-    self, shapes, Attention, Checkpointing, Given, Inputs, Offload, Peak, Precision, Quantize,
+    self, hub, shapes, Attention, Checkpointing, Given, Inputs, Offload, Peak, Precision, Quantize,
     Sharding,
 };
 use crate::knowledge::knowledge;
@@ -18,7 +18,9 @@ pub struct EstimateArgs {
     /// Project folders or files whose runs to estimate (launchers, scripts, configs). Without
     /// them and without --model or --params, the current folder.
     pub paths: Vec<PathBuf>,
-    /// A model of the table (`meta-llama/Llama-3.2-3B`, `llama-3.2-3b`) or a local config.json.
+    /// A model of the table (`meta-llama/Llama-3.2-3B`, `llama-3.2-3b`), any model on the Hugging
+    /// Face Hub (`ORG/NAME`: its config.json and safetensors headers, cached), or a local
+    /// config.json.
     #[arg(long)]
     pub model: Option<String>,
     /// Total parameters (`7e9`, `6.7B`, `350M`).
@@ -210,20 +212,33 @@ fn gpu_memory(name: &str) -> Result<Given<f64>, String> {
     }
 }
 
-/// The model named by `--model`: a path to a config (or a folder holding `config.json`), or a
-/// name in the table.
-pub fn shape_of(model: &str) -> Result<estimate::Shape, String> {
+/// The model named by `--model`: a path to a config (or a folder holding `config.json`), a name
+/// in the table, or a model on the Hugging Face Hub (`ORG/NAME`).
+pub fn shape_of(model: &str) -> Result<Given<estimate::Shape>, String> {
+    let flag = "--model";
     let path = Path::new(model);
     if path.exists() {
-        return shapes::from_config(path);
+        return shapes::from_config(path).map(|s| Given::new(s, flag));
     }
-    shapes::by_name(model).cloned().ok_or_else(|| {
-        format!(
-            "unknown model `{model}`: give a local config.json (--model PATH/config.json), the \
-             parameter count (--params 7e9), or one of the {} models of `memlint estimate --list-models`",
-            shapes::known_models().len()
-        )
-    })
+    if let Some(s) = shapes::by_name(model) {
+        return Ok(Given::new(s.clone(), flag));
+    }
+    if hub::is_repo_id(model) {
+        let fetched = hub::Hub::from_env().shape(model)?;
+        for w in &fetched.warnings {
+            eprintln!("memlint: warning: {w}");
+        }
+        return Ok(Given::new(
+            fetched.shape,
+            format!("{flag}, {}", fetched.source),
+        ));
+    }
+    Err(format!(
+        "unknown model `{model}`: give a Hugging Face Hub id (ORG/NAME), a local config.json \
+         (--model PATH/config.json), the parameter count (--params 7e9), or one of the {} models \
+         of `memlint estimate --list-models`",
+        shapes::known_models().len()
+    ))
 }
 
 /// The inputs the flags give, each with the flag as its source.
@@ -231,7 +246,7 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
     let flag = |name: &str| format!("--{name}");
     let mut i = Inputs::default();
     if let Some(m) = &a.model {
-        i.shape = Some(Given::new(shape_of(m)?, flag("model")));
+        i.shape = Some(shape_of(m)?);
     }
     if let Some(p) = &a.params {
         let n = parse_count(p).ok_or_else(|| format!("--params: not a parameter count: `{p}`"))?;

@@ -8,6 +8,7 @@
 
 mod activations;
 pub mod fit;
+pub mod hub;
 mod peaks;
 pub mod shapes;
 mod states;

@@ -201,13 +201,15 @@ pub fn from_config(path: &Path) -> Result<Shape, String> {
     };
     let text = std::fs::read_to_string(&file)
         .map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not valid JSON: {e}", file.display()))?;
+    from_config_text(&text, &file.display().to_string())
+}
+
+/// A shape from the text of a `config.json`; `id` names the model in the shape and in errors.
+pub fn from_config_text(text: &str, id: &str) -> Result<Shape, String> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("{id}: not valid JSON: {e}"))?;
     // Multimodal configs nest the language model's shape.
-    from_json(
-        json.get("text_config").unwrap_or(&json),
-        &file.display().to_string(),
-    )
+    from_json(json.get("text_config").unwrap_or(&json), id)
 }
 
 /// A GPT-2-style shape from `GPTConfig`'s fields (`block_size` is its positions); `None`
