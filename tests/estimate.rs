@@ -562,3 +562,109 @@ fn a_local_config_json_gives_the_shape() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("config.json: no hidden size"));
 }
+
+/// `memlint estimate --model PATH/config.json` for each family, as the user sees it: the exact
+/// total (JSON `parameters`, and the table's `parameters` line) and, for a mixture of experts,
+/// the parameters one token uses. Counts as published (`rules/knowledge/models.toml` cites each).
+#[test]
+fn configs_of_each_family_give_the_published_counts() {
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/estimate/configs");
+    let cases: [(&str, u64, Option<u64>); 17] = [
+        ("gemma-2-9b", 9_241_705_984, None),
+        ("gemma-2-2b", 2_614_341_888, None),
+        ("gemma-3-1b", 999_885_952, None),
+        ("mistral-nemo", 12_247_782_400, None),
+        ("llama-3.1-8b", 8_030_261_248, None),
+        ("qwen2.5-7b", 7_615_616_512, None),
+        ("qwen3-8b", 8_190_735_360, None),
+        ("bert-large-uncased", 335_141_888, None),
+        ("roberta-large", 355_359_744, None),
+        ("t5-base", 222_903_552, None),
+        ("flan-t5-large", 783_150_080, None),
+        ("mixtral-8x7b", 46_702_792_704, Some(12_879_925_248)),
+        ("qwen1.5-moe-a2.7b", 14_315_784_192, Some(2_689_173_504)),
+        ("qwen2-57b-a14b", 57_408_658_944, Some(14_249_270_784)),
+        ("qwen3-30b-a3b", 30_532_122_624, Some(3_353_032_704)),
+        ("deepseek-v2-lite", 15_706_484_224, Some(2_661_150_208)),
+        ("deepseek-v3", 671_026_419_200, Some(37_552_297_472)),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let thousands = |n: u64| {
+        let d = n.to_string();
+        let mut s = String::new();
+        for (i, c) in d.chars().enumerate() {
+            if i > 0 && (d.len() - i).is_multiple_of(3) {
+                s.push(',');
+            }
+            s.push(c);
+        }
+        s
+    };
+    for (name, total, active) in cases {
+        let config = configs.join(name).join("config.json");
+        let model = config.display().to_string();
+        let e = estimate_in(dir.path(), &["--model".into(), model.clone()]);
+        assert_eq!(e[0]["parameters"], total, "{name}");
+        match active {
+            Some(a) => {
+                assert_eq!(e[0]["active_parameters"], a, "{name}");
+                assert!(
+                    e[0]["inputs"]["active_parameters"]["from"]
+                        .as_str()
+                        .is_some_and(|f| f.contains("experts per token")),
+                    "{name}: {}",
+                    e[0]["inputs"]
+                );
+            }
+            None => assert!(e[0]["active_parameters"].is_null(), "{name}"),
+        }
+        let out = memlint(dir.path())
+            .args(["estimate", "--model", &model])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{name}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let want = match active {
+            Some(a) => format!(
+                "parameters {}, {} active per token",
+                thousands(total),
+                thousands(a)
+            ),
+            None => format!("parameters {}\n", thousands(total)),
+        };
+        assert!(text.contains(&want), "{name}: `{want}` not in\n{text}");
+    }
+}
+
+#[test]
+fn a_sequence_beyond_the_positions_is_a_warning_in_the_json_too() {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/estimate/configs/gemma-2-9b/config.json")
+        .display()
+        .to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |seq: &str| {
+        memlint(dir.path())
+            .args(["estimate", "--model", &config, "--seq-len", seq])
+            .args(["--output-format", "json"])
+            .output()
+            .expect("run")
+    };
+    let out = run("16384");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("longer than the 8192 positions"),
+        "{stderr}"
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let warnings = e[0]["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{e}");
+    assert!(warnings[0]
+        .as_str()
+        .is_some_and(|w| w.contains("16384") && w.contains("max_position_embeddings")));
+    let out = run("8192");
+    let e: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(e[0]["warnings"], serde_json::json!([]));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+}

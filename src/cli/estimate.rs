@@ -409,11 +409,13 @@ pub fn run(args: EstimateArgs) -> i32 {
     }
     let mut estimated = Vec::new();
     for (name, inputs) in runs {
-        if let Some(w) = longer_than_the_model(&inputs) {
-            eprintln!("memlint: warning: {name}: {w}");
-        }
         match estimate::estimate(&inputs) {
-            Ok(e) => estimated.push(EstimatedRun { name, estimate: e }),
+            Ok(e) => {
+                for w in &e.warnings {
+                    eprintln!("memlint: warning: {name}: {w}");
+                }
+                estimated.push(EstimatedRun { name, estimate: e })
+            }
             Err(e) => {
                 eprintln!("memlint: error: {name}: {e}");
                 return 2;
@@ -518,21 +520,6 @@ fn render_fit_json(found: &[FitRun<'_>]) -> String {
         })
         .collect();
     serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n"
-}
-
-/// A sequence length beyond the positions the model was built for: the model would need its
-/// position embeddings extended (RoPE scaling) or would fail, and the estimate is for a run
-/// that cannot start as given.
-fn longer_than_the_model(inputs: &Inputs) -> Option<String> {
-    let shape = inputs.shape.as_ref()?;
-    let max = shape.value.max_positions?;
-    let seq = inputs.seq_len.as_ref()?;
-    (seq.value > max).then(|| {
-        format!(
-            "sequence length {} ({}) is longer than the {max} positions {} was built for (max_position_embeddings, {}): the run needs the positions extended first (RoPE scaling for a rotary model)",
-            seq.value, seq.why, shape.value.id, shape.why
-        )
-    })
 }
 
 /// The runs the project launches, with what each says about its memory: every file analysed

@@ -6,7 +6,8 @@
 //! - replicated across tensor-parallel ranks: the inputs of the two norms (4h), of the QKV and
 //!   MLP projections (2h each), and one-byte dropout masks after attention and MLP (2h);
 //! - split over `t` ranks: Q (2h), K and V (4 x kv), the attention output (2h), the MLP's
-//!   saved tensors (2 per element of `ff`: two for a plain MLP, four for a gated one);
+//!   saved tensors (2 per element of `ff`: two for a plain MLP, four for a gated one; for a
+//!   mixture of experts, `ff` of each expert a token is routed to and of the shared one);
 //! - the attention scores, `5as` per token (softmax output, dropout mask and output), or `2as`
 //!   without dropout, none with SDPA or flash attention, which never store them.
 //!
@@ -73,14 +74,15 @@ pub(super) fn activations(
     let t = inputs.tp.as_ref().map_or(1.0, |g| g.value.max(1) as f64);
     let h = shape.hidden as f64;
     let a = shape.heads as f64;
-    let kv = (shape.kv_heads() * shape.head_dim()) as f64;
-    let q = (shape.heads * shape.head_dim()) as f64;
-    let ff = shape.intermediate as f64;
+    let (q, k, v) = shape.qkv_widths();
+    let (q, k, v) = (q as f64, k as f64, v as f64);
+    // A mixture of experts keeps what each token's experts (and the shared one) saved.
+    let ff = shape.active_intermediate() as f64;
     let dropout = shape.dropout();
     // Per token of one layer, in bytes at 2 bytes per element.
     let replicated = 4.0 * h + 2.0 * h + 2.0 * h + if dropout { 2.0 * h } else { 0.0 };
     let mlp = if shape.gated() { 8.0 } else { 4.0 } * ff;
-    let split = (2.0 * q + 4.0 * kv + 2.0 * q + mlp) / t;
+    let split = (2.0 * q + 2.0 * k + 2.0 * v + 2.0 * q + mlp) / t;
     let scores = match attention {
         Attention::Eager if dropout => 5.0 * a * s / t,
         Attention::Eager => 2.0 * a * s / t,

@@ -7,6 +7,7 @@
 //! every input not given is assumed, and the assumption is named in the result.
 
 mod activations;
+mod counts;
 pub mod fit;
 pub mod hub;
 mod peaks;
@@ -265,7 +266,11 @@ pub struct Estimate {
     pub inputs: Vec<(String, String, String)>,
     pub assumptions: Vec<String>,
     pub params: f64,
+    /// For a mixture of experts, the parameters one token uses.
+    pub active_params: Option<f64>,
     pub trainable: f64,
+    /// What makes the run as given doubtful (a sequence longer than the model's positions).
+    pub warnings: Vec<String>,
 }
 
 impl Estimate {
@@ -291,6 +296,18 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
                 crate::diagnostic::fmt_count(s.value.params),
                 &format!("{} ({})", s.value.id, s.why),
             );
+            if let Some(a) = s.value.active_params() {
+                noted.input(
+                    "active parameters",
+                    crate::diagnostic::fmt_count(a),
+                    &format!(
+                        "{} of {} experts per token in {} MoE layers",
+                        s.value.experts_per_token.unwrap_or(1),
+                        s.value.experts(),
+                        s.value.moe_layers()
+                    ),
+                );
+            }
             s.value.params
         }
         (None, None) => {
@@ -377,7 +394,12 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
         inputs: noted.inputs,
         assumptions: noted.assumptions,
         params,
+        active_params: match (&inputs.shape, &inputs.params) {
+            (Some(s), None) => s.value.active_params(),
+            _ => None,
+        },
         trainable: regime.trainable,
+        warnings: shapes::longer_than_the_model(inputs).into_iter().collect(),
     })
 }
 

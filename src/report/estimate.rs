@@ -25,6 +25,15 @@ pub fn render_estimate_table(runs: &[EstimatedRun], bars: bool) -> String {
         }
         let e = &run.estimate;
         let _ = writeln!(out, "{}", run.name);
+        let _ = writeln!(
+            out,
+            "  parameters {}{}",
+            thousands(e.params),
+            e.active_params.map_or(String::new(), |a| format!(
+                ", {} active per token",
+                thousands(a)
+            ))
+        );
         let _ = writeln!(out, "  per GPU                     GB");
         for (c, bytes) in &e.breakdown {
             if *bytes <= 0.0 {
@@ -91,6 +100,19 @@ pub fn render_estimate_table(runs: &[EstimatedRun], bars: bool) -> String {
     out
 }
 
+/// A count with its thousands separated: `46,702,792,704`.
+fn thousands(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn accumulating(e: &Estimate) -> bool {
     e.inputs
         .iter()
@@ -127,9 +149,11 @@ pub fn render_estimate_json(runs: &[EstimatedRun]) -> String {
                 "gpu_memory_bytes": e.gpu_memory.map(|g| g.round() as u64),
                 "fits": e.fits,
                 "parameters": e.params.round() as u64,
+                "active_parameters": e.active_params.map(|a| a.round() as u64),
                 "trainable_parameters": e.trainable.round() as u64,
                 "inputs": inputs,
                 "assumptions": e.assumptions,
+                "warnings": e.warnings,
             })
         })
         .collect();
