@@ -302,7 +302,8 @@ pub fn from_json(root: &serde_json::Value, id: &str) -> Result<Shape, String> {
         _ => "llama",
     };
     let intermediate =
-        num(&["intermediate_size", "n_inner", "d_ff", "ffn_dim"]).unwrap_or(4 * hidden);
+        // Saturating: the dimension check below refuses what would not fit.
+        num(&["intermediate_size", "n_inner", "d_ff", "ffn_dim"]).unwrap_or(hidden.saturating_mul(4));
     let tied = flag("tie_word_embeddings").unwrap_or(matches!(
         arch,
         "gpt2" | "bert" | "t5" | "opt" | "gemma" | "gemma2" | "gemma3" | "falcon"
@@ -316,7 +317,7 @@ pub fn from_json(root: &serde_json::Value, id: &str) -> Result<Shape, String> {
     let shared_intermediate = match arch {
         "deepseek-v2" | "deepseek-v3" => num(&["n_shared_experts"])
             .zip(expert_intermediate)
-            .map(|(n, w)| n * w),
+            .map(|(n, w)| n.saturating_mul(w)),
         _ => num(&["shared_expert_intermediate_size"]),
     }
     .filter(|_| experts.is_some());
