@@ -279,6 +279,14 @@ fn safetensors(t: &[(String, Vec<u64>)]) -> (Vec<u8>, usize) {
 
 /// `memlint estimate ARGS` against the stand-in, with `home` as `HF_HOME` and nothing else of
 /// the Hub's environment set.
+/// A run that stopped with a usage error (exit 2) whose message holds every one of `wants`.
+fn assert_error(code: i32, err: &str, wants: &[&str]) {
+    assert_eq!(code, 2, "{err}");
+    for want in wants {
+        assert!(err.contains(want), "`{err}` lacks `{want}`");
+    }
+}
+
 fn run(hub: &Standin, home: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cmd = memlint(dir.path());
@@ -554,16 +562,17 @@ fn offline_and_not_cached_is_an_error_that_says_what_to_do() {
         &["--model", "acme/never-fetched"],
         &[("HF_HUB_OFFLINE", "1")],
     );
-    assert_eq!(code, 2);
     assert!(out.is_empty(), "{out}");
-    for want in [
-        "`acme/never-fetched` is not in the cache",
-        "HF_HUB_OFFLINE is set",
-        "run once without HF_HUB_OFFLINE",
-        "--params N",
-    ] {
-        assert!(err.contains(want), "`{err}` lacks `{want}`");
-    }
+    assert_error(
+        code,
+        &err,
+        &[
+            "`acme/never-fetched` is not in the cache",
+            "HF_HUB_OFFLINE is set",
+            "run once without HF_HUB_OFFLINE",
+            "--params N",
+        ],
+    );
     assert_eq!(hub.requests().len(), 0);
 }
 
@@ -622,11 +631,8 @@ fn gated_private_and_missing_models_are_clear_errors() {
     ];
     for (repo, wants) in cases {
         let (code, out, err) = run(&hub, home.path(), &["--model", repo], &[]);
-        assert_eq!(code, 2, "{repo}: {err}");
-        assert!(out.is_empty(), "{out}");
-        for want in *wants {
-            assert!(err.contains(want), "{repo}: `{err}` lacks `{want}`");
-        }
+        assert!(out.is_empty(), "{repo}: {out}");
+        assert_error(code, &err, wants);
     }
 }
 
@@ -694,15 +700,16 @@ fn an_unreachable_hub_is_a_network_error() {
     };
     let home = tempfile::tempdir().expect("home");
     let (code, _, err) = run(&hub, home.path(), &["--model", "acme/far-away"], &[]);
-    assert_eq!(code, 2);
-    for want in [
-        "cannot reach",
-        "for `acme/far-away`",
-        "HF_ENDPOINT",
-        "--params N",
-    ] {
-        assert!(err.contains(want), "`{err}` lacks `{want}`");
-    }
+    assert_error(
+        code,
+        &err,
+        &[
+            "cannot reach",
+            "for `acme/far-away`",
+            "HF_ENDPOINT",
+            "--params N",
+        ],
+    );
 }
 
 #[test]
@@ -718,15 +725,16 @@ fn a_config_without_the_keys_the_estimate_needs_names_them() {
     );
     let home = tempfile::tempdir().expect("home");
     let (code, _, err) = run(&hub, home.path(), &["--model", repo], &[]);
-    assert_eq!(code, 2);
-    for want in [
-        "acme/odd-config: no layer count",
-        "num_hidden_layers, n_layer, num_layers",
-        "config.json from the Hub",
-        "--params N",
-    ] {
-        assert!(err.contains(want), "`{err}` lacks `{want}`");
-    }
+    assert_error(
+        code,
+        &err,
+        &[
+            "acme/odd-config: no layer count",
+            "num_hidden_layers, n_layer, num_layers",
+            "config.json from the Hub",
+            "--params N",
+        ],
+    );
     // It stops at the config: nothing else is asked for.
     assert_eq!(hub.requests().len(), 1);
 }

@@ -151,12 +151,12 @@ fn known(key: &[u8]) -> bool {
         Some(ac) => ac.is_match(k),
         None => PARTS.iter().any(|p| contains(k, p.as_bytes())),
     };
-    // A part found in the whole key is found in one of its segments too.
+    // No part holds a `.`, so a part in the key is a part in one of its segments; a key without
+    // a `.` is its own only segment.
     has_part(key)
         || key
             .split(|b| *b == b'.')
             .any(|k| WHOLE.iter().any(|w| k == w.as_bytes()))
-        || WHOLE.iter().any(|w| key == w.as_bytes())
 }
 
 #[cfg(test)]
