@@ -8,8 +8,8 @@ pub mod program;
 pub mod units;
 
 pub use names::{
-    billions, count_scale, counts_parameters, device_count, is_memory_name, names_a_count, part_of,
-    role_of, sizes_memory, DeviceCount, Role,
+    billions, count_scale, counts_parameters, device_count, is_memory_name, names_a_count,
+    names_memory_unit, part_of, role_of, sizes_memory, DeviceCount, Role,
 };
 use std::ops::Range;
 use units::Conversion;

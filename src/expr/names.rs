@@ -182,6 +182,10 @@ fn role_of_name(name: &str) -> Role {
     {
         return Role::KvCache;
     }
+    // "Model states" are the weights, gradients and optimizer states together (ZeRO's term).
+    if has(&["model_states"]) || (sized && has(&["model_state"])) {
+        return Role::Total;
+    }
     let grads = has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]);
     let states = has(&[
         "optim",
@@ -286,16 +290,23 @@ fn role_of_name(name: &str) -> Role {
     Role::Unknown
 }
 
-/// A name for memory that model states or activations take (`activation_gb`,
-/// `optimizer_mem`): a role word and a unit or memory word.
-pub fn is_memory_name(name: &str) -> bool {
+/// A name with a segment for a memory unit or for memory (`amp_bytes`, `resident_gib`,
+/// `mem_needed`): whatever it counts, it counts it in memory.
+pub fn names_memory_unit(name: &str) -> bool {
     let n = name.rsplit('.').next().unwrap_or(name);
-    let unit = n.split('_').any(|seg| {
+    n.split('_').any(|seg| {
         ["gb", "gib", "mb", "mib", "bytes", "footprint"]
             .iter()
             .any(|u| seg.eq_ignore_ascii_case(u))
             || seg.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mem"))
-    });
+    })
+}
+
+/// A name for memory that model states or activations take (`activation_gb`,
+/// `optimizer_mem`): a role word and a unit or memory word.
+pub fn is_memory_name(name: &str) -> bool {
+    let n = name.rsplit('.').next().unwrap_or(name);
+    let unit = names_memory_unit(n);
     let has = |w: &str| {
         n.as_bytes()
             .windows(w.len())
