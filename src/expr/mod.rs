@@ -332,8 +332,10 @@ impl Lin {
             "<<" if a.is_constant() && b.is_constant() && (0.0..64.0).contains(&b.constant) => {
                 Lin::constant(a.constant * 2f64.powf(b.constant.trunc()), Some(span))
             }
+            // A sum of shares divided again (`total = (w + g) / (tp * pp)` then `total /
+            // world`) keeps every divisor.
             "/" | "//"
-                if (a.is_linear() || a.terms.len() == 1)
+                if (a.is_bindable() || a.terms.len() == 1)
                     && !a.is_constant()
                     && b.counts_devices() =>
             {
