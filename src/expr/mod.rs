@@ -40,6 +40,8 @@ pub struct Term {
     pub divided_by: Option<String>,
     /// What that last divisor counts, when known.
     pub divided_kind: Option<DeviceCount>,
+    /// Where that last division is written (`states / world` in `total = states / world`).
+    pub divided_at: Option<Range<usize>>,
     /// Every device count it was divided by, in order (`/ (tp * pp)` then `/ num_gpus`).
     pub device_divisors: Vec<DeviceCount>,
     /// For a count of devices known by how it was derived (`int(os.environ["WORLD_SIZE"])`,
@@ -102,6 +104,7 @@ impl Lin {
                 value: None,
                 divided_by: None,
                 divided_kind: None,
+                divided_at: None,
                 device_divisors: Vec::new(),
                 devices: None,
                 derived: false,
@@ -470,6 +473,7 @@ impl Lin {
             t.literal = None;
             t.divided_by = by.clone();
             t.divided_kind = kind;
+            t.divided_at = Some(span.clone());
             t.device_divisors.extend(kind);
             if single {
                 t.span = span.clone();
