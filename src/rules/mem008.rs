@@ -323,8 +323,12 @@ fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic>
             .with_help(help(row)),
         );
     }
-    // An fp32 master copy means 16-bit weights and gradients: 2 bytes each.
-    let weight_bytes = if whole + shared > FP32_TOTAL * 1.05 {
+    // An fp32 master copy means 16-bit weights and gradients: 2 bytes each. A state written
+    // whole at 2 bytes per parameter is one of them (`n * 2 + n * 2 + n * 12 / world`).
+    let sixteen_bit = f.lin.terms.iter().any(|t| {
+        t.role == Role::ParamCount && !is_sharded(t) && (in_bytes(t.coef).abs() - 2.0).abs() < 0.01
+    });
+    let weight_bytes = if whole + shared > FP32_TOTAL * 1.05 || sixteen_bit {
         2.0
     } else {
         4.0
