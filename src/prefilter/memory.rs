@@ -377,6 +377,10 @@ impl Scan<'_> {
         }
         // Multiplied, or the whole value, on the way to a `*byte*` optimizer-state name.
         let left = before.trim_end_matches([' ', '\t', '(']);
+        // One of the names an unpacking assigns (`N_PARAMS, GPU_GB = 13e9, 80`).
+        if after.starts_with(',') || left.ends_with(',') {
+            return unpacking_target(text, start);
+        }
         let assigned_to = left
             .strip_suffix('=')
             .filter(|t| !t.ends_with(['=', '!', '<', '>']));
@@ -572,6 +576,24 @@ fn constant_from(value: &str) -> bool {
         Some(v) => v >= 1e6,
         None => true,
     }
+}
+
+/// Whether the name at `at` stands in the targets of an unpacking assignment on its line
+/// (`N_PARAMS, GPU_GB = 13e9, 80`): names, commas and brackets before one `=` and a value.
+fn unpacking_target(text: &str, at: usize) -> bool {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line = &text[line_start..line_end];
+    let Some(eq) = line.find('=') else {
+        return false;
+    };
+    let (targets, value) = (&line[..eq], &line[eq + 1..]);
+    !value.starts_with('=')
+        && !value.trim().is_empty()
+        && targets.contains(',')
+        && targets.chars().all(|c| {
+            c.is_alphanumeric() || matches!(c, '_' | ',' | ' ' | '\t' | '(' | ')' | '[' | ']')
+        })
 }
 
 /// The text from the start of the `n`th line before the one holding `at`, to the end of that
