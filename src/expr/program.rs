@@ -708,12 +708,13 @@ impl Valuer<'_, '_> {
                 return Value::Scalar(known);
             }
         }
-        // `P = 7e9`, an argument `estimate(13e9)` for `n`: a count's name holding a number no
-        // smaller than a model's parameter count counts parameters.
+        // `P = 7e9`, `PARAMS = 13e9`, an argument `estimate(13e9)` for `n`: a count's name
+        // holding a number no smaller than a model's parameter count counts parameters (a
+        // model's size in GB is never that large).
         if lin.is_constant()
             && lin.constant >= PARAM_COUNT_MIN
             && names_a_count(name)
-            && role_of(name) == Role::Unknown
+            && matches!(role_of(name), Role::Unknown | Role::Model)
         {
             let known = Lin::known(name, span, lin.constant).with_role(Role::ParamCount);
             return Value::Scalar(known);

@@ -205,7 +205,14 @@ impl Scan<'_> {
                 .map_or(0, |i| i + 1);
             let (start, end) = identifier_at(lower, name_end, false);
             let name = self.text.get(start..end).unwrap_or("");
-            if end != name_end || !may_name_a_count(name) || !names_a_count(name) {
+            if end != name_end {
+                return false;
+            }
+            // `N, GPU_GB = 13e9, 80`: one of the names an unpacking sets.
+            if lower[..start].trim_ascii_end().ends_with(b",") {
+                return self.unpacked_count(eq) && self.counts_memory_near(eq);
+            }
+            if !may_name_a_count(name) || !names_a_count(name) {
                 return false;
             }
             let end = memchr::memchr3(b'\n', b'#', b';', after).unwrap_or(after.len());
@@ -219,6 +226,22 @@ impl Scan<'_> {
                 return false;
             }
             role_of(name) == Role::Unknown && self.counts_memory_near(eq)
+        })
+    }
+
+    /// Whether the unpacking assignment whose `=` is at `eq` gives a count's name a number of
+    /// parameters (`PARAMS, GPU_GB = 13e9, 80`).
+    fn unpacked_count(&self, eq: usize) -> bool {
+        let text = self.text;
+        let line_start = text[..eq].rfind('\n').map_or(0, |i| i + 1);
+        let line_end =
+            memchr::memchr3(b'\n', b'#', b';', &self.bytes[eq..]).map_or(text.len(), |i| eq + i);
+        let targets = text[line_start..eq].split(',').map(str::trim);
+        let values = text[eq + 1..line_end].split(',').map(str::trim);
+        targets.zip(values).any(|(name, value)| {
+            names_a_count(name)
+                && matches!(role_of(name), Role::Unknown | Role::Model)
+                && parse_number(value).is_some_and(|v| v >= 1e6)
         })
     }
 
