@@ -208,9 +208,13 @@ impl Scan<'_> {
             if end != name_end {
                 return false;
             }
-            // `N, GPU_GB = 13e9, 80`: one of the names an unpacking sets.
-            if lower[..start].trim_ascii_end().ends_with(b",") {
-                return self.unpacked_count(eq) && self.counts_memory_near(eq);
+            // `N, GPU_GB = 13e9, 80`: one of the names an unpacking sets (`f(x, n=7e9)` is a
+            // keyword, read below).
+            if lower[..start].trim_ascii_end().ends_with(b",")
+                && self.unpacked_count(eq)
+                && self.counts_memory_near(eq)
+            {
+                return true;
             }
             if !may_name_a_count(name) || !names_a_count(name) {
                 return false;
