@@ -1037,7 +1037,7 @@ impl Facts {
         // value model reads it).
         if matches!(role, Role::Unknown | Role::Model)
             && crate::expr::names_a_count(name)
-            && lin.constant >= 1e6
+            && lin.constant >= crate::expr::PARAM_COUNT_MIN
         {
             role = Role::ParamCount;
         }

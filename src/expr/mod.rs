@@ -5,6 +5,7 @@
 
 mod names;
 pub mod program;
+pub use program::PARAM_COUNT_MIN;
 pub mod units;
 
 pub use names::{

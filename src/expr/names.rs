@@ -165,12 +165,7 @@ fn role_of_name(name: &str) -> Role {
     // A unit or memory word makes a model/param name a size; "size" alone does not
     // (`param_max_chunk_size` counts elements).
     // Whole name segments only: `mb` inside `embedding` is not megabytes.
-    let sized = n.split('_').any(|seg| {
-        matches!(
-            seg,
-            "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint" | "vram"
-        ) || seg.starts_with("mem")
-    });
+    let sized = names_memory_unit(n) || n.split('_').any(|seg| seg == "vram");
     if has(&[
         "kv_cache",
         "kvcache",

@@ -121,7 +121,7 @@ pub struct Program<'s> {
 }
 
 /// The least a number a count's name holds must be to count a model's parameters.
-const PARAM_COUNT_MIN: f64 = 1e6;
+pub const PARAM_COUNT_MIN: f64 = 1e6;
 /// How many helpers deep valuing follows calls.
 const MAX_CALL_DEPTH: u8 = 3;
 /// How many call sites of one helper its formulas are valued for.

@@ -245,7 +245,7 @@ impl Scan<'_> {
         targets.zip(values).any(|(name, value)| {
             names_a_count(name)
                 && matches!(role_of(name), Role::Unknown | Role::Model)
-                && parse_number(value).is_some_and(|v| v >= 1e6)
+                && parse_number(value).is_some_and(|v| v >= crate::expr::PARAM_COUNT_MIN)
         })
     }
 
