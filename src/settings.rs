@@ -421,25 +421,30 @@ impl Resolver {
         if let Some(s) = self.cache.lock().ok().and_then(|c| c.get(&dir).cloned()) {
             return Ok(s);
         }
-        let mut found = None;
-        for d in dir.ancestors() {
-            for name in CONFIG_NAMES {
-                let candidate = d.join(name);
-                if candidate.is_file() {
-                    if let Some(options) = read_options(&candidate)? {
-                        found = Some((d.to_path_buf(), candidate, options));
-                        break;
-                    }
+        // The nearest folder with a configuration decides; a folder without one shares its
+        // parent's settings, resolved (and cached) once for the whole subtree.
+        let mut own = None;
+        for name in CONFIG_NAMES {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                if let Some(options) = read_options(&candidate)? {
+                    own = Some((candidate, options));
+                    break;
                 }
             }
-            if found.is_some() {
-                break;
-            }
         }
-        let settings = Arc::new(match found {
-            Some((root, file, options)) => Settings::new(root, Some(file), options, &self.cli)?,
-            None => Settings::new(self.cwd.clone(), None, Options::default(), &self.cli)?,
-        });
+        let settings = match (own, dir.parent()) {
+            (Some((file, options)), _) => {
+                Arc::new(Settings::new(dir.clone(), Some(file), options, &self.cli)?)
+            }
+            (None, Some(parent)) => self.for_dir(parent)?,
+            (None, None) => Arc::new(Settings::new(
+                self.cwd.clone(),
+                None,
+                Options::default(),
+                &self.cli,
+            )?),
+        };
         if let Ok(mut c) = self.cache.lock() {
             c.insert(dir, settings.clone());
         }
