@@ -114,10 +114,20 @@ impl Walker<'_> {
         }
         let (alias, name) = callee.rsplit_once('.')?;
         let module = match self.imports.get(alias)? {
-            (module, Some(sub)) => format!("{module}.{sub}"),
+            (module, Some(sub)) => submodule(module, sub),
             (module, None) => module.clone(),
         };
         Some((module, name.to_string()))
+    }
+}
+
+/// The module `from module import sub` names when `sub` is a module: `pkg.sub`, and `.sub`
+/// for `from . import sub` (a sibling, not a module one package up).
+pub(super) fn submodule(module: &str, sub: &str) -> String {
+    if module.ends_with('.') {
+        format!("{module}{sub}")
+    } else {
+        format!("{module}.{sub}")
     }
 }
 
