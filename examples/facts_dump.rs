@@ -6,9 +6,11 @@ fn main() {
         Ok(f) => {
             for x in &f.formulas {
                 println!(
-                    "FORMULA {:?} `{}`\n  {:?}",
+                    "FORMULA {:?} `{}` stages={:?} stage_guard={}\n  {:?}",
                     x.kind,
                     &text[x.span.clone()],
+                    x.stages,
+                    x.guard.stage,
                     x.lin
                 );
             }

@@ -106,10 +106,12 @@ impl Located {
 
     pub fn from_file(file: &SourceFile, facts: &Facts) -> Self {
         let mut evidence = facts.evidence.clone();
-        // How the file's own configs (a DeepSpeed dict, argparse defaults) split and place the
-        // states holds for the file whether or not a run names them.
+        // How the file's own configs (a DeepSpeed dict, argparse defaults) train, split and
+        // place the states holds for the file whether or not a run names them.
         for inline in &facts.inline_configs {
             let ev = crate::frontend::config::evidence_of(std::iter::once(&inline.root));
+            evidence.optimizers.extend(ev.optimizers);
+            evidence.precision.extend(ev.precision);
             evidence.shards.extend(ev.shards);
             evidence.offload.extend(ev.offload);
             evidence.checkpointing.extend(ev.checkpointing);

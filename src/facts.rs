@@ -1039,7 +1039,15 @@ impl Facts {
             return;
         }
 
-        let role = crate::expr::role_of(name);
+        let mut role = crate::expr::role_of(name);
+        // `PARAMS = 13e9`: a count's name given a number no model size in GB reaches (as the
+        // value model reads it).
+        if matches!(role, Role::Unknown | Role::Model)
+            && crate::expr::names_a_count(name)
+            && lin.constant >= crate::expr::PARAM_COUNT_MIN
+        {
+            role = Role::ParamCount;
+        }
         if matches!(role, Role::ParamCount | Role::Gpu) {
             self.constants.push(NamedConstant {
                 name: name.to_string(),

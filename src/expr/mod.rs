@@ -6,11 +6,12 @@
 pub mod imports;
 mod names;
 pub mod program;
+pub use program::PARAM_COUNT_MIN;
 pub mod units;
 
 pub use names::{
-    billions, count_scale, counts_parameters, device_count, is_memory_name, names_a_count, part_of,
-    role_of, sizes_memory, DeviceCount, Role,
+    billions, count_scale, counts_parameters, device_count, is_memory_name, names_a_count,
+    names_memory_unit, part_of, role_of, sizes_memory, DeviceCount, Role,
 };
 use std::ops::Range;
 use units::Conversion;
@@ -41,6 +42,8 @@ pub struct Term {
     pub divided_by: Option<String>,
     /// What that last divisor counts, when known.
     pub divided_kind: Option<DeviceCount>,
+    /// Where that last division is written (`states / world` in `total = states / world`).
+    pub divided_at: Option<Range<usize>>,
     /// Every device count it was divided by, in order (`/ (tp * pp)` then `/ num_gpus`).
     pub device_divisors: Vec<DeviceCount>,
     /// For a count of devices known by how it was derived (`int(os.environ["WORLD_SIZE"])`,
@@ -106,6 +109,7 @@ impl Lin {
                 value: None,
                 divided_by: None,
                 divided_kind: None,
+                divided_at: None,
                 device_divisors: Vec::new(),
                 devices: None,
                 derived: false,
@@ -337,8 +341,10 @@ impl Lin {
             "<<" if a.is_constant() && b.is_constant() && (0.0..64.0).contains(&b.constant) => {
                 Lin::constant(a.constant * 2f64.powf(b.constant.trunc()), Some(span))
             }
+            // A sum of shares divided again (`total = (w + g) / (tp * pp)` then `total /
+            // world`) keeps every divisor.
             "/" | "//"
-                if (a.is_linear() || a.terms.len() == 1)
+                if (a.is_bindable() || a.terms.len() == 1)
                     && !a.is_constant()
                     && b.counts_devices() =>
             {
@@ -487,6 +493,7 @@ impl Lin {
             t.literal = None;
             t.divided_by = by.clone();
             t.divided_kind = kind;
+            t.divided_at = Some(span.clone());
             t.device_divisors.extend(kind);
             if single {
                 t.span = span.clone();

@@ -166,12 +166,7 @@ fn role_of_name(name: &str) -> Role {
     // A unit or memory word makes a model/param name a size; "size" alone does not
     // (`param_max_chunk_size` counts elements).
     // Whole name segments only: `mb` inside `embedding` is not megabytes.
-    let sized = n.split('_').any(|seg| {
-        matches!(
-            seg,
-            "gb" | "gib" | "mb" | "mib" | "bytes" | "footprint" | "vram"
-        ) || seg.starts_with("mem")
-    });
+    let sized = names_memory_unit(n) || n.split('_').any(|seg| seg == "vram");
     if has(&[
         "kv_cache",
         "kvcache",
@@ -182,6 +177,10 @@ fn role_of_name(name: &str) -> Role {
     ]) || n.split('_').any(|seg| seg == "kv")
     {
         return Role::KvCache;
+    }
+    // "Model states" are the weights, gradients and optimizer states together (ZeRO's term).
+    if has(&["model_states"]) || (sized && has(&["model_state"])) {
+        return Role::Total;
     }
     let grads = has(&["grad"]) && !has(&["accum", "norm", "clip", "checkpoint", "scaler", "ckpt"]);
     let states = has(&[
@@ -287,16 +286,23 @@ fn role_of_name(name: &str) -> Role {
     Role::Unknown
 }
 
-/// A name for memory that model states or activations take (`activation_gb`,
-/// `optimizer_mem`): a role word and a unit or memory word.
-pub fn is_memory_name(name: &str) -> bool {
+/// A name with a segment for a memory unit or for memory (`amp_bytes`, `resident_gib`,
+/// `mem_needed`): whatever it counts, it counts it in memory.
+pub fn names_memory_unit(name: &str) -> bool {
     let n = name.rsplit('.').next().unwrap_or(name);
-    let unit = n.split('_').any(|seg| {
+    n.split('_').any(|seg| {
         ["gb", "gib", "mb", "mib", "bytes", "footprint"]
             .iter()
             .any(|u| seg.eq_ignore_ascii_case(u))
             || seg.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mem"))
-    });
+    })
+}
+
+/// A name for memory that model states or activations take (`activation_gb`,
+/// `optimizer_mem`): a role word and a unit or memory word.
+pub fn is_memory_name(name: &str) -> bool {
+    let n = name.rsplit('.').next().unwrap_or(name);
+    let unit = names_memory_unit(n);
     let has = |w: &str| {
         n.as_bytes()
             .windows(w.len())

@@ -138,7 +138,7 @@ pub struct Program<'s> {
 }
 
 /// The least a number a count's name holds must be to count a model's parameters.
-const PARAM_COUNT_MIN: f64 = 1e6;
+pub const PARAM_COUNT_MIN: f64 = 1e6;
 /// How many helpers deep valuing follows calls.
 const MAX_CALL_DEPTH: u8 = 3;
 /// How many call sites of one helper its formulas are valued for.
@@ -756,12 +756,13 @@ impl Valuer<'_, '_> {
                 return Value::Scalar(known);
             }
         }
-        // `P = 7e9`, an argument `estimate(13e9)` for `n`: a count's name holding a number no
-        // smaller than a model's parameter count counts parameters.
+        // `P = 7e9`, `PARAMS = 13e9`, an argument `estimate(13e9)` for `n`: a count's name
+        // holding a number no smaller than a model's parameter count counts parameters (a
+        // model's size in GB is never that large).
         if lin.is_constant()
             && lin.constant >= PARAM_COUNT_MIN
             && names_a_count(name)
-            && role_of(name) == Role::Unknown
+            && matches!(role_of(name), Role::Unknown | Role::Model)
         {
             let known = Lin::known(name, span, lin.constant).with_role(Role::ParamCount);
             return Value::Scalar(known);

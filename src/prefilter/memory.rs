@@ -205,7 +205,18 @@ impl Scan<'_> {
                 .map_or(0, |i| i + 1);
             let (start, end) = identifier_at(lower, name_end, false);
             let name = self.text.get(start..end).unwrap_or("");
-            if end != name_end || !may_name_a_count(name) || !names_a_count(name) {
+            if end != name_end {
+                return false;
+            }
+            // `N, GPU_GB = 13e9, 80`: one of the names an unpacking sets (`f(x, n=7e9)` is a
+            // keyword, read below).
+            if lower[..start].trim_ascii_end().ends_with(b",")
+                && self.unpacked_count(eq)
+                && self.counts_memory_near(eq)
+            {
+                return true;
+            }
+            if !may_name_a_count(name) || !names_a_count(name) {
                 return false;
             }
             let end = memchr::memchr3(b'\n', b'#', b';', after).unwrap_or(after.len());
@@ -219,6 +230,22 @@ impl Scan<'_> {
                 return false;
             }
             role_of(name) == Role::Unknown && self.counts_memory_near(eq)
+        })
+    }
+
+    /// Whether the unpacking assignment whose `=` is at `eq` gives a count's name a number of
+    /// parameters (`PARAMS, GPU_GB = 13e9, 80`).
+    fn unpacked_count(&self, eq: usize) -> bool {
+        let text = self.text;
+        let line_start = text[..eq].rfind('\n').map_or(0, |i| i + 1);
+        let line_end =
+            memchr::memchr3(b'\n', b'#', b';', &self.bytes[eq..]).map_or(text.len(), |i| eq + i);
+        let targets = text[line_start..eq].split(',').map(str::trim);
+        let values = text[eq + 1..line_end].split(',').map(str::trim);
+        targets.zip(values).any(|(name, value)| {
+            names_a_count(name)
+                && matches!(role_of(name), Role::Unknown | Role::Model)
+                && parse_number(value).is_some_and(|v| v >= crate::expr::PARAM_COUNT_MIN)
         })
     }
 
@@ -377,6 +404,10 @@ impl Scan<'_> {
         }
         // Multiplied, or the whole value, on the way to a `*byte*` optimizer-state name.
         let left = before.trim_end_matches([' ', '\t', '(']);
+        // One of the names an unpacking assigns (`N_PARAMS, GPU_GB = 13e9, 80`).
+        if after.starts_with(',') || left.ends_with(',') {
+            return unpacking_target(text, start);
+        }
         let assigned_to = left
             .strip_suffix('=')
             .filter(|t| !t.ends_with(['=', '!', '<', '>']));
@@ -572,6 +603,24 @@ fn constant_from(value: &str) -> bool {
         Some(v) => v >= 1e6,
         None => true,
     }
+}
+
+/// Whether the name at `at` stands in the targets of an unpacking assignment on its line
+/// (`N_PARAMS, GPU_GB = 13e9, 80`): names, commas and brackets before one `=` and a value.
+fn unpacking_target(text: &str, at: usize) -> bool {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line = &text[line_start..line_end];
+    let Some(eq) = line.find('=') else {
+        return false;
+    };
+    let (targets, value) = (&line[..eq], &line[eq + 1..]);
+    !value.starts_with('=')
+        && !value.trim().is_empty()
+        && targets.contains(',')
+        && targets.chars().all(|c| {
+            c.is_alphanumeric() || matches!(c, '_' | ',' | ' ' | '\t' | '(' | ')' | '[' | ']')
+        })
 }
 
 /// The text from the start of the `n`th line before the one holding `at`, to the end of that

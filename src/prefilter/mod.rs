@@ -449,6 +449,7 @@ mod tests {
         let yes = |t: &str| needs_parse(py, t, all);
         assert!(yes("free = gpu_gb - model_size_gb * 2\n"));
         assert!(yes("n_params = 7e9\n"));
+        assert!(yes("N_PARAMS, GPU_MEMORY_GB = 13_015_864_320, 80\n"));
         assert!(!yes("opt = AdamW(model.parameters())\nmodel.train()\n"));
         assert!(yes("loss.backward()\nif i % n == 0:\n    opt.step()\n"));
         assert!(yes("accelerator.backward(loss / accum)\nopt.step()\n"));

@@ -63,7 +63,7 @@ impl Rule for CustomLossIgnoresItemCount {
                 ),
                 CustomLossKind::Override { class, causal_lm } => (
                     format!(
-                        "`{class}.compute_loss` never reads {ignores} and `{class}` does not set `model_accepts_loss_kwargs = False`: with a model that accepts loss keywords (a causal LM: `{}`, {}) the Trainer takes the returned per-batch mean as already scaled for accumulation and does not divide it by {gas}, so gradients come out {}x too large",
+                        "`{class}.compute_loss` never reads {ignores} and `{class}` does not set `model_accepts_loss_kwargs = False`: with a model that accepts loss keywords (a causal LM: `{}`, {}), the Trainer takes the returned per-batch mean as already scaled for accumulation and does not divide it by {gas}, so gradients come out {}x too large",
                         cx.file.slice(causal_lm),
                         line_of(cx.file, causal_lm.start),
                         fmt_num(factor)

@@ -7,11 +7,12 @@ use crate::knowledge::{knowledge, DtypeRow};
 
 pub struct WrongDtypeBytes;
 
-/// Whether `value` is a storage size the dtype can have: its size, or for 4-bit formats a size
-/// that includes block scales (NF4 with blocksize 64: 0.5625).
+/// Whether `value` is a storage size the dtype can have: its size, or for the formats of a
+/// byte or less, which quantize, a size that includes their scales (NF4 with blocksize 64:
+/// 0.5625; LLM.int8 with one fp32 scale per row: 1.001), at most a fifth more.
 fn bytes_ok(row: &DtypeRow, value: f64) -> bool {
-    if row.bytes == 0.5 {
-        (0.5..=0.6).contains(&value)
+    if row.bytes <= 1.0 {
+        (row.bytes - 1e-9..=row.bytes * 1.2).contains(&value)
     } else {
         (value - row.bytes).abs() < 1e-9
     }

@@ -195,7 +195,7 @@ fn model_parallel_twice(f: &Formula) -> Option<(&Term, Diagnostic)> {
         t,
         Diagnostic::new(
             "MEM008",
-            t.span.clone(),
+            division(t),
             format!(
                 "divides by `{}`, every GPU of the job, after dividing by the model-parallel size: the GPU count already holds the model-parallel ranks, so they are divided out twice",
                 t.divided_by.as_deref().unwrap_or_default()
@@ -203,6 +203,11 @@ fn model_parallel_twice(f: &Formula) -> Option<(&Term, Diagnostic)> {
         )
         .with_help("ZeRO and FSDP shard over the data-parallel degree: divide by world_size / (tensor_parallel x pipeline_parallel) instead"),
     ))
+}
+
+/// Where a divided term's division is written: the wrong divisor is reported there.
+fn division(t: &Term) -> std::ops::Range<usize> {
+    t.divided_at.clone().unwrap_or_else(|| t.span.clone())
 }
 
 fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Diagnostic> {
@@ -222,7 +227,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
             return Some(
                 Diagnostic::new(
                     "MEM008",
-                    t.span.clone(),
+                    division(t),
                     format!(
                         "divides model states by `{}`, every GPU of the job, but a model-parallel degree of {} (seen at {}) leaves data-parallel ranks only: ZeRO and FSDP shard over the data-parallel degree",
                         t.divided_by.as_deref().unwrap_or_default(),
@@ -243,7 +248,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
             return Some(
                 Diagnostic::new(
                     "MEM008",
-                    t.span.clone(),
+                    division(t),
                     format!(
                         "divides model states by `{}`, every GPU of the job, but FSDP's HYBRID_SHARD ({why}) shards within a node and replicates across nodes",
                         t.divided_by.as_deref().unwrap_or_default()
@@ -308,7 +313,8 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
                 row.display
             )
         };
-        return Some(Diagnostic::new("MEM008", t.span.clone(), message).with_help(help(row)));
+        let at = if divided { division(t) } else { t.span.clone() };
+        return Some(Diagnostic::new("MEM008", at, message).with_help(help(row)));
     }
     judge_bytes(f, &rows, why)
 }
@@ -373,8 +379,12 @@ fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic>
             .with_help(help(row)),
         );
     }
-    // An fp32 master copy means 16-bit weights and gradients: 2 bytes each.
-    let weight_bytes = if whole + shared > FP32_TOTAL * 1.05 {
+    // An fp32 master copy means 16-bit weights and gradients: 2 bytes each. A state written
+    // whole at 2 bytes per parameter is one of them (`n * 2 + n * 2 + n * 12 / world`).
+    let sixteen_bit = f.lin.terms.iter().any(|t| {
+        t.role == Role::ParamCount && !is_sharded(t) && (in_bytes(t.coef).abs() - 2.0).abs() < 0.01
+    });
+    let weight_bytes = if whole + shared > FP32_TOTAL * 1.05 || sixteen_bit {
         2.0
     } else {
         4.0

@@ -6,7 +6,7 @@ use super::requirement::requirement;
 use super::states::{component, in_bytes, per_device, says_upper_bound, Component, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
-use crate::expr::Role;
+use crate::expr::{names_memory_unit, Role};
 use crate::facts::{FormulaKind, Precision};
 
 pub struct MixedPrecisionHalving;
@@ -72,7 +72,19 @@ impl Rule for MixedPrecisionHalving {
                     ..
                 }
             );
-            if requirement(f).is_none() && !total {
+            // A value of no named part, counted in memory units, is the memory its terms take.
+            let unnamed_memory = match &f.kind {
+                FormulaKind::Assign {
+                    target,
+                    role: Role::Unknown,
+                } => names_memory_unit(target),
+                FormulaKind::Return {
+                    function,
+                    role: Role::Unknown,
+                } => names_memory_unit(function),
+                _ => false,
+            };
+            if requirement(f).is_none() && !total && !unnamed_memory {
                 continue;
             }
             // States counted as sizes of the weights (`optimizer_gb = model_gb * 2`) are another

@@ -108,6 +108,8 @@ pub struct Cond {
     /// The names and attributes it reads; `None` when it calls something: it may change
     /// between micro-steps.
     pub reads: Option<Vec<String>>,
+    /// An arm of `match` on a ZeRO stage (`case 2:`): the stages it is taken for.
+    pub stages: Option<u8>,
 }
 
 /// A function of the file: the names assigned in it, its parameters included (a function that

@@ -8,6 +8,9 @@ use crate::frontend::fields::{PyField, PyKind};
 impl<'s> Walker<'s> {
     /// The condition of an `if`/`elif`, registered once per node (both branches share it).
     pub(super) fn cond_of(&mut self, stmt: Node) -> Option<usize> {
+        if stmt.ty() == "case_clause" {
+            return self.case_cond(stmt);
+        }
         if !matches!(stmt.ty(), "if_statement" | "elif_clause") {
             return None;
         }
@@ -51,6 +54,7 @@ impl<'s> Walker<'s> {
             above_one: self.above_one(cond, true, 0),
             sync: self.sync_test(cond, true),
             reads,
+            stages: None,
         });
         self.cond_reads_factor
             .push(names_accumulation(self.text(cond)));
@@ -61,6 +65,42 @@ impl<'s> Walker<'s> {
         if self.conds[id].reads.is_some() {
             self.cond_texts.insert(key, id);
         }
+        Some(id)
+    }
+
+    /// An arm of `match` on a ZeRO stage (`case 2:`, `case 1 | 2:`): a test taken for those
+    /// stages. Other arms test nothing memlint reads.
+    fn case_cond(&mut self, clause: Node) -> Option<usize> {
+        if let Some(&id) = self.cond_ids.get(&clause.id()) {
+            return Some(id);
+        }
+        // `match` is rare: asking for the parents (a search from the root) costs little.
+        let subject = clause
+            .parent()?
+            .parent()
+            .filter(|m| m.ty() == "match_statement")?
+            .field("subject")?;
+        let on = self.text(subject);
+        let mut c = clause.walk();
+        let test = clause
+            .children(&mut c)
+            .filter(|p| p.ty() == "case_pattern")
+            .flat_map(|p| self.text(p).split('|'))
+            .map(|value| format!("{on} == {}", value.trim()))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let stages = crate::facts::stage_mask(&test)?;
+        self.conds.push(Cond {
+            text: test,
+            scope: self.scope(),
+            stages: Some(stages),
+            ..Cond::default()
+        });
+        self.cond_reads_factor.push(false);
+        // What the arm tests is its subject's topic.
+        self.cond_spans.push((self.scope(), subject.byte_range()));
+        let id = self.conds.len() - 1;
+        self.cond_ids.insert(clause.id(), id);
         Some(id)
     }
 

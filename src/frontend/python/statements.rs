@@ -64,6 +64,29 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// `N_PARAMS, GPU_MEMORY_GB = 13e9, 80`: each name is a constant of its own.
+    fn unpacked_constants(&mut self, left: Node, right: Node) {
+        if !matches!(left.ty(), "pattern_list" | "tuple_pattern")
+            || !matches!(right.ty(), "expression_list" | "tuple")
+        {
+            return;
+        }
+        let mut c = left.walk();
+        let names: Vec<Node> = left.named_children(&mut c).collect();
+        let mut c = right.walk();
+        let values: Vec<Node> = right.named_children(&mut c).collect();
+        if names.len() != values.len() {
+            return;
+        }
+        for (name, v) in names.into_iter().zip(values) {
+            if name.ty() == "identifier" {
+                let value = self.value_of(v, 0);
+                let name = self.text(name).to_string();
+                self.pend(PendingKind::Constant { name }, value, v.byte_range());
+            }
+        }
+    }
+
     pub(super) fn assignment(&mut self, node: Node) {
         let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
             return;
@@ -149,6 +172,7 @@ impl<'s> Walker<'s> {
         if !simple_target {
             let value = self.value_of(right, 0);
             self.bind_value(left, value, node.byte_range());
+            self.unpacked_constants(left, right);
             return;
         }
         if let Some(f) = (self.loop_model && right.ty() == "call")

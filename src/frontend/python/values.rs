@@ -560,7 +560,10 @@ impl<'s> Walker<'s> {
             if !self.topics(span).stage {
                 continue;
             }
-            let m = crate::facts::stage_mask(self.src.get(span.clone())?)?;
+            let m = match self.conds.get(*c).and_then(|c| c.stages) {
+                Some(arm) => arm,
+                None => crate::facts::stage_mask(self.src.get(span.clone())?)?,
+            };
             mask &= if *taken {
                 m
             } else {
