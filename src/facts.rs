@@ -60,6 +60,13 @@ pub struct Facts {
     /// What each module-level function returns, as far as loss scaling goes (`"f"`), and what an
     /// instance of each class returns when called (`"Class()"`): read by files that import them.
     pub exports: Vec<(String, Prov)>,
+    /// The module-level functions that return arithmetic over their parameters (`def
+    /// gb(b): return b / 2**30`): how files that import them value their calls.
+    pub value_exports: Vec<crate::expr::imports::Export>,
+    /// Returns that hand back what another function of the file returns (`return
+    /// self._zero1(...)`): the returning function, the other one (indexes into
+    /// [`Facts::scopes`]), and the call.
+    pub returns_call: Vec<(usize, usize, Range<usize>)>,
     /// A learning-rate scheduler is sized in optimizer steps (its length involves the
     /// accumulation factor).
     pub schedule_in_optimizer_steps: bool,

@@ -5,6 +5,7 @@ use crate::config;
 use crate::context::{Defaults, TrainingContext};
 use crate::diagnostic::Diagnostic;
 use crate::discover::{discover, io_message, Candidate, PathError};
+use crate::expr::imports::Found;
 use crate::facts::Facts;
 use crate::frontend::{python, shell};
 use crate::prefilter::Needs;
@@ -16,7 +17,7 @@ use crate::settings::{absolute, Resolver, Settings};
 use crate::source::{display_path, Language, SourceFile};
 use crate::suppress;
 use rayon::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,6 +49,8 @@ pub struct Skipped {
 struct Linted {
     unit: Unit,
     settings: Arc<Settings>,
+    /// Memory arithmetic left to value until the helpers it imports are found.
+    deferred: Option<python::Deferred>,
 }
 
 pub struct FileResult {
@@ -156,8 +159,8 @@ pub fn lint_candidates(
         overlay,
     };
     let all: Vec<&Candidate> = candidates.iter().collect();
-    got.load(&all, resolver, &cwd, opts);
     let mut context = ContextFiles::default();
+    got.load(&all, resolver, &cwd, opts, &mut context);
     let mut contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
     // A script the prefilter ruled out but a run reaches may get the run's diagnostics (its
     // argparse defaults against the launcher's world size, a parameter count in its name): it
@@ -176,7 +179,7 @@ pub fn lint_candidates(
                     .is_ok()
             });
     if !reached.is_empty() {
-        got.load(&reached, resolver, &cwd, whole);
+        got.load(&reached, resolver, &cwd, whole, &mut context);
         contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
     }
     // A transformers pin before 4.46 is judged by what its whole project shows: the files under
@@ -195,7 +198,7 @@ pub fn lint_candidates(
             });
         ruled_out = rest;
         if !pinned.is_empty() {
-            got.load(&pinned, resolver, &cwd, whole);
+            got.load(&pinned, resolver, &cwd, whole, &mut context);
             contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
         }
     }
@@ -213,7 +216,7 @@ pub fn lint_candidates(
             .filter(|c| names_any(&absolute(&c.path, &cwd), overlay, &names))
             .collect();
         if !naming.is_empty() {
-            got.load(&naming, resolver, &cwd, whole);
+            got.load(&naming, resolver, &cwd, whole, &mut context);
             contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
         }
     }
@@ -237,7 +240,7 @@ pub fn lint_candidates(
     let mut results: Vec<FileResult> = units
         .into_par_iter()
         .zip(contexts.into_par_iter())
-        .map(|(Linted { unit, settings }, training)| {
+        .map(|(Linted { unit, settings, .. }, training)| {
             let diagnostics = check(&unit.file, &unit.facts, &training, &settings);
             FileResult {
                 syntax_error: unit.facts.syntax_error,
@@ -414,12 +417,15 @@ struct Loading<'c> {
 }
 
 impl<'c> Loading<'c> {
+    /// Load `candidates`, then value the memory arithmetic of those that call helpers of
+    /// other modules (read for context into `context` when they are not loaded).
     fn load(
         &mut self,
         candidates: &[&'c Candidate],
         resolver: &Resolver,
         cwd: &Path,
         opts: LintOptions,
+        context: &mut ContextFiles,
     ) {
         let loaded: Vec<Result<Option<Linted>, Loaded>> = candidates
             .par_iter()
@@ -438,7 +444,107 @@ impl<'c> Loading<'c> {
             }
         }
         self.units.sort_by(|a, b| a.unit.abs.cmp(&b.unit.abs));
+        value_imported(&mut self.units, context, cwd, self.overlay);
     }
+}
+
+/// Value the memory arithmetic of the files that call helpers imported from other modules, with
+/// what the project's modules say those return (see [`helpers::imported_values`]). The modules
+/// are read for context as the join's files are: a few rounds, each reading in parallel what
+/// the one before found missing. `units` is sorted by path.
+fn value_imported(units: &mut [Linted], context: &mut ContextFiles, cwd: &Path, overlay: &Overlay) {
+    let mut waiting: Vec<usize> = (0..units.len())
+        .filter(|i| units[*i].deferred.is_some())
+        .collect();
+    if waiting.is_empty() {
+        return;
+    }
+    let mut found: HashMap<usize, Found> = HashMap::new();
+    // Modules that cannot export the names wanted from them (see [`project::may_export`]):
+    // not read.
+    let mut defining_none: HashSet<PathBuf> = HashSet::new();
+    for _ in 0..8 {
+        let read: &ContextFiles = context;
+        let look = |p: &Path| match units.binary_search_by(|u| u.unit.abs.as_path().cmp(p)) {
+            Ok(k) => Looked::Python(&units[k].unit.facts),
+            Err(_) if defining_none.contains(p) => Looked::Unreadable,
+            Err(_) => match read.get(p) {
+                Some(Some(c)) => Looked::Python(&c.facts),
+                Some(None) => Looked::Unreadable,
+                None if !p.is_file() && !overlay.contains_key(p) => Looked::Absent,
+                None => Looked::NotRead,
+            },
+        };
+        let looked: Vec<(usize, Result<Found, helpers::ToRead>)> = waiting
+            .par_iter()
+            .map(|&i| {
+                let calls = units[i]
+                    .deferred
+                    .as_ref()
+                    .map(python::Deferred::imports)
+                    .unwrap_or_default();
+                (
+                    i,
+                    helpers::imported_values(&units[i].unit.abs, &calls, &look),
+                )
+            })
+            .collect();
+        waiting.clear();
+        let mut missing: helpers::ToRead = Vec::new();
+        for (i, result) in looked {
+            match result {
+                Ok(values) => {
+                    found.insert(i, values);
+                }
+                Err(paths) => {
+                    missing.extend(paths);
+                    waiting.push(i);
+                }
+            }
+        }
+        if missing.is_empty() {
+            break;
+        }
+        missing.sort();
+        missing.dedup();
+        let mut wanted: Vec<(PathBuf, Vec<String>)> = Vec::new();
+        for (path, name) in missing {
+            match wanted.last_mut() {
+                Some((p, names)) if *p == path => names.push(name),
+                _ => wanted.push((path, vec![name])),
+            }
+        }
+        let read: Vec<(PathBuf, Option<Option<ContextFile>>)> = wanted
+            .into_par_iter()
+            .map(|(p, names)| {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                let text = match overlay.get(&p) {
+                    Some(t) => Some(t.clone()),
+                    None => std::fs::metadata(&p)
+                        .ok()
+                        .filter(|m| m.len() <= MAX_CONTEXT_FILE)
+                        .and_then(|_| std::fs::read_to_string(&p).ok()),
+                };
+                let defines = text.is_some_and(|t| project::may_export(&t, &names));
+                let file = defines.then(|| load_for_context(&p, cwd, overlay));
+                (p, file)
+            })
+            .collect();
+        for (path, file) in read {
+            match file {
+                Some(file) => context.insert(path, file),
+                None => {
+                    defining_none.insert(path);
+                }
+            }
+        }
+    }
+    units.par_iter_mut().enumerate().for_each(|(i, l)| {
+        if let Some(deferred) = l.deferred.take() {
+            let values = found.get(&i).map_or(&[][..], Vec::as_slice);
+            python::finish_values(&l.unit.file.text, &mut l.unit.facts, &deferred, values);
+        }
+    });
 }
 
 enum Loaded {
@@ -533,7 +639,7 @@ fn load_bytes(
     if !needs.parse {
         return Ok(None);
     }
-    let facts = analyse_with(
+    let (facts, deferred) = analyse_deferring(
         &file,
         python::Reads {
             loops: needs.loop_model,
@@ -560,6 +666,7 @@ fn load_bytes(
             defaults,
         },
         settings,
+        deferred,
     }))
 }
 
@@ -584,6 +691,18 @@ fn read_bounded(path: &Path, bytes: &mut Vec<u8>) -> std::io::Result<()> {
 /// Parse one file and lower it into facts.
 pub fn analyse(file: &SourceFile) -> Result<Facts, String> {
     analyse_with(file, python::Reads::ALL)
+}
+
+/// [`analyse_with`], except that a Python file whose memory arithmetic calls helpers imported
+/// from other modules is left to value once they are found (see [`value_imported`]).
+fn analyse_deferring(
+    file: &SourceFile,
+    reads: python::Reads,
+) -> Result<(Facts, Option<python::Deferred>), String> {
+    match file.language {
+        Language::Python | Language::Notebook => python::extract_deferring(&file.text, reads),
+        _ => Ok((analyse_with(file, reads)?, None)),
+    }
 }
 
 /// [`analyse`], with or without the loop model and loss provenance of Python (`loops`).

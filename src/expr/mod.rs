@@ -3,6 +3,7 @@
 //! a division by a symbol or a call that is not a known numeric wrapper becomes an *opaque* term
 //! whose value is unknown, and rules stay silent about what they cannot know.
 
+pub mod imports;
 mod names;
 pub mod program;
 pub use program::PARAM_COUNT_MIN;
@@ -58,6 +59,9 @@ pub struct Term {
     /// For a model size read from a parameter count (`model_gb = n_params * 4 / 1e9`), what one
     /// unit of the symbol is per parameter, in the unit it was converted to (`4e-9`).
     pub per_param: Option<f64>,
+    /// For a name read as a size (`model_gb`), the one symbol its value is a multiple of
+    /// (`n_params`, or `largest_layer_params` for a gathered layer named `model_params_gb`).
+    pub over: Option<String>,
 }
 
 /// How much of an opaque term's text is kept as its symbol.
@@ -112,6 +116,7 @@ impl Lin {
                 conversion: None,
                 via: None,
                 per_param: None,
+                over: None,
             }],
             roles_seen: vec![role],
             ..Lin::default()
@@ -360,7 +365,11 @@ impl Lin {
         let role = role_of(name);
         let Some(value) = value.filter(|v| !v.hides_role(role)) else {
             let unit = value.and_then(Lin::common_conversion);
-            return Lin::symbol(name, span).in_unit(unit);
+            let mut lin = Lin::symbol(name, span).in_unit(unit);
+            if let (Some(value), [t]) = (value, lin.terms.as_mut_slice()) {
+                t.over = value.one_symbol();
+            }
+            return lin;
         };
         // A name for the model's size (`model_gb = n_params * 2 / 1e9`) is the unit other
         // formulas count copies of the weights in: it is read as that size.
@@ -373,6 +382,7 @@ impl Lin {
             let mut size = Lin::symbol(name, span).in_unit(value.common_conversion());
             if let ([t], 0.0) = (size.terms.as_mut_slice(), value.constant) {
                 t.per_param = Some(value.terms.iter().map(|v| v.coef).sum());
+                t.over = value.one_symbol();
             }
             return size;
         }
@@ -403,6 +413,15 @@ impl Lin {
             }
         }
         lin
+    }
+
+    /// The one symbol every term is a known multiple of (`4 * layer_params / 2**30`).
+    fn one_symbol(&self) -> Option<String> {
+        let first = self.terms.first()?;
+        self.terms
+            .iter()
+            .all(|t| t.symbol == first.symbol && !t.opaque)
+            .then(|| first.symbol.clone())
     }
 
     /// The literal this constant is, as written inside `text` (which spans `span`): a divisor
@@ -564,6 +583,10 @@ mod tests {
         assert_eq!(role_of("embedding_params"), Role::Unknown);
         assert_eq!(role_of("model_memory"), Role::Model);
         assert_eq!(role_of("model_size"), Role::Model);
+        // Every GPU, whatever word comes first.
+        assert_eq!(role_of("self.total_num_gpus"), Role::Devices);
+        assert_eq!(device_count("total_world_size"), Some(DeviceCount::Total));
+        assert_eq!(device_count("total_gpus"), Some(DeviceCount::Total));
     }
 
     #[test]

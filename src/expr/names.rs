@@ -121,6 +121,8 @@ pub fn device_count(name: &str) -> Option<DeviceCount> {
     ) {
         return Some(DeviceCount::ModelParallel);
     }
+    // `total_num_gpus`, `total_world_size`: every GPU, said twice.
+    let n = n.strip_prefix("total_").unwrap_or(n);
     matches!(
         n,
         "world_size"
@@ -129,7 +131,6 @@ pub fn device_count(name: &str) -> Option<DeviceCount> {
             | "n_gpus"
             | "ngpus"
             | "gpus"
-            | "total_gpus"
             | "num_gpu"
             | "n_gpu"
             | "gpu_count"

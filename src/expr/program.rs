@@ -11,7 +11,7 @@
 //!   words of its name.
 
 use super::names::{count_scale, is_node_count, names_a_count};
-use super::{part_of, role_of, DeviceCount, Lin, Role};
+use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -32,30 +32,36 @@ pub enum Source {
     Devices(DeviceCount),
 }
 
+/// A key of a bundle; `S` is how the program holds its names (see [`Kept`]).
 #[derive(Clone, Debug)]
-pub enum Key<'s> {
-    Str(&'s str),
+pub enum KeyOf<S> {
+    Str(S),
     Index(i64),
 }
 
+pub type Key<'s> = KeyOf<&'s str>;
+
 #[derive(Clone, Debug)]
-pub enum Node<'s> {
+pub enum NodeOf<S> {
     Num(f64),
+    /// A number written in another file (a helper imported from the project): no literal
+    /// here for a fix to rewrite.
+    Fixed(f64),
     /// A name, read in the node's scope at the node's position.
-    Name(&'s str),
+    Name(S),
     Neg(Id),
     /// `a op b` for `+ - * / // ** % << >>`.
-    Bin(&'s str, Id, Id),
+    Bin(S, Id, Id),
     /// A call of what may be a helper of the file (`estimate(n, 80)`, `self._grads()`).
     Call {
-        callee: &'s str,
+        callee: S,
         args: Vec<Id>,
-        keywords: Vec<(&'s str, Id)>,
+        keywords: Vec<(S, Id)>,
     },
     /// `min(...)`, `max(...)`: the one argument that is not a constant, when there is one.
     Extreme(Vec<Id>),
-    Item(Id, Key<'s>),
-    Dict(Vec<(&'s str, Id)>),
+    Item(Id, KeyOf<S>),
+    Dict(Vec<(S, Id)>),
     Seq(Vec<Id>),
     /// `a if test else b`.
     Choice(Id, Id),
@@ -65,16 +71,22 @@ pub enum Node<'s> {
     Opaque,
 }
 
-struct Entry<'s> {
-    node: Node<'s>,
-    span: Range<usize>,
-    scope: usize,
+pub type Node<'s> = NodeOf<&'s str>;
+
+#[derive(Clone, Debug)]
+pub(super) struct EntryOf<S> {
+    pub(super) node: NodeOf<S>,
+    pub(super) span: Range<usize>,
+    pub(super) scope: usize,
     /// The branches the expression is written under (see [`Program::at_path`]).
-    path: u32,
+    pub(super) path: u32,
 }
 
+type Entry<'s> = EntryOf<&'s str>;
+
 /// A binding of a name: where it takes effect, its value and the branches it is made under.
-struct Bound {
+#[derive(Clone, Debug)]
+pub(super) struct Bound {
     at: usize,
     value: Id,
     path: u32,
@@ -85,39 +97,44 @@ struct Bound {
 pub type Path = Vec<(u32, bool)>;
 
 /// A function, class or the module, as valuing sees it.
-#[derive(Debug, Default)]
-pub struct ScopeDef<'s> {
-    pub name: &'s str,
+#[derive(Clone, Debug, Default)]
+pub struct ScopeDefOf<S> {
+    pub name: S,
     pub parent: Option<usize>,
     /// The class whose `self.x` a method reads.
     pub class: Option<usize>,
     pub is_class: bool,
     /// Parameters (without `self`), with their default values.
-    pub params: Vec<(&'s str, Option<Id>)>,
+    pub params: Vec<(S, Option<Id>)>,
     pub returns: Vec<Id>,
 }
+
+pub type ScopeDef<'s> = ScopeDefOf<&'s str>;
 
 /// The file's expressions, bindings and functions.
 #[derive(Default)]
 pub struct Program<'s> {
-    src: &'s str,
-    entries: Vec<Entry<'s>>,
-    scopes: Vec<ScopeDef<'s>>,
+    pub(super) src: &'s str,
+    pub(super) entries: Vec<Entry<'s>>,
+    pub(super) scopes: Vec<ScopeDef<'s>>,
     /// Per scope and name, in source order.
-    bindings: HashMap<(usize, &'s str), Vec<Bound>>,
+    pub(super) bindings: HashMap<(usize, &'s str), Vec<Bound>>,
     /// Paths by id; the one new nodes and bindings are made under.
-    paths: Vec<Path>,
-    path_ids: HashMap<Path, u32>,
-    current: u32,
+    pub(super) paths: Vec<Path>,
+    pub(super) path_ids: HashMap<Path, u32>,
+    pub(super) current: u32,
     /// What a statement says a name holds in a scope without binding it (`weights = n_b * 2  #
     /// bf16` makes `n_b` a parameter count there): the role, and the coefficient one unit of
     /// the name carries in that role.
-    roles: HashMap<(usize, &'s str), (Role, f64)>,
+    pub(super) roles: HashMap<(usize, &'s str), (Role, f64)>,
     /// Functions by name (not methods), and methods by class and name.
     functions: HashMap<&'s str, Vec<usize>>,
     methods: HashMap<(usize, &'s str), usize>,
     /// Calls of names that may be helpers: where a helper's formulas are valued.
-    calls: Vec<Id>,
+    pub(super) calls: Vec<Id>,
+    /// Calls of helpers imported from the project's modules, by the call's span: the function
+    /// each is valued as (see [`Program::import`]).
+    pub(super) imported: HashMap<(usize, usize), usize>,
 }
 
 /// The least a number a count's name holds must be to count a model's parameters.
@@ -180,7 +197,25 @@ impl<'s> Program<'s> {
             }
         }
         self.scopes.push(def);
+        self.count_roles(id);
         id
+    }
+
+    /// In a function for memory (`per_gpu_bytes(n, ...)`, `model_state_gib(params)`), the
+    /// parameter a count-like name holds is the parameter count its arithmetic sizes.
+    pub(super) fn count_roles(&mut self, id: usize) {
+        let counts: Vec<&'s str> = match self.scopes.get(id) {
+            Some(d) if !d.is_class && sizes_memory(d.name) => d
+                .params
+                .iter()
+                .map(|(p, _)| *p)
+                .filter(|p| counts_parameters(p))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for p in counts {
+            self.name_role(id, p, Role::ParamCount, 1.0);
+        }
     }
 
     /// `name` holds `value` from byte `at` on (the end of the statement that binds it).
@@ -272,7 +307,7 @@ impl<'s> Program<'s> {
 
     /// The function a call in `scope` names: a method of the enclosing class for `self.f`, the
     /// nearest function of that name otherwise.
-    fn resolve(&self, callee: &str, scope: usize) -> Option<usize> {
+    pub(super) fn resolve(&self, callee: &str, scope: usize) -> Option<usize> {
         if let Some(method) = callee
             .strip_prefix("self.")
             .or_else(|| callee.strip_prefix("cls."))
@@ -299,6 +334,18 @@ impl<'s> Program<'s> {
 
     fn class_of(&self, scope: usize) -> Option<usize> {
         self.scopes.get(scope).and_then(|s| s.class)
+    }
+
+    /// The function of the file an expression calls, when it is such a call.
+    pub fn callee(&self, id: Id) -> Option<usize> {
+        match self.entries.get(id as usize)? {
+            Entry {
+                node: Node::Call { callee, .. },
+                scope,
+                ..
+            } => self.resolve(callee, *scope),
+            _ => None,
+        }
     }
 
     pub fn valuer(&self) -> Valuer<'_, 's> {
@@ -516,6 +563,7 @@ impl Valuer<'_, '_> {
         let scalar = |id: Id| self.value(id, frame).scalar();
         let v = match &e.node {
             Node::Num(v) => Lin::constant(*v, Some(span)),
+            Node::Fixed(v) => Lin::constant(*v, None),
             Node::Name(name) => return self.name(name, span, e.scope, e.path, frame),
             Node::Neg(a) => match scalar(*a) {
                 Some(l) => l.negated(),
@@ -772,6 +820,7 @@ impl Valuer<'_, '_> {
         let Some(function) = self
             .p
             .resolve(callee, e.scope)
+            .or_else(|| self.p.imported.get(&(span.start, span.end)).copied())
             .filter(|_| depth < MAX_CALL_DEPTH)
         else {
             return Value::Scalar(opaque(text, span));

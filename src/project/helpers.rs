@@ -1,5 +1,6 @@
 //! Helpers imported from the project's own modules: what they return, for the losses that reach a
-//! backward through them (`from utils.loss import calc_loss`, `import losses as L`).
+//! backward through them (`from utils.loss import calc_loss`, `import losses as L`), and for the
+//! memory arithmetic that calls them (`from utils.precision import gb_from_bytes`).
 //!
 //! A module is looked up as Python would find it from the importing file: a relative import from
 //! its folder (one level up per extra dot), an absolute one from the file's folder and each of its
@@ -11,6 +12,7 @@
 
 use super::Unit;
 use crate::context::ImportedReturns;
+use crate::expr::imports::Found;
 use crate::facts::{Facts, Scaling};
 use std::path::{Path, PathBuf};
 
@@ -174,6 +176,46 @@ pub fn imported_returns<'a>(
                 out.clip_hooks.push((module.clone(), name.clone()));
             }
             out.returns.push(((module, name), s));
+        }
+    }
+    if needs.is_empty() {
+        Ok(out)
+    } else {
+        Err(needs)
+    }
+}
+
+/// Modules to read, each with a name wanted from it.
+pub type ToRead = Vec<(PathBuf, String)>;
+
+/// What the helpers a file's memory arithmetic calls from other modules return (`calls`, by
+/// module as written and name; see [`Facts::value_exports`]), or the modules that must be read
+/// first, each with the name wanted from it. A helper whose module is not in the project, or
+/// that its module does not define as arithmetic over its parameters, is left out: its calls
+/// stay of unknown value.
+pub fn imported_values<'a>(
+    file: &Path,
+    calls: &[(String, String)],
+    look: &dyn Fn(&Path) -> Looked<'a>,
+) -> Result<Found, ToRead> {
+    let mut out = Vec::new();
+    let mut needs = Vec::new();
+    for (module, name) in calls {
+        for path in candidates(file, module) {
+            match look(&path) {
+                Looked::Python(facts) => {
+                    if let Some(e) = facts.value_exports.iter().find(|e| &e.name == name) {
+                        out.push(((module.clone(), name.clone()), e.clone()));
+                    }
+                    break;
+                }
+                Looked::Unreadable => break,
+                Looked::Absent => {}
+                Looked::NotRead => {
+                    needs.push((path, name.clone()));
+                    break;
+                }
+            }
         }
     }
     if needs.is_empty() {

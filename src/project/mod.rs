@@ -25,9 +25,12 @@
 //! - `memory.rs`: the memory case of a run, for MEM005;
 //! - `join.rs`: the runs built, then each unit's view of them;
 //! - `pins.rs`: what the project under a requirements file shows, for its dependency pins;
-//! - `helpers.rs`: what helpers imported from the project's modules return, for loss provenance.
+//! - `helpers.rs`: what helpers imported from the project's modules return, for loss provenance
+//!   and for the memory arithmetic that calls them;
+//! - `exported.rs`: whether a module's text may define such a helper, before it is read for one.
 
 mod estimate;
+mod exported;
 mod files;
 pub mod helpers;
 mod join;
@@ -40,6 +43,7 @@ mod runs;
 mod trainer;
 mod world;
 
+pub use exported::may_export;
 pub use files::{ContextFile, ContextFiles, Unit};
 pub use join::{join, Join, Joined};
 pub use names::{is_gpu_memory_name, params_from_name, MODEL_KEYS};

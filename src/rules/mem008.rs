@@ -9,8 +9,9 @@ use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
 use crate::expr::{DeviceCount, Role, Term};
-use crate::facts::{Formula, Sharding};
+use crate::facts::{Formula, FormulaKind, Sharding};
 use crate::knowledge::{knowledge, StageRow};
+use std::ops::Range;
 
 pub struct ShardingDivisor;
 
@@ -89,7 +90,7 @@ impl Rule for ShardingDivisor {
             };
             // The stage read from this function's name holds for this formula only.
             let by_name = f.stages.is_none() && facts.and_then(|s| s.named_stage()).is_some();
-            if let Some(mut d) = judge(cx, f, sharding, &why) {
+            if let Some(d) = judge(cx, f, sharding, &why) {
                 // A term written in another function and reached through its return (`return
                 // self._zero1()` in `_zero2`, named for a stage) is reported where this formula
                 // reads it.
@@ -100,14 +101,8 @@ impl Rule for ShardingDivisor {
                             && d.range.end <= g.span.end
                     });
                 if elsewhere && (d.range.start < f.span.start || d.range.end > f.span.end) {
-                    let read = cx.file.slice(&f.span).lines().next().unwrap_or("");
-                    let read = &read[..crate::source::floor_char_boundary(read, 60)];
-                    d.message = format!("{} (reached through `{}`)", d.message, read.trim_end());
-                    d.range = f.span.clone();
                     // Its own finding: the function that wrote the term may be right.
-                    if !out.iter().any(|o| o.range == d.range) {
-                        out.push(d);
-                    }
+                    reached_through(cx, d, &f.span, out);
                     continue;
                 }
                 if reported.first(f) {
@@ -115,6 +110,67 @@ impl Rule for ShardingDivisor {
                 }
             }
         }
+        handed_back(cx, out);
+    }
+}
+
+/// A function named for a stage whose return hands back what another function of the file
+/// returns, when that cannot be valued (the other function hands its estimate to something not
+/// read here: `return self._create_result(breakdown)`, a method of an imported base class): the
+/// other function's own per-GPU formulas are what it estimates, judged at the stage, and
+/// reported at the `return` that reuses them. Once per `return`.
+fn handed_back(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+    let facts = cx.facts;
+    for (from, to, call) in &facts.returns_call {
+        let (Some(t), Some(s)) = (facts.scopes.get(*from), facts.scopes.get(*to)) else {
+            continue;
+        };
+        let Some(n) = t.named_stage() else {
+            continue;
+        };
+        // Valued: judged as this function's own formula. Named for the stage: judged there.
+        let valued = facts.formulas.iter().any(|f| {
+            f.scope == *from && matches!(f.kind, FormulaKind::Return { .. }) && f.span == *call
+        });
+        if valued || s.named_stage() == Some(n) || s.tests.stage {
+            continue;
+        }
+        let why = format!("the function `{}` is named for it", t.name);
+        let found = facts
+            .formulas
+            .iter()
+            .filter(|f| f.scope == *to && !f.inference && per_device(f))
+            .filter(|f| f.stages.is_none() && !f.guard.stage)
+            .find_map(|f| judge(cx, f, Judged::Stages(1 << n), &why));
+        if let Some(d) = found {
+            reached_through(cx, d, call, out);
+        }
+    }
+}
+
+/// A finding on a term written in another function, reported where `span` reads it, once.
+fn reached_through(
+    cx: &Checker<'_>,
+    mut d: Diagnostic,
+    span: &Range<usize>,
+    out: &mut Vec<Diagnostic>,
+) {
+    let read = cx.file.slice(span).lines().next().unwrap_or("");
+    let read = &read[..crate::source::floor_char_boundary(read, 60)];
+    d.message = format!("{} (reached through `{}`)", d.message, read.trim_end());
+    d.range = span.clone();
+    if !out.iter().any(|o| o.range == d.range) {
+        out.push(d);
+    }
+}
+
+/// What a term counts the parameters of: its own symbol for a count; for the weights' size
+/// held in a name (`model_gb = n_params * 2 / 1e9`), what that size was computed from.
+fn count_of(t: &Term) -> Option<&str> {
+    match t.role {
+        Role::ParamCount => Some(t.symbol.as_str()),
+        Role::Model => t.over.as_deref(),
+        _ => None,
     }
 }
 
@@ -220,17 +276,17 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
         return judge_bytes(f, &rows, why);
     }
     // A whole term over another count than the divided ones (`4 * largest_layer_params`
-    // beside `18 * total_params / n`: ZeRO-3's gathered layer) is a buffer, no model state.
+    // beside `18 * total_params / n`: ZeRO-3's gathered layer) is a buffer, no model state,
+    // whatever name holds it (`model_params_gb = largest_layer_gb`).
     let divided_counts: Vec<&str> = terms
         .iter()
-        .filter(|t| t.role == Role::ParamCount && is_sharded(t))
-        .map(|t| t.symbol.as_str())
+        .filter(|t| is_sharded(t))
+        .filter_map(|t| count_of(t))
         .collect();
     let buffer = |t: &Term| {
-        t.role == Role::ParamCount
-            && !is_sharded(t)
+        !is_sharded(t)
             && !divided_counts.is_empty()
-            && !divided_counts.contains(&t.symbol.as_str())
+            && count_of(t).is_some_and(|c| !divided_counts.contains(&c))
     };
     // Named states: the formula runs at every stage that reaches it, so each state must be
     // divided exactly when each of those stages shards it.

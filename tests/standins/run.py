@@ -1173,6 +1173,19 @@ def unpack(value, names):
     return tuple(standin(n) for n in names)
 
 
+class SiblingImports(ast.NodeTransformer):
+    """`from . import m` and `from .m import f` name modules beside the file, which runs as a
+    script with its folder on the path: they are imported as `import m` and `from m import f`."""
+
+    def visit_ImportFrom(self, node):
+        if node.level != 1:
+            return node
+        if node.module is None:
+            return ast.copy_location(ast.Import(names=node.names), node)
+        node.level = 0
+        return node
+
+
 class Unpacking(ast.NodeTransformer):
     """Tuple targets unpack through `_unpack`, so a stand-in gives as many parts as the program
     asks for: `x, y = next(it)`, `for i, (img, mask, meta) in enumerate(loader):`."""
@@ -1304,7 +1317,7 @@ def main(path):
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     ARITY = batch_arity(tree)
-    tree = ast.fix_missing_locations(Unpacking().visit(tree))
+    tree = ast.fix_missing_locations(Unpacking().visit(SiblingImports().visit(tree)))
     # A config the program opens by a path it computes: a small DeepSpeed-like one.
     handle, CONFIG_FILE = tempfile.mkstemp(suffix=".json")
     with os.fdopen(handle, "w") as f:

@@ -14,6 +14,8 @@ mod assembly;
 mod batch_model;
 mod calls;
 mod conditions;
+mod deferred;
+mod exported;
 mod global_batch;
 mod hooks;
 mod inline;
@@ -27,6 +29,7 @@ mod token_means;
 mod trainer_loss;
 mod units;
 mod values;
+mod valuing;
 
 use super::loops::{
     self, AccumTest, Branch, CallEvent, CallKind, Cond, Ctx, LoopInfo, Recorded, ScopeInfo,
@@ -36,6 +39,8 @@ use crate::expr::program::Program;
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
 use crate::frontend::fields::{PyField, PyKind};
+use calls::OPTIMIZER_CLASSES;
+pub use deferred::{finish_values, Deferred};
 use std::cell::RefCell;
 use values::{Pending, PendingKind};
 /// The walk's maps are keyed by short names and offsets it looks up at every node: foldhash,
@@ -76,27 +81,39 @@ impl Reads {
 
 /// [`extract`], with only the parts of the walk `reads` asks for.
 pub fn extract_with(text: &str, reads: Reads) -> Result<Facts, String> {
-    extract_inner(text, reads, true)
+    extract_inner(text, reads, true, false).map(|(facts, _)| facts)
+}
+
+/// [`extract_with`] for a file of a project: when its memory arithmetic calls names imported
+/// from other modules, it is left unvalued until [`finish_values`] is told what they return.
+pub fn extract_deferring(text: &str, reads: Reads) -> Result<(Facts, Option<Deferred>), String> {
+    extract_inner(text, reads, true, true)
 }
 
 /// The loop model of a text a fix produced: what the fix is checked against (its own missteps
 /// are not fixed again).
 fn extract_unchecked(text: &str) -> Result<Facts, String> {
-    extract_inner(text, Reads::ALL, false)
+    extract_inner(text, Reads::ALL, false, false).map(|(facts, _)| facts)
 }
 
-fn extract_inner(text: &str, reads: Reads, verify_fixes: bool) -> Result<Facts, String> {
+fn extract_inner(
+    text: &str,
+    reads: Reads,
+    verify_fixes: bool,
+    defer: bool,
+) -> Result<(Facts, Option<Deferred>), String> {
     let blanked = blank_long_comment_runs(text);
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.loop_model = reads.loops;
     w.value_model = reads.values;
     w.verify_fixes = verify_fixes;
+    w.defer = defer;
     w.trainer_loss.active = memchr::memmem::find(text.as_bytes(), b"compute_loss").is_some();
     w.facts.loops_read = reads.loops;
     w.factor_exprs = calls::factors_set(text);
     w.walk(&tree);
-    let mut facts = w.finish(&tree);
+    let (mut facts, deferred) = w.finish(&tree);
     if let Some((_, comments)) = blanked {
         // The blanked lines that were comments (not lines of a string) are comments still.
         let root = tree.root_node();
@@ -122,7 +139,7 @@ fn extract_inner(text: &str, reads: Reads, verify_fixes: bool) -> Result<Facts, 
         facts.comments.sort_by_key(|c| c.range.start);
     }
     facts.syntax_error = tree.root_node().has_error();
-    Ok(facts)
+    Ok((facts, deferred))
 }
 
 /// A run of comment lines costs tree-sitter-python its length at every line (it looks ahead for
@@ -243,6 +260,11 @@ struct Walker<'s> {
     /// The file's memory arithmetic as written, valued once the walk is done.
     program: Program<'s>,
     pending: Vec<Pending>,
+    /// What the module's top-level functions return, for the files that import them.
+    exports: exported::ExportNotes,
+    /// Leave the file's memory arithmetic unvalued when it calls names imported from other
+    /// modules (see [`Deferred`]).
+    defer: bool,
     /// Module-level names bound to a number, as the walk has seen them so far.
     module_numbers: HashMap<&'s str, f64>,
     /// How each name's value was produced, per scope, in source order.
@@ -345,50 +367,6 @@ struct Invoke {
     call: Range<usize>,
 }
 
-const OPTIMIZER_CLASSES: &[&str] = &[
-    "adamw",
-    "adam",
-    "sgd",
-    "adafactor",
-    "lion",
-    "adamw8bit",
-    "adam8bit",
-    "pagedadamw8bit",
-    "pagedadamw",
-    "pagedadamw32bit",
-    "adamw32bit",
-    "fusedadam",
-    "deepspeedcpuadam",
-    "fusedlamb",
-    "lamb",
-    "lars",
-    "adagrad",
-    "rmsprop",
-    "nadam",
-    "radam",
-    "adamax",
-    "adadelta",
-    "rprop",
-    "asgd",
-    "muon",
-    "ademamix",
-    "sophiag",
-    "sophia",
-    "lion8bit",
-    "sgd8bit",
-    "adagrad8bit",
-    "rmsprop8bit",
-    "lamb8bit",
-    "pagedlion",
-    "pagedlion8bit",
-    "shampoo",
-    "distributedshampoo",
-    "came",
-    "adamwscheduleFree",
-    "adamwschedulefree",
-    "sgdschedulefree",
-];
-
 /// Where a name was bound to an instance: the scope, the class as called, and the
 /// `reduction=` it was given.
 type Instance<'s> = (usize, &'s str, Option<&'s str>);
@@ -422,6 +400,8 @@ impl<'s> Walker<'s> {
             accumulate_blocks: 0,
             program: Program::new(src),
             pending: Vec::new(),
+            exports: exported::ExportNotes::default(),
+            defer: false,
             module_numbers: HashMap::default(),
             loss_defs: HashMap::default(),
             returns: HashMap::default(),
@@ -841,6 +821,7 @@ impl<'s> Walker<'s> {
             assigned: Vec::new(),
         });
         let id = self.scopes.len() - 1;
+        self.note_export_scope(node, parent, id);
         self.push(node, Frame::Scope(id));
     }
 
@@ -976,8 +957,8 @@ impl<'s> Walker<'s> {
 
     // ---- assembling loops ----------------------------------------------------------------------
 
-    fn finish(mut self, tree: &Tree) -> Facts {
-        self.value_formulas();
+    fn finish(mut self, tree: &Tree) -> (Facts, Option<Deferred>) {
+        let deferred = self.value_or_defer();
         self.finish_hooks();
         let (accelerate_divides, calls) = self.assemble_loops(tree);
         if self.loop_model {
@@ -1006,8 +987,8 @@ impl<'s> Walker<'s> {
         self.facts.manual_divisions.retain(|d| {
             d.framework != Framework::Accelerate || accelerate_divides || d.engine_config
         });
-        // What the conditions of each function test, read for functions with memory formulas.
-        let mut scopes: Vec<ScopeFacts> = self
+        self.facts.value_exports = self.value_exports();
+        self.facts.scopes = self
             .scopes
             .iter()
             .map(|s| ScopeFacts {
@@ -1015,28 +996,15 @@ impl<'s> Walker<'s> {
                 ..ScopeFacts::default()
             })
             .collect();
-        let mut read = vec![false; scopes.len()];
-        for f in &self.facts.formulas {
-            if let Some(r) = read.get_mut(f.scope) {
-                *r = true;
-            }
+        if deferred.is_none() {
+            deferred::scope_tests(&mut self.facts, &self.cond_spans, self.src);
         }
-        for (scope, span) in &self.cond_spans {
-            if read.get(*scope).copied().unwrap_or(false) {
-                let topics = self.topics(span);
-                if let Some(s) = scopes.get_mut(*scope) {
-                    s.tests = s.tests.union(topics);
-                }
-            }
-        }
-        self.facts.scopes = scopes;
-        self.facts
+        (self.facts, deferred)
     }
 
     /// What a condition's text tests (its first 256 bytes: tests are short).
     fn topics(&self, span: &Range<usize>) -> Topics {
-        let text = self.src.get(span.clone()).unwrap_or("");
-        Topics::of(&text[..crate::source::floor_char_boundary(text, text.len().min(256))])
+        topics_in(self.src, span)
     }
 
     /// What the conditions around the current statement test.
@@ -1051,6 +1019,12 @@ impl<'s> Walker<'s> {
                 _ => t,
             })
     }
+}
+
+/// What the condition at `span` of `src` tests (its first 256 bytes: tests are short).
+fn topics_in(src: &str, span: &Range<usize>) -> Topics {
+    let text = src.get(span.clone()).unwrap_or("");
+    Topics::of(&text[..crate::source::floor_char_boundary(text, text.len().min(256))])
 }
 
 /// A `with` block whose statements are all backwards (`loss.backward()`,

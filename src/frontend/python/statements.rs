@@ -284,6 +284,7 @@ impl<'s> Walker<'s> {
             right.byte_range(),
         );
         self.bind_value(left, value, node.byte_range());
+        self.note_export_local(left, right);
     }
 
     pub(super) fn augmented(&mut self, node: Node) {
@@ -379,6 +380,7 @@ impl<'s> Walker<'s> {
         if function.is_empty() {
             return;
         }
+        self.note_export_return(value);
         self.branch_entry(&function, value, true);
         // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
         let lightning = self

@@ -54,77 +54,49 @@ impl<'s> Walker<'s> {
             self.pend(PendingKind::Printed { figures }, first, node.byte_range());
         }
     }
+}
 
-    /// Judge one pending calculation's units: as written, then, when it reads the function's
-    /// parameters and finds nothing, once per call site with the arguments bound.
-    pub(super) fn judge_units(&mut self, p: &Pending, program: &Program<'s>, valuer: &Valuer) {
-        let mut found = self.units_in(p, valuer, None);
-        if found.is_empty() && program.is_function(p.scope) {
-            let ids: Vec<_> = match &p.kind {
-                PendingKind::Compare { other, .. } => vec![p.value, *other],
-                PendingKind::Printed { figures } => figures.iter().map(|f| f.0).collect(),
-                _ => vec![p.value],
-            };
-            let reads = ids.iter().any(|id| {
-                valuer
-                    .lin(*id, None)
-                    .terms
-                    .iter()
-                    .any(|t| program.is_param(p.scope, &t.symbol))
-            });
-            if reads {
-                for frame in valuer.frames(p.scope) {
-                    found = self.units_in(p, valuer, Some(&frame));
-                    if !found.is_empty() {
-                        for m in &mut found {
-                            m.call = Some(frame.call.clone());
-                        }
-                        break;
+/// Judge one pending calculation's units: as written, then, when it reads the function's
+/// parameters and finds nothing, once per call site with the arguments bound.
+pub(super) fn judge_units(facts: &mut Facts, p: &Pending, program: &Program, valuer: &Valuer) {
+    let mut found = units_in(p, valuer, None);
+    if found.is_empty() && program.is_function(p.scope) {
+        let ids: Vec<_> = match &p.kind {
+            PendingKind::Compare { other, .. } => vec![p.value, *other],
+            PendingKind::Printed { figures } => figures.iter().map(|f| f.0).collect(),
+            _ => vec![p.value],
+        };
+        let reads = ids.iter().any(|id| {
+            valuer
+                .lin(*id, None)
+                .terms
+                .iter()
+                .any(|t| program.is_param(p.scope, &t.symbol))
+        });
+        if reads {
+            for frame in valuer.frames(p.scope) {
+                found = units_in(p, valuer, Some(&frame));
+                if !found.is_empty() {
+                    for m in &mut found {
+                        m.call = Some(frame.call.clone());
                     }
+                    break;
                 }
             }
-        }
-        for m in found {
-            judge::push(&mut self.facts, m);
         }
     }
+    for m in found {
+        judge::push(facts, m);
+    }
+}
 
-    fn units_in(
-        &self,
-        p: &Pending,
-        valuer: &Valuer,
-        frame: Option<&CallFrame>,
-    ) -> Vec<UnitMismatch> {
-        let py = DivisorSyntax::Python;
-        let mut out = Vec::new();
-        match &p.kind {
-            PendingKind::Assign { target } | PendingKind::Return { function: target } => {
-                for lin in valuer.paths(p.value, frame) {
-                    out.extend(judge::named(target, &lin, p.span.clone(), py, false));
-                    out.extend(judge::meeting(
-                        &[&lin],
-                        UnitClash::Combined,
-                        p.span.clone(),
-                        true,
-                        py,
-                    ));
-                }
-            }
-            // Judged once, from its left side.
-            PendingKind::Compare { other, whole } if p.span.start == whole.start => {
-                let other = valuer.lin(*other, frame);
-                for lin in valuer.paths(p.value, frame) {
-                    out.extend(judge::meeting(
-                        &[&lin, &other],
-                        UnitClash::Compared,
-                        whole.clone(),
-                        true,
-                        py,
-                    ));
-                }
-            }
-            PendingKind::Expr => {
-                let lin = valuer.lin(p.value, frame);
+fn units_in(p: &Pending, valuer: &Valuer, frame: Option<&CallFrame>) -> Vec<UnitMismatch> {
+    let py = DivisorSyntax::Python;
+    let mut out = Vec::new();
+    match &p.kind {
+        PendingKind::Assign { target } | PendingKind::Return { function: target } => {
+            for lin in valuer.paths(p.value, frame) {
+                out.extend(judge::named(target, &lin, p.span.clone(), py, false));
                 out.extend(judge::meeting(
                     &[&lin],
                     UnitClash::Combined,
@@ -133,15 +105,38 @@ impl<'s> Walker<'s> {
                     py,
                 ));
             }
-            PendingKind::Printed { figures } => {
-                let figures: Vec<_> = figures
-                    .iter()
-                    .map(|(id, label, span)| (valuer.lin(*id, frame), *label, span.clone()))
-                    .collect();
-                out.extend(judge::printed(&figures, py));
-            }
-            _ => {}
         }
-        out
+        // Judged once, from its left side.
+        PendingKind::Compare { other, whole } if p.span.start == whole.start => {
+            let other = valuer.lin(*other, frame);
+            for lin in valuer.paths(p.value, frame) {
+                out.extend(judge::meeting(
+                    &[&lin, &other],
+                    UnitClash::Compared,
+                    whole.clone(),
+                    true,
+                    py,
+                ));
+            }
+        }
+        PendingKind::Expr => {
+            let lin = valuer.lin(p.value, frame);
+            out.extend(judge::meeting(
+                &[&lin],
+                UnitClash::Combined,
+                p.span.clone(),
+                true,
+                py,
+            ));
+        }
+        PendingKind::Printed { figures } => {
+            let figures: Vec<_> = figures
+                .iter()
+                .map(|(id, label, span)| (valuer.lin(*id, frame), *label, span.clone()))
+                .collect();
+            out.extend(judge::printed(&figures, py));
+        }
+        _ => {}
     }
+    out
 }

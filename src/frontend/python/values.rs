@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::expr::program::{Id, Key, Node as V, ScopeDef, Source};
-use crate::expr::{counts_parameters, sizes_memory, DeviceCount};
+use crate::expr::{sizes_memory, DeviceCount};
 use crate::frontend::fields::{PyField, PyKind};
 
 /// How many items of a dict, tuple or list are read: larger ones are data, not arithmetic.
@@ -435,23 +435,12 @@ impl<'s> Walker<'s> {
                 params.remove(0);
             }
         }
-        // In a function for memory (`per_gpu_bytes(n, ...)`, `model_state_gib(params)`), the
-        // parameter a count-like name holds is the parameter count its arithmetic sizes.
-        let counts: Vec<&'s str> = if sizes_memory(name) {
-            params
-                .iter()
-                .map(|(p, _)| *p)
-                .filter(|p| counts_parameters(p))
-                .collect()
-        } else {
-            Vec::new()
-        };
         // `def lora_memory_gb(...)`: an estimate written for a LoRA run.
         if !is_class && sizes_memory(name) && Topics::of(name).lora {
             let at = node.field("name").map_or(0..0, |n| n.byte_range());
             self.facts.evidence.lora.push(at);
         }
-        let id = self.program.add_scope(ScopeDef {
+        self.program.add_scope(ScopeDef {
             name,
             parent: Some(parent),
             class,
@@ -459,9 +448,6 @@ impl<'s> Walker<'s> {
             params,
             ..ScopeDef::default()
         });
-        for p in counts {
-            self.program.name_role(id, p, Role::ParamCount, 1.0);
-        }
     }
 
     /// Tell the program which branches of the current function what comes next is under.
@@ -487,6 +473,7 @@ impl<'s> Walker<'s> {
         match left.ty() {
             "identifier" | "attribute" => {
                 let name = self.text(left);
+                self.note_export_binding(name);
                 let scope = scope_of_name(self, name);
                 self.program.bind(scope, name, statement.end, value);
             }
@@ -585,136 +572,6 @@ impl<'s> Walker<'s> {
             innermost = Some(span.clone());
         }
         innermost.map(|span| (mask, span))
-    }
-
-    /// Value every pending formula: as written, and in each helper once per call site (a helper
-    /// whose parameters' roles only its callers say). Kept: what is sized by the model.
-    pub(super) fn value_formulas(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let pending = std::mem::take(&mut self.pending);
-        let program = std::mem::take(&mut self.program);
-        let valuer = program.valuer();
-        let reads = program.reads();
-        // A value printed is reported, not added into a larger sum: it still states a total.
-        let printed: Vec<Range<usize>> = pending
-            .iter()
-            .filter_map(|p| match &p.kind {
-                PendingKind::Printed { figures } => Some(figures.iter().map(|f| f.2.clone())),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        for p in &pending {
-            self.judge_units(p, &program, &valuer);
-            if matches!(p.kind, PendingKind::Printed { .. }) {
-                continue;
-            }
-            let feeds = match &p.kind {
-                PendingKind::Assign { target } => {
-                    reads.get(&(p.scope, target.as_str())).is_some_and(|at| {
-                        at.iter()
-                            .any(|a| *a > p.span.end && !printed.iter().any(|r| r.contains(a)))
-                    })
-                }
-                _ => false,
-            };
-            let per_call = matches!(
-                p.kind,
-                PendingKind::Assign { .. }
-                    | PendingKind::Return { .. }
-                    | PendingKind::Compare { .. }
-                    | PendingKind::Expr
-            );
-            let valued = valuer.valuations(p.value, p.scope, per_call);
-            for (lin, frame) in valued {
-                self.settle(p, lin, &valuer, frame.as_ref(), feeds);
-            }
-        }
-        self.program = program;
-    }
-
-    /// One valued formula into the facts.
-    fn settle(
-        &mut self,
-        p: &Pending,
-        lin: Lin,
-        valuer: &crate::expr::program::Valuer,
-        frame: Option<&crate::expr::program::Frame>,
-        feeds: bool,
-    ) {
-        let kind = match &p.kind {
-            PendingKind::Assign { target } => {
-                self.push_formula(
-                    FormulaKind::Assign {
-                        target: target.clone(),
-                        role: role_of(target),
-                    },
-                    lin.assigned_to(target),
-                    p,
-                    feeds,
-                );
-                return;
-            }
-            PendingKind::Return { function } => {
-                let bundle = matches!(
-                    valuer.value(p.value, frame),
-                    crate::expr::program::Value::Bundle(_)
-                );
-                FormulaKind::Return {
-                    function: function.clone(),
-                    role: if bundle {
-                        Role::Total
-                    } else {
-                        role_of(function)
-                    },
-                }
-            }
-            PendingKind::Compare { other, .. } => FormulaKind::Compare {
-                other: valuer.lin(*other, frame),
-            },
-            PendingKind::Printed { .. } => return,
-            PendingKind::Expr => FormulaKind::Expr,
-            PendingKind::Checkpointed {
-                target,
-                factor,
-                offloaded,
-                returned,
-            } => {
-                self.facts.checkpointed.push(CheckpointedValue {
-                    target: target.clone(),
-                    role: role_of(target),
-                    lin,
-                    factor: *factor,
-                    span: p.span.clone(),
-                    offloaded: *offloaded,
-                    returned: *returned,
-                });
-                return;
-            }
-            PendingKind::Constant { name } => {
-                self.facts.note_constant(name, &lin, p.span.clone());
-                return;
-            }
-        };
-        self.push_formula(kind, lin, p, false);
-    }
-
-    fn push_formula(&mut self, kind: FormulaKind, lin: Lin, p: &Pending, feeds: bool) {
-        if !lin.is_sized() {
-            return;
-        }
-        self.facts.formulas.push(Formula {
-            kind,
-            lin,
-            span: p.span.clone(),
-            scope: p.scope,
-            guard: p.guard,
-            inference: p.inference,
-            feeds,
-            stages: p.stages.clone(),
-        });
     }
 }
 

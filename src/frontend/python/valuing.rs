@@ -1,0 +1,151 @@
+//! Valuing a file's memory arithmetic once its walk is done (or once the helpers it imports
+//! are known, see [`super::deferred`]): each pending formula valued into the facts.
+
+use super::units::judge_units;
+use super::values::{Pending, PendingKind};
+use super::*;
+
+impl Walker<'_> {
+    /// Value every pending formula (see [`value_pending`]).
+    pub(super) fn value_formulas(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let program = std::mem::take(&mut self.program);
+        value_pending(&pending, &program, &mut self.facts);
+        self.program = program;
+    }
+}
+
+/// Value every pending formula: as written, and in each helper once per call site (a helper
+/// whose parameters' roles only its callers say). Kept: what is sized by the model.
+pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut Facts) {
+    let valuer = program.valuer();
+    let reads = program.reads();
+    // A value printed is reported, not added into a larger sum: it still states a total.
+    let printed: Vec<Range<usize>> = pending
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PendingKind::Printed { figures } => Some(figures.iter().map(|f| f.2.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for p in pending {
+        judge_units(facts, p, program, &valuer);
+        if matches!(p.kind, PendingKind::Printed { .. }) {
+            continue;
+        }
+        let feeds = match &p.kind {
+            PendingKind::Assign { target } => {
+                reads.get(&(p.scope, target.as_str())).is_some_and(|at| {
+                    at.iter()
+                        .any(|a| *a > p.span.end && !printed.iter().any(|r| r.contains(a)))
+                })
+            }
+            _ => false,
+        };
+        // Under a test of the stage, what the call hands back is judged by the test.
+        let plain = p.stages.is_none() && !p.guard.stage;
+        if let (PendingKind::Return { .. }, true) = (&p.kind, plain) {
+            if let Some(other) = program.callee(p.value) {
+                facts.returns_call.push((p.scope, other, p.span.clone()));
+            }
+        }
+        let per_call = matches!(
+            p.kind,
+            PendingKind::Assign { .. }
+                | PendingKind::Return { .. }
+                | PendingKind::Compare { .. }
+                | PendingKind::Expr
+        );
+        let valued = valuer.valuations(p.value, p.scope, per_call);
+        for (lin, frame) in valued {
+            settle(facts, p, lin, &valuer, frame.as_ref(), feeds);
+        }
+    }
+}
+
+/// One valued formula into the facts.
+fn settle(
+    facts: &mut Facts,
+    p: &Pending,
+    lin: Lin,
+    valuer: &crate::expr::program::Valuer,
+    frame: Option<&crate::expr::program::Frame>,
+    feeds: bool,
+) {
+    let kind = match &p.kind {
+        PendingKind::Assign { target } => {
+            push_formula(
+                facts,
+                FormulaKind::Assign {
+                    target: target.clone(),
+                    role: role_of(target),
+                },
+                lin.assigned_to(target),
+                p,
+                feeds,
+            );
+            return;
+        }
+        PendingKind::Return { function } => {
+            let bundle = matches!(
+                valuer.value(p.value, frame),
+                crate::expr::program::Value::Bundle(_)
+            );
+            FormulaKind::Return {
+                function: function.clone(),
+                role: if bundle {
+                    Role::Total
+                } else {
+                    role_of(function)
+                },
+            }
+        }
+        PendingKind::Compare { other, .. } => FormulaKind::Compare {
+            other: valuer.lin(*other, frame),
+        },
+        PendingKind::Printed { .. } => return,
+        PendingKind::Expr => FormulaKind::Expr,
+        PendingKind::Checkpointed {
+            target,
+            factor,
+            offloaded,
+            returned,
+        } => {
+            facts.checkpointed.push(CheckpointedValue {
+                target: target.clone(),
+                role: role_of(target),
+                lin,
+                factor: *factor,
+                span: p.span.clone(),
+                offloaded: *offloaded,
+                returned: *returned,
+            });
+            return;
+        }
+        PendingKind::Constant { name } => {
+            facts.note_constant(name, &lin, p.span.clone());
+            return;
+        }
+    };
+    push_formula(facts, kind, lin, p, false);
+}
+
+fn push_formula(facts: &mut Facts, kind: FormulaKind, lin: Lin, p: &Pending, feeds: bool) {
+    if !lin.is_sized() {
+        return;
+    }
+    facts.formulas.push(Formula {
+        kind,
+        lin,
+        span: p.span.clone(),
+        scope: p.scope,
+        guard: p.guard,
+        inference: p.inference,
+        feeds,
+        stages: p.stages.clone(),
+    });
+}
