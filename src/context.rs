@@ -5,7 +5,7 @@
 
 use crate::config::{Node, Value};
 use crate::facts::{
-    Binding, Checkpointing, Evidence, Facts, Framework, Offload, Precision, Sharding,
+    Binding, Checkpointing, Evidence, Facts, Framework, InlineKind, Offload, Precision, Sharding,
 };
 use crate::knowledge::{knowledge, OptimizerRow};
 use crate::source::SourceFile;
@@ -117,6 +117,11 @@ impl Located {
             evidence.checkpointing.extend(ev.checkpointing);
             evidence.model_parallel.extend(ev.model_parallel);
         }
+        // An engine built from a DeepSpeed dict of the file with no ZeRO section trains whole
+        // (stage 0 is DeepSpeed's default): the call alone is no sharding then.
+        evidence
+            .sharding
+            .retain(|span| !unsharded_engine(&file.text, facts, span));
         Located::new(evidence, &|at| file.site(at))
     }
 
@@ -146,6 +151,40 @@ impl Located {
             .extend(other.optimizer_sites.iter().cloned());
         self.sites.extend(&other.sites);
     }
+}
+
+/// Whether `span` is a `deepspeed.initialize(...)` call handed a dict of the file (written in
+/// the call or assigned to the name it is given) that neither shards nor offloads.
+fn unsharded_engine(text: &str, facts: &Facts, span: &Range<usize>) -> bool {
+    let Some(call) = text.get(span.clone()) else {
+        return false;
+    };
+    if !call.starts_with("deepspeed.initialize") {
+        return false;
+    }
+    let compact: String = call.chars().filter(|c| !c.is_whitespace()).collect();
+    let handed = |name: &str| {
+        ["config=", "config_params="].iter().any(|kw| {
+            let given = format!("{kw}{name}");
+            compact.match_indices(&given).any(|(at, _)| {
+                let before = compact[..at].chars().next_back();
+                let after = compact[at + given.len()..].chars().next();
+                matches!(before, Some(',' | '('))
+                    && !after.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+            })
+        })
+    };
+    facts.inline_configs.iter().any(|c| {
+        let passed = match &c.kind {
+            InlineKind::Dict { name: None } => {
+                span.start <= c.root.span.start && c.root.span.end <= span.end
+            }
+            InlineKind::Dict { name: Some(name) } => handed(name),
+            _ => false,
+        };
+        let ev = crate::frontend::config::evidence_of(std::iter::once(&c.root));
+        passed && ev.sharding.is_empty() && ev.offload.is_empty()
+    })
 }
 
 /// One piece of evidence and where it was seen.
