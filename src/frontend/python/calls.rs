@@ -329,6 +329,13 @@ impl<'s> Walker<'s> {
                 self.invoke_at(a, depth + 1);
             }
         }
+        // A helper whose result a method is called on (`self.step(batch).item()`) runs first.
+        if let Some(object) = func
+            .field("object")
+            .filter(|o| func.ty() == "attribute" && unparen(*o).ty() == "call")
+        {
+            self.invoke_at(object, depth + 1);
+        }
         let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
             return;
         };
@@ -370,7 +377,8 @@ impl<'s> Walker<'s> {
     /// Calls the loop model reads: steps, backwards, zeroing, schedulers, clipping, unscaling.
     pub(super) fn training_call(&mut self, node: Node, func: Node, last: &str) {
         // `clip_grad_norm_(...)` may be imported by name; everything else is a method.
-        if func.ty() != "attribute" && !is_clip(last) {
+        let clip = is_clip(last) || self.clip_names.iter().any(|n| n == self.text(func));
+        if func.ty() != "attribute" && !clip {
             return;
         }
         let span = node.byte_range();
@@ -469,7 +477,7 @@ impl<'s> Walker<'s> {
             // `clip_grad_norm_`, `clip_grad_value_`, and callables built to clip gradients
             // (`self.gradient_clipper(model)`, `fsdp2_clip_grad_norm_(...)`), given something
             // to clip.
-            _ if is_clip(last)
+            _ if clip
                 && positional + usize::from(args.is_some_and(|a| a.named_child_count() > 0))
                     >= 1 =>
             {
@@ -911,6 +919,15 @@ const BUILTINS: &[&str] = &[
     "delattr",
     "issubclass",
 ];
+
+impl<'s> Walker<'s> {
+    /// `partial(clip_grad_norm_, max_norm=1.0)`: a clip whose arguments are fixed in advance.
+    pub(super) fn partial_of_clip(&self, call: Node) -> bool {
+        call.field("arguments")
+            .and_then(|a| a.named_child(0))
+            .is_some_and(|f| is_clip(last_segment(self.text(f))))
+    }
+}
 
 /// A call named for clipping gradients: `clip_grad_norm_`, `clip_grad_value_`,
 /// `gradient_clipper`, `fsdp2_clip_grad_norm_`, `clip_gradients`.

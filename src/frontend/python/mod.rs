@@ -291,6 +291,8 @@ struct Walker<'s> {
     optimizer_names: Vec<String>,
     /// Names bound to a `GradScaler`.
     scaler_names: Vec<String>,
+    /// Names bound to a clip with its arguments fixed (`clip = partial(clip_grad_norm_, ...)`).
+    clip_names: Vec<String>,
     /// Names bound to learning-rate schedulers and to DeepSpeed engines.
     scheduler_names: Vec<String>,
     engine_names: Vec<String>,
@@ -414,6 +416,7 @@ impl<'s> Walker<'s> {
             optimizer_names: Vec::new(),
             scheduler_names: statements::scheduler_names(src),
             scaler_names: Vec::new(),
+            clip_names: Vec::new(),
             engine_names: Vec::new(),
             accelerator_names: Vec::new(),
             divisions: HashMap::default(),

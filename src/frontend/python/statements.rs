@@ -127,6 +127,9 @@ impl<'s> Walker<'s> {
                 if last.ends_with("gradscaler") && simple_target {
                     self.scaler_names.push(target.clone());
                 }
+                if last == "partial" && simple_target && self.partial_of_clip(right) {
+                    self.clip_names.push(target.clone());
+                }
                 let schedule = builds_scheduler(callee);
                 // Built by a factory (`config.instantiate(cfg.lr_scheduler, ...)`): a scheduler
                 // by the name its steps are read by.
@@ -171,6 +174,14 @@ impl<'s> Walker<'s> {
         }
         if !simple_target {
             let value = self.value_of(right, 0);
+            // `parts["total"] = ...`: a total kept in a dict under its own key.
+            if let Some(key) = self.item_key(left) {
+                self.pend(
+                    PendingKind::Assign { target: key },
+                    value,
+                    right.byte_range(),
+                );
+            }
             self.bind_value(left, value, node.byte_range());
             self.unpacked_constants(left, right);
             return;
@@ -285,6 +296,15 @@ impl<'s> Walker<'s> {
         );
         self.bind_value(left, value, node.byte_range());
         self.note_export_local(left, right);
+    }
+
+    /// The string key of a dict item written to (`parts["total"]`), when it names a memory
+    /// total: the key is the name the formula is judged by.
+    fn item_key(&self, left: Node) -> Option<String> {
+        let key = left.field("subscript").filter(|k| k.ty() == "string")?;
+        left.field("value").filter(|b| b.ty() == "identifier")?;
+        let key = string_key(self.text(key));
+        (role_of(&key) == crate::expr::Role::Total).then_some(key)
     }
 
     pub(super) fn augmented(&mut self, node: Node) {
