@@ -52,6 +52,17 @@ impl Rule for MissingGradientTerm {
         // A total built on a reported formula is the same omission: report the first.
         let mut reported: Vec<std::ops::Range<usize>> = Vec::new();
         for f in &cx.facts.formulas {
+            // With no adapter and nothing frozen (both ruled out above), the parameters that
+            // require gradients are all of them: `sum(p.numel() for p in ... if
+            // p.requires_grad)` counts the whole model.
+            let whole;
+            let f = match f.lin.terms.iter().any(|t| t.role == Role::Trainable) {
+                true => {
+                    whole = whole_model(f);
+                    &whole
+                }
+                false => f,
+            };
             // A per-device share is judged against its stage by MEM008.
             if f.inference
                 || f.lin.saw(Role::KvCache)
@@ -79,6 +90,21 @@ impl Rule for MissingGradientTerm {
             out.push(diagnostic(cx, at, weights));
         }
     }
+}
+
+/// A formula whose counts of the parameters that require gradients are read as the whole
+/// model's.
+fn whole_model(f: &Formula) -> Formula {
+    let mut f = f.clone();
+    for t in &mut f.lin.terms {
+        if t.role == Role::Trainable {
+            t.role = Role::ParamCount;
+            if t.part == Role::Trainable {
+                t.part = Role::ParamCount;
+            }
+        }
+    }
+    f
 }
 
 /// The weights term of a requirement that counts one copy of the weights and optimizer states,
@@ -113,7 +139,7 @@ fn states_without_grads<'a>(
         _ => return None,
     };
     let one_copy = match weights.role {
-        Role::Model => weights.coef.abs() <= ONE_COPY,
+        Role::Model => parts::copies(weights) <= ONE_COPY,
         _ => bytes(weights) <= LABELLED_WEIGHT_BYTES + 1e-9,
     };
     if !one_copy {

@@ -52,11 +52,25 @@ pub fn is_count(t: &Term) -> bool {
     t.role == Role::ParamCount
 }
 
+/// How many copies of the weights a size of them (`Model`) counts. A size in bytes converted
+/// where it is summed (`(param_bytes + state_bytes) / 2**30`) is still one copy: a coefficient
+/// of a billionth is the divisor changing its unit, not a share of the model.
+pub fn copies(t: &Term) -> f64 {
+    let coef = t.coef.abs();
+    match t.conversion.as_ref().filter(|c| c.unit().is_some()) {
+        Some(c) if coef < UNIT_SCALE && coef * c.divisor >= UNIT_SCALE => coef * c.divisor,
+        _ => coef,
+    }
+}
+
+/// Below this, a coefficient of a size of the weights is a unit's divisor, not a share.
+const UNIT_SCALE: f64 = 1e-3;
+
 /// Less than any dtype takes for the whole model: a share of it.
 fn fraction(t: &Term) -> bool {
     match t.role {
         Role::ParamCount => bytes(t) < FRACTION_BYTES,
-        Role::Model => t.coef.abs() < FRACTION_COPIES,
+        Role::Model => copies(t) < FRACTION_COPIES,
         _ => false,
     }
 }

@@ -135,7 +135,9 @@ fn settle(
 }
 
 fn push_formula(facts: &mut Facts, kind: FormulaKind, lin: Lin, p: &Pending, feeds: bool) {
-    if !lin.is_sized() {
+    // A count of the parameters that train (`if p.requires_grad`) sizes a formula too.
+    let trainable = || lin.terms.iter().any(|t| t.role == Role::Trainable);
+    if !lin.is_sized() && !trainable() {
         return;
     }
     facts.formulas.push(Formula {
