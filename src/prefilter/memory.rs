@@ -346,8 +346,13 @@ impl Scan<'_> {
                             .is_some_and(|b| *b == b'_' || !is_ident(*b));
                     starts_segment && {
                         let (start, end) = identifier_at(lower, at, false);
-                        assigned_at(&lower[end..])
-                            && self.text.get(start..end).is_some_and(is_memory_name)
+                        // A name, or a dict item's key (`parts["act_gb"] = 0`).
+                        let rest = &lower[end..];
+                        let rest = match rest {
+                            [b'"' | b'\'', b']', tail @ ..] => tail,
+                            _ => rest,
+                        };
+                        assigned_at(rest) && self.text.get(start..end).is_some_and(is_memory_name)
                     }
                 })
             })

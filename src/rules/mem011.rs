@@ -53,8 +53,10 @@ impl Rule for CheckpointingMisattributed {
 }
 
 fn activations(v: &CheckpointedValue) -> bool {
-    v.role == Role::Activations && v.target.to_ascii_lowercase().contains("activ")
-        || v.target.to_ascii_lowercase().contains("act_mem")
+    let target = v.target.to_ascii_lowercase();
+    // `act` and `acts` say activations as whole segments (`act_gib`, not `exact_gb`).
+    let abbreviated = target.split(['_', '.']).any(|s| s == "act" || s == "acts");
+    v.role == Role::Activations && target.contains("activ") || abbreviated
 }
 
 /// Set to 0, or multiplied by 0 in place (`activations_gib *= 0`).

@@ -174,13 +174,14 @@ impl<'s> Walker<'s> {
         }
         if !simple_target {
             let value = self.value_of(right, 0);
-            // `parts["total"] = ...`: a total kept in a dict under its own key.
+            // `parts["total"] = ...`: a total kept in a dict under its own key, and a part set
+            // under a test of checkpointing (`parts["activations_gb"] = 0`).
             if let Some(key) = self.item_key(left) {
-                self.pend(
-                    PendingKind::Assign { target: key },
-                    value,
-                    right.byte_range(),
-                );
+                if role_of(&key) == Role::Total {
+                    let target = key.clone();
+                    self.pend(PendingKind::Assign { target }, value, right.byte_range());
+                }
+                self.note_checkpointed(&key, right, value, None, node.byte_range());
             }
             self.bind_value(left, value, node.byte_range());
             self.unpacked_constants(left, right);
@@ -298,13 +299,12 @@ impl<'s> Walker<'s> {
         self.note_export_local(left, right);
     }
 
-    /// The string key of a dict item written to (`parts["total"]`), when it names a memory
-    /// total: the key is the name the formula is judged by.
+    /// The string key of a dict item written to (`parts["total"]`): the name a value stored
+    /// under it is judged by.
     fn item_key(&self, left: Node) -> Option<String> {
         let key = left.field("subscript").filter(|k| k.ty() == "string")?;
         left.field("value").filter(|b| b.ty() == "identifier")?;
-        let key = string_key(self.text(key));
-        (role_of(&key) == crate::expr::Role::Total).then_some(key)
+        Some(string_key(self.text(key)))
     }
 
     pub(super) fn augmented(&mut self, node: Node) {
@@ -463,6 +463,7 @@ impl Walker<'_> {
         }
         let guard = self.guard();
         let mut offloaded = guard.offload;
+        let mut factor = factor;
         let value = if guard.checkpointing {
             Some(value)
         } else if right.ty() == "conditional_expression" {
@@ -472,7 +473,16 @@ impl Walker<'_> {
                 [then, cond, otherwise] if Topics::of(self.text(*cond)).checkpointing => {
                     offloaded |= Topics::of(self.text(*cond)).offload;
                     let negated = self.text(*cond).trim_start().starts_with("not ");
-                    Some(self.value_of(if negated { *otherwise } else { *then }, 0))
+                    let arm = unparen(if negated { *otherwise } else { *then });
+                    // `x = x * 0.5 if use_checkpoint else x`: the arm rescales the value.
+                    let rescales = arm.ty() == "binary_operator"
+                        && arm
+                            .field("left")
+                            .is_some_and(|l| self.text(unparen(l)) == target);
+                    if rescales {
+                        factor = factor.or_else(|| self.factor(arm));
+                    }
+                    Some(self.value_of(arm, 0))
                 }
                 _ => None,
             }
