@@ -187,6 +187,13 @@ fn unsharded_engine(text: &str, facts: &Facts, span: &Range<usize>) -> bool {
     })
 }
 
+/// Every stage the run states is 0, and nothing is offloaded.
+fn explicitly_unsharded(ev: &Evidence) -> bool {
+    !ev.shards.is_empty()
+        && ev.shards.iter().all(|m| m.value == Sharding::Stage(0))
+        && ev.offload.is_empty()
+}
+
 /// One piece of evidence and where it was seen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen<T> {
@@ -287,7 +294,9 @@ impl TrainingContext {
             inference: !ev.inference.is_empty() && ev.trains.is_empty() && ev.optimizers.is_empty(),
             lora: !ev.lora.is_empty(),
             frozen: !ev.frozen.is_empty(),
-            sharded: !ev.sharding.is_empty(),
+            // A run told to stage 0 (a DeepSpeed config's `"stage": 0`, FSDP's `NO_SHARD`)
+            // trains whole whatever engine it is handed to.
+            sharded: !ev.sharding.is_empty() && !explicitly_unsharded(ev),
             precision: ev.precision.iter().map(|m| m.value).collect(),
             frameworks: ev.frameworks.iter().map(|m| m.value).collect(),
             lora_at: located.sites.lora.first().cloned(),

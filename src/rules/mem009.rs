@@ -106,7 +106,10 @@ impl Rule for MixedPrecisionHalving {
                 .map(|t| in_bytes(t.coef))
                 .sum::<f64>()
                 .abs();
-            if b < all_half * 0.95 || b >= expected * 0.95 || !reported.first(f) {
+            if b < all_half * 0.95
+                || b >= (all_half * 1.3).min(expected * 0.95)
+                || !reported.first(f)
+            {
                 continue;
             }
             let state_words = if states == 1.0 { "state" } else { "states" };
