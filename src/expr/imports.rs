@@ -221,7 +221,9 @@ impl<'s> Program<'s> {
             };
             match &e.node {
                 Node::Neg(a) | Node::Sum(a) | Node::Item(a, _) => stack.push(*a),
-                Node::Bin(_, a, b) | Node::Choice(a, b) => stack.extend([*a, *b]),
+                Node::Bin(_, a, b) | Node::Choice(a, b) | Node::Set(a, _, b) => {
+                    stack.extend([*a, *b])
+                }
                 Node::Extreme(items) | Node::Seq(items) => stack.extend(items),
                 Node::Dict(pairs) => stack.extend(pairs.iter().map(|(_, v)| *v)),
                 Node::Call {
@@ -339,6 +341,7 @@ impl<S> NodeOf<S> {
             NodeOf::Dict(pairs) => NodeOf::Dict(pairs.iter().map(|(k, v)| (f(k), *v)).collect()),
             NodeOf::Seq(items) => NodeOf::Seq(items.clone()),
             NodeOf::Choice(a, b) => NodeOf::Choice(*a, *b),
+            NodeOf::Set(base, key, v) => NodeOf::Set(*base, f(key), *v),
             NodeOf::Sum(a) => NodeOf::Sum(*a),
             NodeOf::Source(s) => NodeOf::Source(*s),
             NodeOf::Opaque => NodeOf::Opaque,

@@ -62,6 +62,8 @@ pub enum NodeOf<S> {
     Extreme(Vec<Id>),
     Item(Id, KeyOf<S>),
     Dict(Vec<(S, Id)>),
+    /// A dict with one key set (`parts["grads"] = g` after `parts = {}`).
+    Set(Id, S, Id),
     Seq(Vec<Id>),
     /// `a if test else b`.
     Choice(Id, Id),
@@ -625,6 +627,22 @@ impl Valuer<'_, '_> {
             }
             Node::Seq(items) => {
                 return Value::Seq(items.iter().map(|i| self.value(*i, frame)).collect())
+            }
+            // Only a dict whose every entry is known grows: a key set on anything else leaves
+            // the rest of its entries unknown.
+            Node::Set(base, key, v) => {
+                return match self.value(*base, frame) {
+                    Value::Bundle(mut entries) => {
+                        let value = match self.value(*v, frame) {
+                            Value::Scalar(l) => Value::Scalar(l.through(part_of(key))),
+                            other => other,
+                        };
+                        entries.retain(|(k, _)| k != key);
+                        entries.push((key.to_string(), value));
+                        Value::Bundle(entries)
+                    }
+                    _ => Value::Scalar(opaque(text, span)),
+                };
             }
             Node::Choice(a, b) => match (scalar(*a), scalar(*b)) {
                 (Some(x), Some(y)) if same(&x, &y) => x,

@@ -477,6 +477,24 @@ impl<'s> Walker<'s> {
                 let scope = scope_of_name(self, name);
                 self.program.bind(scope, name, statement.end, value);
             }
+            // `parts["grads"] = g`: the dict `parts` now holds `grads` too.
+            "subscript" => {
+                let (Some(base), Some(key)) = (left.field("value"), left.field("subscript")) else {
+                    return;
+                };
+                if base.ty() != "identifier" || key.ty() != "string" {
+                    return;
+                }
+                let name = self.text(base);
+                let key = self.text(key).trim_matches(['"', '\'']);
+                let scope = self.scope();
+                let old = self.program.add(V::Name(name), base.byte_range(), scope);
+                let set = self
+                    .program
+                    .add(V::Set(old, key, value), left.byte_range(), scope);
+                let scope = scope_of_name(self, name);
+                self.program.bind(scope, name, statement.end, set);
+            }
             "pattern_list" | "tuple_pattern" | "list_pattern" => {
                 let mut c = left.walk();
                 let targets: Vec<Node> = left.named_children(&mut c).collect();
