@@ -762,6 +762,12 @@ impl Valuer<'_, '_> {
             let unit = lin.common_conversion();
             return Value::Scalar(self.symbol(name, span, scope).in_unit(unit));
         }
+        // A value that says nothing of what it is (`args.size` handed to `n_b`) leaves the name
+        // to say it: a count in billions by its suffix.
+        let roleless = !lin.is_constant() && lin.terms.iter().all(|t| t.role == Role::Unknown);
+        if roleless && count_scale(name).is_some() {
+            return Value::Scalar(self.symbol(name, span, scope));
+        }
         // A number a statement says is a parameter count (`PARAMS=7000000000` in a shell
         // script) stays a symbol of that role, carrying its value.
         if let (true, Some((Role::ParamCount, coef))) =
