@@ -487,7 +487,28 @@ impl<'s> Walker<'s> {
         if matches!(parse_number(&n_text), Some(v) if v <= 1.0) {
             return None;
         }
-        (names_micro_batches(var) || names_micro_batches(&n_text)).then_some(n_text)
+        let named = names_micro_batches(var) || names_micro_batches(&n_text);
+        (named || self.divides_by(node, &n_text)).then_some(n_text)
+    }
+
+    /// Whether the loop's body divides by `n` (`loss / n`, `loss /= n`, `loss.div(n)`): a loop
+    /// of `n` passes whose losses are each scaled by `1/n` accumulates, whatever it is called.
+    fn divides_by(&self, node: Node, n: &str) -> bool {
+        let Some(body) = node.field("body") else {
+            return false;
+        };
+        let compact: String = self.text(body).split_whitespace().collect();
+        ["/", "/=", ".div("].iter().any(|op| {
+            let written = format!("{op}{n}");
+            compact.match_indices(&written).any(|(at, _)| {
+                // `// n` indexes; it does not scale.
+                let floor = *op != ".div(" && compact[..at].ends_with('/');
+                let after = compact[at + written.len()..].chars().next();
+                !floor
+                    && !after
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '(')
+            })
+        })
     }
 
     /// A `while` loop that adds up what each pass takes (`seen += batch`) and breaks once it
