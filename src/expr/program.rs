@@ -494,6 +494,32 @@ impl Valuer<'_, '_> {
         v
     }
 
+    /// `base` with `key` set to `v`. Out of [`Valuer::compute`], whose frame every level of a
+    /// nested value pays for.
+    #[inline(never)]
+    fn set(
+        &self,
+        base: Id,
+        key: &str,
+        v: Id,
+        frame: Option<&Frame>,
+        text: &str,
+        span: Range<usize>,
+    ) -> Value {
+        match self.value(base, frame) {
+            Value::Bundle(mut entries) => {
+                let value = match self.value(v, frame) {
+                    Value::Scalar(l) => Value::Scalar(l.through(part_of(key))),
+                    other => other,
+                };
+                entries.retain(|(k, _)| k != key);
+                entries.push((key.to_string(), value));
+                Value::Bundle(entries)
+            }
+            _ => Value::Scalar(opaque(text, span)),
+        }
+    }
+
     /// [`Valuer::value`] as one number.
     pub fn lin(&self, id: Id, frame: Option<&Frame>) -> Lin {
         let span = self.p.span(id);
@@ -630,20 +656,7 @@ impl Valuer<'_, '_> {
             }
             // Only a dict whose every entry is known grows: a key set on anything else leaves
             // the rest of its entries unknown.
-            Node::Set(base, key, v) => {
-                return match self.value(*base, frame) {
-                    Value::Bundle(mut entries) => {
-                        let value = match self.value(*v, frame) {
-                            Value::Scalar(l) => Value::Scalar(l.through(part_of(key))),
-                            other => other,
-                        };
-                        entries.retain(|(k, _)| k != key);
-                        entries.push((key.to_string(), value));
-                        Value::Bundle(entries)
-                    }
-                    _ => Value::Scalar(opaque(text, span)),
-                };
-            }
+            Node::Set(base, key, v) => return self.set(*base, key, *v, frame, text, span),
             Node::Choice(a, b) => match (scalar(*a), scalar(*b)) {
                 (Some(x), Some(y)) if same(&x, &y) => x,
                 (Some(x), Some(y)) => Lin::opaque(text, span, &[&x, &y]),
