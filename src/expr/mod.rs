@@ -11,7 +11,7 @@ pub mod units;
 
 pub use names::{
     billions, count_scale, counts_parameters, device_count, is_memory_name, names_a_count,
-    names_memory_unit, part_of, role_of, sizes_memory, DeviceCount, Role,
+    names_a_rate, names_memory_unit, part_of, role_of, sizes_memory, DeviceCount, Role,
 };
 use std::ops::Range;
 use units::Conversion;
@@ -387,8 +387,9 @@ impl Lin {
             return size;
         }
         if value.terms.is_empty() {
-            // A running total starts at zero: nothing to count, whatever it is called.
-            return if role == Role::Unknown || value.constant == 0.0 {
+            // A running total starts at zero: nothing to count, whatever it is called. A rate
+            // (`optimizer_bytes_per_param = 12`) is a multiplier, whatever it is a rate of.
+            return if role == Role::Unknown || value.constant == 0.0 || names_a_rate(name) {
                 Lin {
                     const_name: Some(name.to_string()),
                     ..value.clone()

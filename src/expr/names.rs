@@ -70,11 +70,11 @@ pub fn role_of(name: &str) -> Role {
 /// What a count of devices counts, from its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceCount {
-    /// Every process of the job: `world_size`, `num_gpus`, `torch.cuda.device_count()`.
+    /// Every process of the job: `world_size`, `num_gpus`.
     Total,
     /// The data-parallel degree: `dp_size`, `data_parallel_size`.
     DataParallel,
-    /// The GPUs of one node: `gpus_per_node`, `local_world_size`.
+    /// The GPUs of one node: `gpus_per_node`, `local_world_size`, `torch.cuda.device_count()`.
     PerNode,
     /// A model-parallel degree: `tensor_parallel_size`, `pp_size`.
     ModelParallel,
@@ -243,15 +243,7 @@ fn role_of_name(name: &str) -> Role {
     if has(&["trainable", "lora", "adapter"]) {
         return Role::Trainable;
     }
-    // A rate per parameter or element (`BYTES_PER_PARAM`, `bytes_per_elem`) is a multiplier.
-    let rate = has(&[
-        "per_param",
-        "bytes_per",
-        "per_elem",
-        "per_weight",
-        "per_value",
-        "bpp",
-    ]);
+    let rate = names_a_rate(n);
     if ((has(&["model", "weight", "param"]) && sized) || n == "model_size") && !rate {
         return Role::Model;
     }
@@ -284,6 +276,22 @@ fn role_of_name(name: &str) -> Role {
         return Role::Total;
     }
     Role::Unknown
+}
+
+/// A rate per parameter or element (`BYTES_PER_PARAM`, `bytes_per_elem`,
+/// `optimizer_bytes_per_param`): a multiplier, not a size, whatever component it is for.
+pub fn names_a_rate(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "per_param",
+        "bytes_per",
+        "per_elem",
+        "per_weight",
+        "per_value",
+        "bpp",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
 }
 
 /// A name with a segment for a memory unit or for memory (`amp_bytes`, `resident_gib`,

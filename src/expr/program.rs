@@ -129,8 +129,9 @@ pub struct Program<'s> {
     /// bf16` makes `n_b` a parameter count there): the role, and the coefficient one unit of
     /// the name carries in that role.
     pub(super) roles: HashMap<(usize, &'s str), (Role, f64)>,
-    /// Functions by name (not methods), and methods by class and name.
+    /// Functions by name (not methods), classes by name, and methods by class and name.
     functions: HashMap<&'s str, Vec<usize>>,
+    classes: HashMap<&'s str, Vec<usize>>,
     methods: HashMap<(usize, &'s str), usize>,
     /// Calls of names that may be helpers: where a helper's formulas are valued.
     pub(super) calls: Vec<Id>,
@@ -190,7 +191,9 @@ impl<'s> Program<'s> {
     /// Register a scope; ids follow the order of calls, the module being 0.
     pub fn add_scope(&mut self, def: ScopeDef<'s>) -> usize {
         let id = self.scopes.len();
-        if !def.is_class {
+        if def.is_class {
+            self.classes.entry(def.name).or_default().push(id);
+        } else {
             match def.parent.and_then(|p| self.scopes.get(p)) {
                 Some(p) if p.is_class => {
                     self.methods.insert((def.parent.unwrap_or(0), def.name), id);
@@ -320,7 +323,20 @@ impl<'s> Program<'s> {
         if callee.contains('.') {
             return None;
         }
-        let candidates = self.functions.get(callee)?;
+        self.nearest(self.functions.get(callee)?, scope)
+    }
+
+    /// The `__init__` a call in `scope` runs when it names a class of the file.
+    fn constructed(&self, callee: &str, scope: usize) -> Option<usize> {
+        if callee.contains('.') {
+            return None;
+        }
+        let class = self.nearest(self.classes.get(callee)?, scope)?;
+        self.methods.get(&(class, "__init__")).copied()
+    }
+
+    /// Of the scopes of one name, the one defined in `scope` or nearest around it.
+    fn nearest(&self, candidates: &[usize], scope: usize) -> Option<usize> {
         let mut s = Some(scope);
         while let Some(cur) = s {
             if let Some(f) = candidates
@@ -708,15 +724,16 @@ impl Valuer<'_, '_> {
     ) -> Value {
         let p = self.p;
         let at = span.start;
-        if name.starts_with("self.") {
-            if let Some(list) = p
-                .class_of(scope)
-                .and_then(|class| p.bindings.get(&(class, name)))
-            {
+        if let Some(field) = name.strip_prefix("self.") {
+            let class = p.class_of(scope);
+            if let Some(list) = class.and_then(|class| p.bindings.get(&(class, name))) {
                 let chosen = list.iter().rev().find(|b| b.at <= at).or(list.last());
                 if let Some(b) = chosen {
-                    return self.read(name, span, scope, self.value(b.value, None));
+                    return self.read(name, span, scope, self.attribute(b.value));
                 }
+            }
+            if let Some(value) = class.and_then(|class| self.field(class, field)) {
+                return self.read(name, span, scope, value);
             }
             return Value::Scalar(self.symbol(name, span, scope));
         }
@@ -763,6 +780,82 @@ impl Valuer<'_, '_> {
             }
         }
         Value::Scalar(self.symbol(name, span, scope))
+    }
+
+    /// The value bound to an attribute (`self.n = n`). One left open where it is bound, by a
+    /// method's parameter, takes what every call of the method (for `__init__`, every
+    /// construction of the class) hands over, when they agree.
+    #[inline(never)]
+    fn attribute(&self, value: Id) -> Value {
+        let as_bound = self.value(value, None);
+        let open = match &as_bound {
+            Value::Scalar(l) => l.terms.iter().any(|t| t.opaque || t.role == Role::Unknown),
+            _ => false,
+        };
+        let Some(method) = self.p.entries.get(value as usize).map(|e| e.scope) else {
+            return as_bound;
+        };
+        if !open || !self.p.is_function(method) {
+            return as_bound;
+        }
+        let mut called = self
+            .frames(method)
+            .into_iter()
+            .map(|f| self.value(value, Some(&f)));
+        let Some(first) = called.next() else {
+            return as_bound;
+        };
+        let agree = |v: &Value| match (v, &first) {
+            (Value::Scalar(a), Value::Scalar(b)) => same(a, b),
+            _ => false,
+        };
+        match called.all(|v| agree(&v)) {
+            true => first,
+            false => as_bound,
+        }
+    }
+
+    /// A field of a class body (`bytes_per_weight: int = 2` in a dataclass) read as
+    /// `self.bytes_per_weight`: what every construction of the class hands over by keyword,
+    /// when they agree, else the default the body gives it.
+    #[inline(never)]
+    fn field(&self, class: usize, field: &str) -> Option<Value> {
+        let p = self.p;
+        let mut handed = p
+            .calls
+            .iter()
+            .filter_map(|&c| match p.entries.get(c as usize)? {
+                Entry {
+                    node:
+                        Node::Call {
+                            callee, keywords, ..
+                        },
+                    scope,
+                    ..
+                } if p.nearest(p.classes.get(callee)?, *scope) == Some(class) => Some(
+                    keywords
+                        .iter()
+                        .find(|(k, _)| *k == field)
+                        .map(|(_, v)| self.value(*v, None)),
+                ),
+                _ => None,
+            });
+        let default = || {
+            let list = p.bindings.get(&(class, field))?;
+            list.last().map(|b| self.value(b.value, None))
+        };
+        let Some(first) = handed.next() else {
+            return default();
+        };
+        let agree = |v: &Option<Value>| match (v, &first) {
+            (Some(Value::Scalar(a)), Some(Value::Scalar(b))) => same(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        match handed.all(|v| agree(&v)) {
+            true => first.or_else(default),
+            false => None,
+        }
     }
 
     /// What reading `name` gives once its value is known.
@@ -972,7 +1065,8 @@ impl Valuer<'_, '_> {
             else {
                 continue;
             };
-            if self.p.resolve(callee, *scope) != Some(function) {
+            let runs = self.p.resolve(callee, *scope);
+            if runs.or_else(|| self.p.constructed(callee, *scope)) != Some(function) {
                 continue;
             }
             let mut callers: Vec<Option<Frame>> = vec![None];

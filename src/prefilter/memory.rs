@@ -219,7 +219,11 @@ impl Scan<'_> {
             if !may_name_a_count(name) || !names_a_count(name) {
                 return false;
             }
-            let end = memchr::memchr3(b'\n', b'#', b';', after).unwrap_or(after.len());
+            // A keyword's value ends at the next argument (`Planner(n=7_241_732_096, gpu=80)`).
+            let end = after
+                .iter()
+                .position(|b| matches!(b, b'\n' | b'#' | b';' | b',' | b')'))
+                .unwrap_or(after.len());
             let value = std::str::from_utf8(&after[value_start..end]).unwrap_or("");
             let value = value.trim_end();
             let literal = value.bytes().all(|c| {

@@ -66,6 +66,14 @@ impl<'s> Walker<'s> {
                 node.byte_range(),
                 &mut self.facts.evidence,
             );
+        } else if let Some(bound) = self.assigned_text.get(v).filter(|b| b.len() < 80) {
+            // `sharding_strategy=strategy` after `strategy = ShardingStrategy.HYBRID_SHARD`.
+            crate::frontend::regime::flag(
+                &key.to_ascii_lowercase(),
+                &bound.to_ascii_lowercase(),
+                node.byte_range(),
+                &mut self.facts.evidence,
+            );
         }
         // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
         let in_autocast = || self.callee_ends_with(node, "autocast");

@@ -254,6 +254,10 @@ impl<'s> Walker<'s> {
                     .add(V::Source(Source::DeviceMemory), span.clone(), scope);
                 V::Seq(vec![free, total])
             }
+            // torch's count is of the GPUs this host sees: one node's, on a job of several.
+            "device_count" if ["cuda.", "xpu.", "npu."].iter().any(|d| callee.contains(d)) => {
+                source(Source::Devices(DeviceCount::PerNode))
+            }
             "get_world_size"
             | "device_count"
             | "xrt_world_size"
@@ -276,9 +280,11 @@ impl<'s> Walker<'s> {
             }
             // The call itself reads the device (`torch.cuda.get_device_properties(0)`,
             // `gpu_memory_gb()`), not merely an argument of it (`fit(n, props.total_memory)`);
-            // a function of the file handed a value (`static_vram_gib(n)`) is valued as a call.
+            // a function of the file handed a value (`static_vram_gib(n)`) is valued as a call,
+            // and a class (`VramPlanner(n=...)`) builds an object, not a number.
             _ if reads_device_memory(callee)
                 && !callee.starts_with("self.")
+                && !starts_upper(last)
                 && (callee.contains('.')
                     || positional
                         .iter()
@@ -287,11 +293,19 @@ impl<'s> Walker<'s> {
                 source(Source::DeviceMemory)
             }
             // `Breakdown(weights=w, grads=g)`: a dataclass of components, read by field.
+            // It may also construct a class of the file, whose `__init__` binds what it is
+            // handed: the call is kept for that too (see `Valuer::attribute`).
             _ if starts_upper(last) && positional.is_empty() && !keywords.is_empty() => {
-                let entries = keywords
+                let entries: Vec<(&str, Id)> = keywords
                     .iter()
                     .map(|(k, v)| (*k, self.value_of(*v, depth + 1)))
                     .collect();
+                let construction = V::Call {
+                    callee,
+                    args: Vec::new(),
+                    keywords: entries.clone(),
+                };
+                self.program.add(construction, span.clone(), scope);
                 V::Dict(entries)
             }
             _ => {
