@@ -109,13 +109,14 @@ impl Rule for OffloadedStatesOnGpu {
 /// for the GPU (`gpu_mem = ...`), not one named for the host.
 fn estimates_gpu(f: &Formula) -> bool {
     let name = target(f).map(str::to_ascii_lowercase).unwrap_or_default();
-    let words: Vec<&str> = name.split(['_', '.']).collect();
-    if words.iter().any(|w| {
-        matches!(
-            *w,
-            "cpu" | "host" | "ram" | "offload" | "offloaded" | "nvme"
-        )
-    }) {
+    let for_host = |name: &str| {
+        name.to_ascii_lowercase()
+            .split(['_', '.'])
+            .any(|w| matches!(w, "cpu" | "host" | "ram" | "offload" | "offloaded" | "nvme"))
+    };
+    // Named for the host, or a check of a value named for the host (`host_ram_gb > avail`).
+    let term_for_host = |t: &Term| for_host(&t.symbol) || t.via.as_deref().is_some_and(for_host);
+    if for_host(&name) || f.lin.terms.iter().any(term_for_host) {
         return false;
     }
     if requirement(f).is_some() {

@@ -359,12 +359,34 @@ impl<'s> Walker<'s> {
         let text = self.text(arg);
         if matches!(arg.ty(), "generator_expression" | "list_comprehension") {
             let counts = text.contains("numel") && text.contains("parameters");
-            return if counts {
-                V::Source(Source::Params {
+            if !counts {
+                return match self.keyed_items(arg, depth) {
+                    Some(items) => V::Sum(self.program.add(items, arg.byte_range(), self.scope())),
+                    None => V::Opaque,
+                };
+            }
+            // A filter picks a subset: those with gradients (or an adapter's, by their names)
+            // are the trainable ones; any other (`if not p.requires_grad`, `if "embed" in n`)
+            // is a part of the model whose share nothing says.
+            let mut c = arg.walk();
+            let filters: Vec<&str> = arg
+                .named_children(&mut c)
+                .filter(|n| n.ty() == "if_clause")
+                .map(|n| self.text(n))
+                .collect();
+            let trainable = |f: &&str| {
+                let f = f.trim_start_matches("if").trim_start();
+                !f.starts_with("not ")
+                    && !f.contains("== False")
+                    && (f.contains("requires_grad") || f.contains("lora") || f.contains("adapter"))
+            };
+            return match filters.as_slice() {
+                // `for p in filter(lambda p: p.requires_grad, model.parameters())`
+                [] => V::Source(Source::Params {
                     trainable: text.contains("requires_grad"),
-                })
-            } else {
-                V::Opaque
+                }),
+                [f] if trainable(f) => V::Source(Source::Params { trainable: true }),
+                _ => V::Opaque,
             };
         }
         // `parts.values()`
@@ -382,6 +404,42 @@ impl<'s> Walker<'s> {
             }
         }
         V::Sum(self.value_of(arg, depth + 1))
+    }
+
+    /// `parts[k] for k in ("weights", "grads")`: the items of a bundle read by the keys
+    /// written out, one by one.
+    fn keyed_items(&mut self, generator: Node, depth: usize) -> Option<V<'s>> {
+        let body = generator.field("body").filter(|b| b.ty() == "subscript")?;
+        let (base, key) = (body.field("value")?, body.field("subscript")?);
+        let mut c = generator.walk();
+        let clauses: Vec<Node> = generator.named_children(&mut c).skip(1).collect();
+        let [clause] = clauses.as_slice() else {
+            return None;
+        };
+        let (left, right) = (clause.field("left")?, clause.field("right")?);
+        if clause.ty() != "for_in_clause"
+            || left.ty() != "identifier"
+            || self.text(left) != self.text(key)
+            || !matches!(right.ty(), "tuple" | "list")
+        {
+            return None;
+        }
+        let mut c = right.walk();
+        let keys: Vec<Node> = right.named_children(&mut c).collect();
+        if keys.is_empty() || keys.iter().any(|k| k.ty() != "string") {
+            return None;
+        }
+        let scope = self.scope();
+        let bundle = self.value_of(base, depth + 1);
+        let items = keys
+            .into_iter()
+            .map(|k| {
+                let key = Key::Str(self.text(k).trim_matches(['"', '\'']));
+                self.program
+                    .add(V::Item(bundle, key), k.byte_range(), scope)
+            })
+            .collect();
+        Some(V::Seq(items))
     }
 
     fn subscript_value(&mut self, node: Node, depth: usize) -> V<'s> {
