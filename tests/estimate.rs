@@ -866,3 +866,32 @@ fn context_autocast_fsdp_units_and_the_gpu_limit() {
     assert_eq!(small["fits"], false);
     assert_eq!(device(&small), device(&open));
 }
+
+/// A run that names the fused implementation (`--optim adamw_torch_fused`) is read as one.
+#[test]
+fn a_run_that_names_the_fused_optimizer_holds_no_step_temporary() {
+    let launch = |optim: &str| {
+        format!(
+            "python train.py --model_name_or_path meta-llama/Llama-2-7b-hf --per_device_train_batch_size 1 --max_seq_length 512 --bf16 --optim {optim}\n"
+        )
+    };
+    let train = "from transformers import Trainer\nTrainer(model=None).train()\n";
+    let run = |optim: &str| {
+        let dir = project(&[("launch.sh", launch(optim).as_str()), ("train.py", train)]);
+        estimate_in(dir.path(), &[])[0].clone()
+    };
+    let fused = run("adamw_torch_fused");
+    let foreach = run("adamw_torch");
+    assert_eq!(
+        fused["inputs"]["optimizer_step"]["value"],
+        "in place, no temporary"
+    );
+    assert!(
+        fused["inputs"]["optimizer_step"]["from"]
+            .as_str()
+            .is_some_and(|f| f.contains("adamw_torch_fused")),
+        "{fused}"
+    );
+    assert!(foreach["inputs"]["optimizer_step"].is_null(), "{foreach}");
+    assert!(foreach["assumptions"].to_string().contains("multi-tensor"));
+}
