@@ -99,6 +99,26 @@ pub struct Runtime {
     pub context: FixedRow,
     #[serde(default)]
     pub nccl: FixedRow,
+    #[serde(default)]
+    pub fsdp: FsdpRow,
+    #[serde(default)]
+    pub autocast: AutocastRow,
+}
+
+/// Bytes per trained fp32 parameter of the 16-bit copies autocast keeps.
+#[derive(Debug, Deserialize, Default)]
+pub struct AutocastRow {
+    pub copy_bytes: f64,
+    pub source: String,
+}
+
+/// What FSDP holds unsharded beside the shards: units all-gathered at once, and the
+/// reduce-scatter buffers of a unit's gradients, in units.
+#[derive(Debug, Deserialize, Default)]
+pub struct FsdpRow {
+    pub all_gathers: f64,
+    pub reduce_scatter_buffers: f64,
+    pub source: String,
 }
 
 /// A temporary an optimizer's step allocates beside its states, in moments (one state's size).
@@ -106,6 +126,9 @@ pub struct Runtime {
 pub struct StepTemporary {
     pub optimizer: String,
     pub moments: f64,
+    /// Spellings of the same optimizer whose step updates in place and holds no temporary.
+    #[serde(default)]
+    pub in_place: Vec<String>,
     pub source: String,
 }
 
@@ -294,11 +317,25 @@ mod tests {
         let r = &k.runtime;
         assert!(r.context.bytes > 1e8, "runtime.toml did not parse");
         assert!(r.nccl.bytes > 1e8 && r.allocator.fragmentation > 0.0);
-        for source in [&r.context.source, &r.nccl.source, &r.allocator.source] {
+        assert!(r.fsdp.all_gathers >= 1.0 && r.fsdp.reduce_scatter_buffers >= 1.0);
+        for source in [
+            &r.context.source,
+            &r.nccl.source,
+            &r.allocator.source,
+            &r.fsdp.source,
+            &r.autocast.source,
+        ] {
             assert!(!source.trim().is_empty());
         }
         assert!(r.step_temporary.iter().all(|t| !t.source.is_empty()));
         assert!(k.optimizer_by_id(&r.step_temporary[0].optimizer).is_some());
+        // Every in-place spelling names the row's own optimizer.
+        for t in &r.step_temporary {
+            for name in &t.in_place {
+                let row = k.optimizer(name).map(|o| o.id.as_str());
+                assert_eq!(row, Some(t.optimizer.as_str()), "{name}");
+            }
+        }
     }
 
     #[test]

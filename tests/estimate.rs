@@ -668,3 +668,230 @@ fn a_sequence_beyond_the_positions_is_a_warning_in_the_json_too() {
     assert_eq!(e[0]["warnings"], serde_json::json!([]));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
 }
+
+/// torch's default AdamW step (foreach) holds a temporary of one moment's size; the fused step
+/// (`fused=True`, the Trainer's `adamw_torch_fused`) updates in place and holds none.
+#[test]
+fn a_fused_adamw_step_holds_no_temporary() {
+    let run = |optimizer: &str| {
+        let args: Vec<String> = [
+            "--model",
+            "mistral-7b",
+            "--precision",
+            "bf16",
+            "--micro-batch",
+            "1",
+            "--seq-len",
+            "512",
+            "--checkpointing",
+            "full",
+            "--optimizer",
+            optimizer,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        estimate(&args)
+    };
+    let n = |e: &Value, k: &str| e["breakdown"][k].as_f64().unwrap_or(-1.0);
+    let foreach = run("adamw_torch");
+    let fused = run("adamw_torch_fused");
+    // bf16 AdamW: the temporary is one moment, the size of the weights.
+    assert!(n(&foreach, "step_temporaries") > 0.0, "{foreach}");
+    assert_eq!(
+        n(&foreach, "step_temporaries"),
+        n(&foreach, "weights"),
+        "{foreach}"
+    );
+    assert_eq!(n(&fused, "step_temporaries"), 0.0, "{fused}");
+    let allocated = |e: &Value| e["peaks"]["allocated"].as_f64().unwrap_or(0.0);
+    assert!(allocated(&fused) < allocated(&foreach));
+    assert_eq!(
+        fused["inputs"]["optimizer_step"]["value"], "in place, no temporary",
+        "{fused}"
+    );
+    let said = |e: &Value| e["assumptions"].to_string();
+    assert!(
+        said(&foreach).contains("multi-tensor (foreach)"),
+        "{foreach}"
+    );
+    assert!(!said(&fused).contains("multi-tensor"), "{fused}");
+    // Both name the same optimizer, and the same states.
+    assert_eq!(
+        n(&fused, "optimizer_states"),
+        n(&foreach, "optimizer_states")
+    );
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// PEFT's `prepare_model_for_kbit_training` casts the weights it does not quantize to fp32,
+/// and the residual stream follows; litgpt and torchtune leave them 16-bit, and TRL skips the
+/// preparation for a base FSDP shards.
+#[test]
+fn a_quantized_base_prepared_by_peft_holds_fp32_weights_and_stream() {
+    let run = |extra: &[&str]| {
+        let mut args = strings(&[
+            "--model",
+            "mistral-7b",
+            "--precision",
+            "bf16",
+            "--micro-batch",
+            "4",
+            "--seq-len",
+            "4096",
+            "--checkpointing",
+            "full",
+            "--attention",
+            "flash",
+            "--lora-rank",
+            "16",
+            "--quantize",
+            "nf4-dq",
+        ]);
+        args.extend(strings(extra));
+        estimate(&args)
+    };
+    let n = |e: &Value, k: &str| e["breakdown"][k].as_f64().unwrap_or(-1.0);
+    let peft = run(&["--kbit-prep", "peft"]);
+    let none = run(&["--kbit-prep", "none"]);
+    let assumed = run(&[]);
+    // The embeddings and head (2 x 32000 x 4096 for Mistral-7B) take 2 more bytes each.
+    let unquantized = 2.0 * 32000.0 * 4096.0;
+    let gap = n(&peft, "weights") - n(&none, "weights");
+    assert!((gap - 2.0 * unquantized).abs() < 0.01 * gap, "{gap}");
+    // Every kept layer input doubles (32 layers x 4096 x 2 more bytes per token), and so do
+    // the two norm inputs of the layer recomputed (2 x 4096 x 2), over 4 x 4096 tokens.
+    let kept = (32.0 * 4096.0 * 2.0 + 2.0 * 4096.0 * 2.0) * 4.0 * 4096.0;
+    let more = n(&peft, "activations") - n(&none, "activations");
+    assert!((more - kept).abs() < 0.01 * kept, "{more} vs {kept}");
+    assert_eq!(peft["inputs"]["k_bit_preparation"]["value"], "peft");
+    assert_eq!(peft["inputs"]["k_bit_preparation"]["from"], "--kbit-prep");
+    // Unsaid, one GPU: PEFT's preparation is assumed and named.
+    assert_eq!(n(&assumed, "weights"), n(&peft, "weights"));
+    assert!(
+        assumed["assumptions"]
+            .to_string()
+            .contains("prepare_model_for_kbit_training"),
+        "{assumed}"
+    );
+    // Sharded by FSDP: TRL leaves the base alone.
+    let sharded = run(&["--fsdp", "full-shard", "--dp", "2"]);
+    let sharded_none = run(&["--fsdp", "full-shard", "--dp", "2", "--kbit-prep", "none"]);
+    assert_eq!(n(&sharded, "weights"), n(&sharded_none, "weights"));
+    assert!(sharded["assumptions"].to_string().contains("sharded base"));
+}
+
+/// The CUDA context as measured, AMP's 16-bit weight copies, FSDP's units, and a cache that
+/// stops at the GPU's memory.
+#[test]
+fn context_autocast_fsdp_units_and_the_gpu_limit() {
+    let n = |e: &Value, k: &str| e["breakdown"][k].as_f64().unwrap_or(-1.0);
+    let bert = |extra: &[&str]| {
+        let mut args = strings(&["--model", "bert-large-uncased", "--seq-len", "512"]);
+        args.extend(strings(extra));
+        estimate(&args)
+    };
+    let measured = bert(&["--precision", "fp32", "--cuda-context", "1343MiB"]);
+    let default = bert(&["--precision", "fp32"]);
+    assert_eq!(
+        n(&measured, "overhead") - n(&default, "overhead"),
+        (1343.0 - 500.0) * 1_048_576.0
+    );
+    assert_eq!(measured["inputs"]["cuda_context"]["value"], "1343 MiB");
+    // AMP keeps a 16-bit copy of every trained weight from the forward to the backward.
+    let amp = bert(&["--precision", "fp16-mixed"]);
+    assert_eq!(
+        n(&amp, "autocast_copies"),
+        2.0 * amp["parameters"].as_f64().unwrap_or(0.0)
+    );
+    assert_eq!(n(&bert(&["--precision", "bf16"]), "autocast_copies"), 0.0);
+    assert_eq!(n(&default, "autocast_copies"), 0.0);
+
+    // FSDP gathers whole units: Mixtral's block holds its 8 experts, far more than the
+    // largest single matrix that DeepSpeed's ZeRO-3 gathers.
+    let moe = |sharding: &[&str]| {
+        let mut args = strings(&[
+            "--model",
+            "mixtral-8x7b",
+            "--lora-rank",
+            "16",
+            "--dp",
+            "2",
+            "--micro-batch",
+            "1",
+        ]);
+        args.extend(strings(sharding));
+        estimate(&args)
+    };
+    let fsdp = moe(&["--fsdp", "full-shard"]);
+    let zero3 = moe(&["--zero", "3"]);
+    assert!(n(&fsdp, "gathered_parameters") > 2.0 * n(&zero3, "gathered_parameters"));
+    assert!(fsdp["assumptions"]
+        .to_string()
+        .contains("transformer auto-wrap"));
+
+    // Full fine-tuning's step on one GPU: the cache stops at the GPU's memory while the tensors
+    // fit, and the run fits; without a GPU nothing stops it.
+    let full = |extra: &[&str]| {
+        let mut args = strings(&[
+            "--model",
+            "mistral-7b",
+            "--precision",
+            "bf16",
+            "--micro-batch",
+            "8",
+            "--seq-len",
+            "4096",
+            "--checkpointing",
+            "full",
+        ]);
+        args.extend(strings(extra));
+        estimate(&args)
+    };
+    let open = full(&[]);
+    let a100 = full(&["--gpu-memory", "A100-80GB"]);
+    let device = |e: &Value| e["peaks"]["device"].as_f64().unwrap_or(0.0);
+    assert!(device(&open) > 85_899_345_920.0, "{open}");
+    assert_eq!(device(&a100), 85_899_345_920.0);
+    assert_eq!(a100["fits"], true);
+    assert!(a100["assumptions"]
+        .to_string()
+        .contains("stops at the GPU's memory"));
+    assert_eq!(a100["peaks"]["allocated"], open["peaks"]["allocated"]);
+    // A GPU that cannot hold the tensors gets no such help.
+    let small = full(&["--gpu-memory", "40GB"]);
+    assert_eq!(small["fits"], false);
+    assert_eq!(device(&small), device(&open));
+}
+
+/// A run that names the fused implementation (`--optim adamw_torch_fused`) is read as one.
+#[test]
+fn a_run_that_names_the_fused_optimizer_holds_no_step_temporary() {
+    let launch = |optim: &str| {
+        format!(
+            "python train.py --model_name_or_path meta-llama/Llama-2-7b-hf --per_device_train_batch_size 1 --max_seq_length 512 --bf16 --optim {optim}\n"
+        )
+    };
+    let train = "from transformers import Trainer\nTrainer(model=None).train()\n";
+    let run = |optim: &str| {
+        let dir = project(&[("launch.sh", launch(optim).as_str()), ("train.py", train)]);
+        estimate_in(dir.path(), &[])[0].clone()
+    };
+    let fused = run("adamw_torch_fused");
+    let foreach = run("adamw_torch");
+    assert_eq!(
+        fused["inputs"]["optimizer_step"]["value"],
+        "in place, no temporary"
+    );
+    assert!(
+        fused["inputs"]["optimizer_step"]["from"]
+            .as_str()
+            .is_some_and(|f| f.contains("adamw_torch_fused")),
+        "{fused}"
+    );
+    assert!(foreach["inputs"]["optimizer_step"].is_null(), "{foreach}");
+    assert!(foreach["assumptions"].to_string().contains("multi-tensor"));
+}

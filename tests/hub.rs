@@ -746,6 +746,122 @@ fn a_short_unknown_name_does_not_reach_the_hub() {
     let (code, _, err) = run(&hub, home.path(), &["--model", "no-such-model-1b"], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown model `no-such-model-1b`"), "{err}");
-    assert!(err.contains("Hugging Face Hub id (ORG/NAME)"), "{err}");
+    assert!(
+        err.contains("Hugging Face Hub id (ORG/NAME or ORG/NAME@REVISION)"),
+        "{err}"
+    );
+    assert_eq!(hub.requests().len(), 0);
+}
+
+#[test]
+fn a_revision_is_read_where_main_is_and_cached_apart() {
+    let repo = "acme/tiny-rev";
+    let v2 = CONFIG.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 4");
+    assert_ne!(v2, CONFIG);
+    let at = |rev: &str, name: &str, bytes: &str| Route {
+        path: format!("/{repo}/resolve/{rev}/{name}"),
+        answer: Answer::File(bytes.as_bytes().to_vec()),
+        token: None,
+    };
+    let hub = standin(
+        vec![
+            at("main", "config.json", CONFIG),
+            at("v2", "config.json", &v2),
+            // A pull request's branch, its `/` escaped in the path as huggingface_hub does.
+            at("refs%2Fpr%2F7", "config.json", &v2),
+            Route {
+                path: format!("/{repo}/resolve/nope/config.json"),
+                answer: Answer::Status(404, "RevisionNotFound"),
+                token: None,
+            },
+        ],
+        true,
+    );
+    // Two more layers than main: the parameters of one layer, from the tensors without biases.
+    let layer: u64 = tensors()
+        .iter()
+        .filter(|(n, _)| n.starts_with("model.layers.0.") && !n.ends_with(".bias"))
+        .map(|(_, s)| s.iter().product::<u64>())
+        .sum();
+    let home = tempfile::tempdir().expect("home");
+    let params = |args: &[&str], env: &[(&str, &str)]| {
+        let (code, json, err) = run(
+            &hub,
+            home.path(),
+            &[args, &["--output-format", "json"]].concat(),
+            env,
+        );
+        assert_eq!(code, 0, "{err}");
+        let e: Value = serde_json::from_str(&json).expect("json");
+        let from = e[0]["inputs"]["parameters"]["from"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        (e[0]["parameters"].as_u64().unwrap_or(0), from)
+    };
+
+    let (n, from) = params(&["--model", "acme/tiny-rev@v2"], &[]);
+    assert_eq!(n, SHAPE_COUNT + 2 * layer);
+    assert!(
+        from.contains(&format!("at revision v2 (commit {})", &COMMIT[..12])),
+        "{from}"
+    );
+    let paths: Vec<String> = hub.requests().iter().map(|s| s.path.clone()).collect();
+    assert!(!paths.is_empty());
+    assert!(
+        paths
+            .iter()
+            .all(|p| p.starts_with("/acme/tiny-rev/resolve/v2/")),
+        "{paths:?}"
+    );
+
+    // Main is its own entry of the cache: fetched, not taken from v2's.
+    hub.clear();
+    let (n, from) = params(&["--model", repo], &[]);
+    assert_eq!(n, SHAPE_COUNT);
+    assert!(!from.contains("revision"), "{from}");
+    assert!(hub
+        .requests()
+        .iter()
+        .all(|s| s.path.starts_with("/acme/tiny-rev/resolve/main/")));
+
+    // Offline, each revision comes from its own entry, with no request; one never read is not
+    // in the cache.
+    hub.clear();
+    let offline = [("HF_HUB_OFFLINE", "1")];
+    assert_eq!(
+        params(&["--model", "acme/tiny-rev@v2"], &offline).0,
+        n + 2 * layer
+    );
+    assert_eq!(params(&["--model", repo], &offline).0, n);
+    assert_eq!(hub.requests().len(), 0);
+    let (code, _, err) = run(
+        &hub,
+        home.path(),
+        &["--model", "acme/tiny-rev@v3"],
+        &offline,
+    );
+    assert_error(code, &err, &["`acme/tiny-rev@v3` is not in the cache"]);
+
+    // A branch with `/` in its name.
+    hub.clear();
+    let (n, _) = params(&["--model", "acme/tiny-rev@refs/pr/7"], &[]);
+    assert_eq!(n, SHAPE_COUNT + 2 * layer);
+    assert_eq!(
+        hub.requests()[0].path,
+        "/acme/tiny-rev/resolve/refs%2Fpr%2F7/config.json"
+    );
+
+    // A revision the model does not have, and one that cannot be a revision.
+    let (code, out, err) = run(&hub, home.path(), &["--model", "acme/tiny-rev@nope"], &[]);
+    assert!(out.is_empty(), "{out}");
+    assert_error(
+        code,
+        &err,
+        &["`acme/tiny-rev`", "has no revision `nope`", "HTTP 404"],
+    );
+    hub.clear();
+    let (code, _, err) = run(&hub, home.path(), &["--model", "acme/tiny-rev@a..b"], &[]);
+    assert_error(code, &err, &["unknown model `acme/tiny-rev@a..b`"]);
     assert_eq!(hub.requests().len(), 0);
 }

@@ -19,7 +19,8 @@ pub struct EstimateArgs {
     /// them and without --model or --params, the current folder.
     pub paths: Vec<PathBuf>,
     /// A model of the table (`meta-llama/Llama-3.2-3B`, `llama-3.2-3b`), any model on the Hugging
-    /// Face Hub (`ORG/NAME`: its config.json and safetensors headers, cached), or a local
+    /// Face Hub (`ORG/NAME`, or `ORG/NAME@REVISION` for a branch, tag or commit other than
+    /// main: its config.json and safetensors headers, cached per revision), or a local
     /// config.json.
     #[arg(long)]
     pub model: Option<String>,
@@ -66,11 +67,21 @@ pub struct EstimateArgs {
     pub lora_targets: Vec<String>,
     #[arg(long, value_enum)]
     pub quantize: Option<QuantizeArg>,
+    /// What prepares a quantized base: `peft` (PEFT's prepare_model_for_kbit_training, as TRL
+    /// and the QLoRA recipes run it: the weights it does not quantize, and so the residual
+    /// stream, in fp32) or `none` (litgpt, torchtune). Assumed `peft` unless FSDP or ZeRO-3
+    /// shards the base.
+    #[arg(long, value_enum)]
+    pub kbit_prep: Option<KbitPrepArg>,
     #[arg(long, value_enum)]
     pub attention: Option<AttentionArg>,
     /// Micro-steps per optimizer step (gradients then live beside the activations).
     #[arg(long)]
     pub grad_accum: Option<u64>,
+    /// Memory the CUDA context takes, as measured on the stack that runs (`1343MiB`: what
+    /// nvidia-smi shows once `torch.ones(1).cuda()` has run); 500 MiB unless given.
+    #[arg(long)]
+    pub cuda_context: Option<String>,
     /// Memory of one GPU: `80GB`, `24GiB` (GB is 10^9 bytes, GiB 2^30, as written), or a GPU's
     /// name (`H100`, `A100-40GB`, `RTX 4090`, `MI300X`): the total the device reports.
     #[arg(long)]
@@ -146,6 +157,12 @@ pub enum QuantizeArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+pub enum KbitPrepArg {
+    Peft,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 pub enum AttentionArg {
     Eager,
     Sdpa,
@@ -213,7 +230,8 @@ fn gpu_memory(name: &str) -> Result<Given<f64>, String> {
 }
 
 /// The model named by `--model`: a path to a config (or a folder holding `config.json`), a name
-/// in the table, or a model on the Hugging Face Hub (`ORG/NAME`).
+/// in the table, or a model on the Hugging Face Hub (`ORG/NAME`, or `ORG/NAME@REVISION` for a
+/// branch, tag or commit other than `main`).
 pub fn shape_of(model: &str) -> Result<Given<estimate::Shape>, String> {
     let flag = "--model";
     let path = Path::new(model);
@@ -223,8 +241,8 @@ pub fn shape_of(model: &str) -> Result<Given<estimate::Shape>, String> {
     if let Some(s) = shapes::by_name(model) {
         return Ok(Given::new(s.clone(), flag));
     }
-    if hub::is_repo_id(model) {
-        let fetched = hub::Hub::from_env().shape(model)?;
+    if let Some((repo, revision)) = hub::split_revision(model) {
+        let fetched = hub::Hub::from_env().shape(repo, revision)?;
         for w in &fetched.warnings {
             eprintln!("memlint: warning: {w}");
         }
@@ -234,7 +252,7 @@ pub fn shape_of(model: &str) -> Result<Given<estimate::Shape>, String> {
         ));
     }
     Err(format!(
-        "unknown model `{model}`: give a Hugging Face Hub id (ORG/NAME), a local config.json \
+        "unknown model `{model}`: give a Hugging Face Hub id (ORG/NAME or ORG/NAME@REVISION), a local config.json \
          (--model PATH/config.json), the parameter count (--params 7e9), or one of the {} models \
          of `memlint estimate --list-models`",
         shapes::known_models().len()
@@ -273,6 +291,7 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
                 format!("--optimizer: unknown `{o}` (known: {})", ids.join(", "))
             })?;
         i.optimizer = Some(Given::new(row, flag("optimizer")));
+        i.optimizer_written = Some(o.clone());
     }
     let sharding = match (a.zero, a.fsdp) {
         (Some(_), Some(_)) => return Err("--zero and --fsdp: give one".into()),
@@ -325,6 +344,9 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
         };
         Given::new(v, flag("quantize"))
     });
+    i.kbit_prep = a
+        .kbit_prep
+        .map(|k| Given::new(k == KbitPrepArg::Peft, flag("kbit-prep")));
     i.attention = a.attention.map(|x| {
         let v = match x {
             AttentionArg::Eager => Attention::Eager,
@@ -347,6 +369,11 @@ pub fn inputs_from_flags(a: &EstimateArgs) -> Result<Inputs, String> {
             Some(bytes) => Given::new(bytes, flag("gpu-memory")),
             None => gpu_memory(g)?,
         });
+    }
+    if let Some(c) = &a.cuda_context {
+        let bytes = parse_memory(c)
+            .ok_or_else(|| format!("--cuda-context: not a size: `{c}` (500MiB, 1.3GB)"))?;
+        i.cuda_context = Some(Given::new(bytes, flag("cuda-context")));
     }
     Ok(i)
 }
@@ -573,13 +600,19 @@ fn overlay(mut found: Inputs, flags: &Inputs) -> Inputs {
         lora_rank,
         lora_targets,
         quantize,
+        kbit_prep,
         attention,
         gradient_accumulation,
         gpu_memory,
+        cuda_context,
         peak
     );
     if flags.shape.is_some() && flags.params.is_none() {
         found.params = None;
+    }
+    // The name as written goes with the optimizer it names.
+    if flags.optimizer.is_some() {
+        found.optimizer_written = flags.optimizer_written.clone();
     }
     found
 }

@@ -14,6 +14,11 @@
 //! For GPT (kv = h, ff = 4h, dropout) this is `10h + 24h/t + 5as/t`, the paper's equation 2.
 //! Selective recomputation drops the scores; full recomputation keeps each layer's input (2h)
 //! and one layer's activations during its recompute (§4.1).
+//!
+//! A quantized base prepared by PEFT's `prepare_model_for_kbit_training` has fp32 embeddings
+//! and norms, so the residual stream is fp32: the norms' inputs and each layer's kept input
+//! take 4 bytes an element, and without autocast the head's logits come out fp32
+//! (`rules/knowledge/runtime.toml`, [kbit]).
 
 use super::{Attention, Checkpointing, Inputs, Noted, Regime, Shape};
 
@@ -29,6 +34,7 @@ const DEFAULT_SEQ_LEN: u64 = 2048;
 pub(super) fn activations(
     inputs: &Inputs,
     regime: &Regime,
+    detail: &super::states::Detail,
     shape: Option<&Shape>,
     noted: &mut Noted,
 ) -> Activations {
@@ -79,8 +85,14 @@ pub(super) fn activations(
     // A mixture of experts keeps what each token's experts (and the shared one) saved.
     let ff = shape.active_intermediate() as f64;
     let dropout = shape.dropout();
-    // Per token of one layer, in bytes at 2 bytes per element.
-    let replicated = 4.0 * h + 2.0 * h + 2.0 * h + if dropout { 2.0 * h } else { 0.0 };
+    // Per token of one layer, in bytes at 2 bytes per element; an fp32 residual stream doubles
+    // the norms' inputs.
+    let stream = if detail.kbit_upcast && precision != super::Precision::Fp32 {
+        2.0
+    } else {
+        1.0
+    };
+    let replicated = 4.0 * h * stream + 2.0 * h + 2.0 * h + if dropout { 2.0 * h } else { 0.0 };
     let mlp = if shape.gated() { 8.0 } else { 4.0 } * ff;
     let split = (2.0 * q + 2.0 * k + 2.0 * v + 2.0 * q + mlp) / t;
     let scores = match attention {
@@ -95,18 +107,20 @@ pub(super) fn activations(
     let per_token = match checkpointing {
         Checkpointing::None => layers * layer,
         Checkpointing::Selective => layers * (layer - scores * scale),
-        Checkpointing::Full => layers * 2.0 * h * scale + layer,
+        Checkpointing::Full => layers * 2.0 * h * stream * scale + layer,
     };
     // Pipeline stages: the first holds `pp` micro-batches in flight of L/pp layers each
     // (1F1B, Korthikanti et al. §4.2.3), so L layers' worth whatever `pp`.
     let activations = per_token * s * b;
     // Logits: 16-bit logits, their fp32 upcast for the loss and the fp32 log-softmax kept for
     // the backward (10 bytes per element; 8 in fp32), split over tensor-parallel ranks.
-    let per_logit = if precision == super::Precision::Fp32 {
-        8.0
-    } else {
-        10.0
-    };
+    // An fp32 head over an fp32 stream, outside autocast, gives fp32 logits at once.
+    let per_logit =
+        if precision == super::Precision::Fp32 || (detail.kbit_upcast && !precision.mixed()) {
+            8.0
+        } else {
+            10.0
+        };
     let logits = b * s * shape.vocab as f64 * per_logit / t;
     if regime.trainable < regime.params {
         noted.assume("activations counted as for full training (a frozen layer's saved inputs are not subtracted)");

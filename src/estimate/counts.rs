@@ -275,6 +275,32 @@ impl Shape {
         self.count().linear as f64
     }
 
+    /// Parameters of the largest transformer block (attention, norms, and the MLP or the
+    /// experts) and of what lies outside the blocks (embeddings, head, final norm): the units
+    /// FSDP all-gathers when it wraps each block, as its transformer auto-wrap policy does,
+    /// and its root unit (`docs/knowledge.md` §3.5).
+    pub fn blocks_and_rest(&self) -> (f64, f64) {
+        let norms = other(self.norms_per_layer() * self.norm());
+        let layer = self.attention() + norms;
+        let dense = (layer + self.mlp(self.intermediate)).total;
+        let moe_layers = self.moe_layers();
+        let moe = if moe_layers > 0 {
+            (layer + self.moe()).total
+        } else {
+            0
+        };
+        let mut block = dense.max(moe);
+        let mut in_blocks = dense * n(self.layers.saturating_sub(moe_layers)) + moe * n(moe_layers);
+        if let (true, Some(d)) = (self.arch == "t5", self.decoder_layers) {
+            let decoder =
+                (self.attention() * 2 + other(3 * self.norm()) + self.mlp(self.intermediate)).total;
+            block = block.max(decoder);
+            in_blocks += decoder * n(d);
+        }
+        let rest = self.count().total.saturating_sub(in_blocks);
+        (block as f64, rest as f64)
+    }
+
     /// Parameters of the largest single module: the embedding, or one MLP matrix over all
     /// experts. ZeRO-3 and FSDP gather at least this much at once.
     pub fn largest_module(&self) -> f64 {

@@ -5,8 +5,10 @@
 //! by range requests (the 8-byte header length, then the header), never the weights. A sharded
 //! checkpoint lists its files in `model.safetensors.index.json`. The environment is read as
 //! `huggingface_hub` reads it: `HF_ENDPOINT`, `HF_HOME`, `HF_TOKEN` (or the token file
-//! `huggingface-cli login` writes) and `HF_HUB_OFFLINE`. What a run reads is cached under
-//! `$HF_HOME/memlint/models--ORG--NAME/`, and a run that finds it there makes no request.
+//! `huggingface-cli login` writes) and `HF_HUB_OFFLINE`. `ORG/NAME@REVISION` reads a branch,
+//! tag or commit instead of `main`, as `huggingface_hub`'s `revision=` does. What a run reads is
+//! cached under `$HF_HOME/memlint/models--ORG--NAME/` (`models--ORG--NAME@REVISION/` for another
+//! revision), and a run that finds it there makes no request.
 
 use super::shapes::{self, Shape};
 use serde::{Deserialize, Serialize};
@@ -48,6 +50,8 @@ pub struct Fetched {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Record {
     endpoint: String,
+    /// The revision asked for, when it is not `main`.
+    revision: Option<String>,
     commit: Option<String>,
     config_etag: Option<String>,
     count: Option<Count>,
@@ -79,11 +83,24 @@ enum Fail {
     Bad(String),
 }
 
-/// Whether `s` is a Hub model id, `ORG/NAME`.
+/// The revision read when none is given.
+const DEFAULT_REVISION: &str = "main";
+
+/// Whether `s` is a Hub model id, `ORG/NAME`, with or without `@REVISION`.
 pub fn is_repo_id(s: &str) -> bool {
-    let mut parts = s.split('/');
+    split_revision(s).is_some()
+}
+
+/// `ORG/NAME@REVISION` as the repository and the revision (a branch, tag or commit; `None`
+/// without `@`), or `None` when `s` is not a Hub model id.
+pub fn split_revision(s: &str) -> Option<(&str, Option<&str>)> {
+    let (repo, revision) = match s.split_once('@') {
+        Some((repo, rev)) => (repo, Some(rev)),
+        None => (s, None),
+    };
+    let mut parts = repo.split('/');
     let (Some(org), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
+        return None;
     };
     let part = |p: &str| {
         !p.is_empty()
@@ -93,7 +110,25 @@ pub fn is_repo_id(s: &str) -> bool {
             && p.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
-    part(org) && part(name) && !name.to_ascii_lowercase().ends_with(".json")
+    let ok = part(org) && part(name) && !name.to_ascii_lowercase().ends_with(".json");
+    (ok && revision.is_none_or(is_revision)).then_some((repo, revision))
+}
+
+/// A branch, tag or commit as git allows it to be named (`main`, `v1.0`, `refs/pr/3`, a hash):
+/// no empty part, no `..`, no space or control character.
+fn is_revision(r: &str) -> bool {
+    !r.is_empty()
+        && r.len() <= 256
+        && !r.contains("..")
+        && r.split('/').all(|p| !p.is_empty() && p != ".")
+        && r.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+/// A revision as one path segment: `/` escaped, as `huggingface_hub` quotes it in its URLs
+/// (`refs/pr/3` is `refs%2Fpr%2F3`), and in the cache folder's name.
+fn revision_segment(r: &str) -> String {
+    r.replace('/', "%2F")
 }
 
 fn truthy(v: &str) -> bool {
@@ -140,12 +175,19 @@ impl Hub {
         }
     }
 
-    /// The shape of `repo` (`ORG/NAME`), from the cache or the Hub.
-    pub fn shape(&self, repo: &str) -> Result<Fetched, String> {
-        let dir = self
-            .cache
-            .as_ref()
-            .map(|c| c.join(format!("models--{}", repo.replace('/', "--"))));
+    /// The shape of `repo` (`ORG/NAME`) at `revision` (`main` when `None`), from the cache or
+    /// the Hub. Each revision has its own cache entry.
+    pub fn shape(&self, repo: &str, revision: Option<&str>) -> Result<Fetched, String> {
+        let revision = revision.unwrap_or(DEFAULT_REVISION);
+        let key = match revision {
+            DEFAULT_REVISION => format!("models--{}", repo.replace('/', "--")),
+            r => format!(
+                "models--{}@{}",
+                repo.replace('/', "--"),
+                revision_segment(r)
+            ),
+        };
+        let dir = self.cache.as_ref().map(|c| c.join(key));
         if let Some(dir) = &dir {
             let config = std::fs::read_to_string(dir.join("config.json")).ok();
             let record = std::fs::read_to_string(dir.join("memlint.json"))
@@ -156,6 +198,7 @@ impl Hub {
                 (Some(c), None) if self.offline => {
                     let r = Record {
                         endpoint: self.endpoint.clone(),
+                        revision: named(revision),
                         no_count: Some("no count of the weights in the cache".into()),
                         ..Record::default()
                     };
@@ -169,13 +212,17 @@ impl Hub {
                 Some(d) => format!("not in the cache ({})", d.display()),
                 None => "not cached (no cache folder: set HF_HOME)".to_string(),
             };
+            let name = match named(revision) {
+                Some(r) => format!("{repo}@{r}"),
+                None => repo.to_string(),
+            };
             return Err(format!(
-                "`{repo}` is {place} and HF_HUB_OFFLINE is set: run once without HF_HUB_OFFLINE \
+                "`{name}` is {place} and HF_HUB_OFFLINE is set: run once without HF_HUB_OFFLINE \
                  to cache its config, or give a local config.json (--model PATH/config.json) or \
                  --params N"
             ));
         }
-        let client = Client::new(self, repo);
+        let client = Client::new(self, repo, revision);
         let (config, meta) = client
             .text("config.json")
             .map_err(|f| client.explain("config.json", f))?;
@@ -183,6 +230,7 @@ impl Hub {
         shape_from(repo, &config)?;
         let mut record = Record {
             endpoint: self.endpoint.clone(),
+            revision: named(revision),
             commit: meta.commit,
             config_etag: meta.etag,
             ..Record::default()
@@ -214,6 +262,11 @@ impl Hub {
     }
 }
 
+/// The revision as the record keeps it: `None` for `main`.
+fn named(revision: &str) -> Option<String> {
+    (revision != DEFAULT_REVISION).then(|| revision.to_string())
+}
+
 fn shape_from(repo: &str, config: &str) -> Result<Shape, String> {
     shapes::from_config_text(config, repo).map_err(|e| {
         format!(
@@ -232,9 +285,11 @@ fn finish(
     warnings: Vec<String>,
 ) -> Result<Fetched, String> {
     let mut shape = shape_from(repo, config)?;
-    let at = match &record.commit {
-        Some(c) => format!(" at commit {}", c.get(..12).unwrap_or(c)),
-        None => String::new(),
+    let at = match (&record.revision, &record.commit) {
+        (Some(r), Some(c)) => format!(" at revision {r} (commit {})", c.get(..12).unwrap_or(c)),
+        (Some(r), None) => format!(" at revision {r}"),
+        (None, Some(c)) => format!(" at commit {}", c.get(..12).unwrap_or(c)),
+        (None, None) => String::new(),
     };
     let mut source = format!("config.json from {}{at}", record.endpoint);
     let usable = record.count.as_ref().map(|c| (c, packed(c)));
@@ -360,11 +415,12 @@ struct Meta {
 struct Client<'h> {
     hub: &'h Hub,
     repo: &'h str,
+    revision: &'h str,
     agent: ureq::Agent,
 }
 
 impl<'h> Client<'h> {
-    fn new(hub: &'h Hub, repo: &'h str) -> Self {
+    fn new(hub: &'h Hub, repo: &'h str, revision: &'h str) -> Self {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(10)))
@@ -373,11 +429,21 @@ impl<'h> Client<'h> {
             .user_agent(concat!("memlint/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
-        Client { hub, repo, agent }
+        Client {
+            hub,
+            repo,
+            revision,
+            agent,
+        }
     }
 
     fn url(&self, file: &str) -> String {
-        format!("{}/{}/resolve/main/{file}", self.hub.endpoint, self.repo)
+        format!(
+            "{}/{}/resolve/{}/{file}",
+            self.hub.endpoint,
+            self.repo,
+            revision_segment(self.revision)
+        )
     }
 
     fn send(
@@ -563,6 +629,11 @@ impl<'h> Client<'h> {
                 ),
                 _ => format!("`{repo}` is gated or private on {at} (HTTP {s}): {login}"),
             },
+            Fail::Status(404, Some(code)) if code == "RevisionNotFound" => format!(
+                "`{repo}` on {at} has no revision `{}` (HTTP 404): give a branch, tag or commit \
+                 the model has (ORG/NAME@REVISION), or leave out @REVISION for main",
+                self.revision
+            ),
             Fail::Status(404, Some(code)) if code == "EntryNotFound" => format!(
                 "`{repo}` on {at} has no {file}, which memlint reads the shape from: {other}"
             ),
@@ -679,6 +750,18 @@ mod tests {
     fn repo_ids() {
         for ok in ["meta-llama/Llama-3.1-8B", "google/gemma-2-9b", "a/b.c_d-e"] {
             assert!(is_repo_id(ok), "{ok}");
+            assert_eq!(split_revision(ok), Some((ok, None)));
+        }
+        assert_eq!(
+            split_revision("a/b@refs/pr/3"),
+            Some(("a/b", Some("refs/pr/3")))
+        );
+        assert_eq!(split_revision("a/b@v1.0"), Some(("a/b", Some("v1.0"))));
+        assert_eq!(revision_segment("refs/pr/3"), "refs%2Fpr%2F3");
+        for not in [
+            "a/b@", "a/b@../x", "a/b@x y", "a/b@x//y", "a/b@x@y", "a@b/c",
+        ] {
+            assert!(!is_repo_id(not), "{not}");
         }
         for not in [
             "llama-7b",

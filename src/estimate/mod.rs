@@ -168,6 +168,9 @@ pub struct Inputs {
     pub micro_batch: Option<Given<u64>>,
     pub precision: Option<Given<Precision>>,
     pub optimizer: Option<Given<&'static OptimizerRow>>,
+    /// The optimizer's name as written (`adamw_torch_fused`, `FusedAdam`): it tells apart
+    /// implementations of one row whose steps hold different temporaries.
+    pub optimizer_written: Option<String>,
     pub sharding: Option<Given<Sharding>>,
     pub dp: Option<Given<u64>>,
     pub tp: Option<Given<u64>>,
@@ -179,10 +182,15 @@ pub struct Inputs {
     pub lora_rank: Option<Given<u64>>,
     pub lora_targets: Option<Given<Vec<String>>>,
     pub quantize: Option<Given<Quantize>>,
+    /// PEFT's `prepare_model_for_kbit_training` prepares the quantized base (true), or nothing
+    /// does (false: litgpt, torchtune); assumed from the sharding when not given.
+    pub kbit_prep: Option<Given<bool>>,
     pub attention: Option<Given<Attention>>,
     pub gradient_accumulation: Option<Given<u64>>,
     /// GPU memory in bytes.
     pub gpu_memory: Option<Given<f64>>,
+    /// The CUDA context's bytes, as measured on the stack that runs.
+    pub cuda_context: Option<Given<f64>>,
     /// The peak `total_bytes` gives (the device's, what nvidia-smi shows, unless said).
     pub peak: Option<Given<Peak>>,
 }
@@ -200,6 +208,9 @@ pub enum Component {
     GatheredParameters,
     Activations,
     Logits,
+    /// The 16-bit copies of trained fp32 weights autocast keeps from the forward to the
+    /// backward (AMP without DeepSpeed).
+    AutocastCopies,
     /// What the optimizer step allocates beside the states (a multi-tensor AdamW's square
     /// roots of the second moments), when the step is the peak.
     StepTemporaries,
@@ -211,7 +222,7 @@ pub enum Component {
 }
 
 impl Component {
-    pub const ALL: [Component; 11] = [
+    pub const ALL: [Component; 12] = [
         Component::Weights,
         Component::Gradients,
         Component::Fp32Gradients,
@@ -220,6 +231,7 @@ impl Component {
         Component::GatheredParameters,
         Component::Activations,
         Component::Logits,
+        Component::AutocastCopies,
         Component::StepTemporaries,
         Component::AllocatorCache,
         Component::Overhead,
@@ -236,6 +248,7 @@ impl Component {
             Component::GatheredParameters => "gathered_parameters",
             Component::Activations => "activations",
             Component::Logits => "logits",
+            Component::AutocastCopies => "autocast_copies",
             Component::StepTemporaries => "step_temporaries",
             Component::AllocatorCache => "allocator_cache",
             Component::Overhead => "overhead",
@@ -317,9 +330,13 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
         }
     };
     let shape = inputs.shape.as_ref().map(|s| &s.value);
-    let regime = states::regime(inputs, params, shape, &mut noted)?;
-    let st = model_states(&regime);
-    let acts = activations::activations(inputs, &regime, shape, &mut noted);
+    let (regime, detail) = states::regime(inputs, params, shape, &mut noted)?;
+    let mut st = model_states(&regime);
+    let fsdp = states::fsdp_buffers(&regime, &detail);
+    if let Some(b) = fsdp {
+        st.gathered = b;
+    }
+    let acts = activations::activations(inputs, &regime, &detail, shape, &mut noted);
     let accumulating = match &inputs.gradient_accumulation {
         Some(g) => {
             noted.input("gradient accumulation", g.value.to_string(), &g.why);
@@ -327,24 +344,78 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
         }
         None => false,
     };
+    // Autocast casts each trained fp32 weight to 16 bits once per forward and keeps the copy
+    // for the backward (`runtime.toml`, [autocast]); DeepSpeed's mixed precision and 16-bit
+    // weights have none.
+    let mixed = inputs
+        .precision
+        .as_ref()
+        .map_or(Precision::Bf16Mixed, |p| p.value)
+        .mixed();
+    let copies = if mixed && regime.weight_bytes == 4.0 && !regime.sharding.deepspeed() {
+        let per_gpu = regime.trainable / regime.model_parallel.max(1.0);
+        let sharded = if regime.sharding.stage() == 3 {
+            per_gpu / regime.shards.max(1.0)
+        } else {
+            per_gpu
+        };
+        knowledge().runtime.autocast.copy_bytes * sharded
+    } else {
+        0.0
+    };
     let parts = peaks::Parts {
-        persistent: st.weights + st.master + st.states + st.gathered,
+        persistent: st.weights + st.master + st.states,
+        gathered: st.gathered + copies,
+        own_streams: fsdp.is_some(),
         gradients: st.grads + st.fp32_grads,
         working: acts.activations + acts.logits,
         accumulating,
     };
-    let temporaries = peaks::step_temporaries(&regime);
-    if temporaries > 0.0 {
-        noted.assume(&format!(
-            "{}'s step: torch's multi-tensor (foreach) implementation, one temporary of a moment's size (a fused step has none)",
+    let (temporaries, step) = peaks::step_temporaries(&regime, inputs.optimizer_written.as_deref());
+    match step {
+        peaks::Step::MultiTensor => noted.assume(&format!(
+            "{}'s step: torch's multi-tensor (foreach) implementation, one temporary of a moment's size (a fused step, --optimizer adamw_torch_fused, has none)",
             regime.optimizer_display
-        ));
+        )),
+        peaks::Step::InPlace(name) => noted.input(
+            "optimizer step",
+            "in place, no temporary".into(),
+            &format!("`{name}` updates every tensor in place"),
+        ),
+        peaks::Step::None => {}
     }
     let communicating = regime.shards * regime.model_parallel > 1.0;
-    let levels = peaks::peaks(&parts, temporaries, communicating);
+    let context = match &inputs.cuda_context {
+        Some(c) => {
+            noted.input(
+                "CUDA context",
+                format!("{:.0} MiB", c.value / 1_048_576.0),
+                &c.why,
+            );
+            c.value
+        }
+        None => knowledge().runtime.context.bytes,
+    };
+    let levels = peaks::peaks(
+        &parts,
+        temporaries,
+        communicating,
+        context,
+        inputs.gpu_memory.as_ref().map(|g| g.value),
+    );
+    if parts.own_streams {
+        let fsdp = &knowledge().runtime.fsdp;
+        noted.assume(&format!(
+            "FSDP wraps each transformer block (its transformer auto-wrap policy) and limits all-gathers: {} units gathered at once, {} reduce-scatter buffers of a unit's gradients",
+            fsdp.all_gathers, fsdp.reduce_scatter_buffers
+        ));
+    }
+    if levels.trimmed {
+        noted.assume("the allocator's cache stops at the GPU's memory: it frees cached blocks and retries before it runs out");
+    }
     noted.assume(&format!(
         "outside PyTorch's allocator: {:.0} MiB of CUDA context{}",
-        knowledge().runtime.context.bytes / 1_048_576.0,
+        context / 1_048_576.0,
         if communicating {
             format!(
                 " and {:.0} MiB of NCCL buffers",
@@ -370,6 +441,7 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, String> {
         (Component::GatheredParameters, st.gathered),
         (Component::Activations, acts.activations),
         (Component::Logits, acts.logits),
+        (Component::AutocastCopies, copies),
         (Component::StepTemporaries, levels.step_temporaries),
         (Component::AllocatorCache, levels.allocator_cache),
         (Component::Overhead, levels.outside_allocator),

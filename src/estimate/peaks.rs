@@ -6,7 +6,11 @@
 //!   gradients and the step's own temporaries beside the states;
 //! - **reserved**: allocated plus what the caching allocator keeps cached and unused at that
 //!   moment, a share of the working set allocated and freed every step (activations and
-//!   logits), what `torch.cuda.max_memory_reserved()` reports;
+//!   logits), what `torch.cuda.max_memory_reserved()` reports. At an optimizer step that
+//!   allocates temporaries, the blocks the forward and backward freed are still held (the
+//!   allocator returns memory only when an allocation fails), and so are the blocks of FSDP's
+//!   own streams, whose pools the step cannot draw on; on a GPU of known memory the cache
+//!   stops at it, since the allocator frees cached blocks and retries before it fails;
 //! - **device**: reserved plus what lives outside the allocator, the CUDA context and, when
 //!   ranks communicate, NCCL's buffers: what nvidia-smi shows as used.
 
@@ -64,6 +68,9 @@ pub struct Peaks {
     pub allocator_cache: f64,
     /// The CUDA context and NCCL's buffers: `device - reserved`.
     pub outside_allocator: f64,
+    /// The cache was cut to the GPU's memory: the allocator frees cached blocks rather than
+    /// fail while the tensors alive still fit.
+    pub trimmed: bool,
 }
 
 impl Peaks {
@@ -76,22 +83,39 @@ impl Peaks {
     }
 }
 
-/// What the peaks are made of: model states that persist, the gradients (transient unless they
-/// accumulate), and the working set of a micro-batch.
+/// What the peaks are made of: model states that persist, parameters gathered while a layer
+/// computes, the gradients (transient unless they accumulate), and the working set of a
+/// micro-batch.
 pub(super) struct Parts {
     pub persistent: f64,
+    pub gathered: f64,
+    /// The gathered parameters live in pools of FSDP's own streams, which the compute stream's
+    /// allocations cannot reuse.
+    pub own_streams: bool,
     pub gradients: f64,
     pub working: f64,
     pub accumulating: bool,
 }
 
+/// How the optimizer's step was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// A multi-tensor step with a temporary (`runtime.toml`).
+    MultiTensor,
+    /// Written as an implementation that updates in place (`adamw_torch_fused`): no temporary.
+    InPlace(String),
+    /// No temporary known, or the step is not on this GPU.
+    None,
+}
+
 /// The temporaries of one optimizer step on one GPU: a moment's size per trained parameter
-/// for a multi-tensor step (`runtime.toml`); none where DeepSpeed's fused optimizer runs the
-/// step, or where the step runs on the host.
-pub(super) fn step_temporaries(regime: &Regime) -> f64 {
+/// for a multi-tensor step (`runtime.toml`); none where the optimizer is written as a fused
+/// implementation (`written`, the name as the run or the flag spells it), where DeepSpeed's
+/// fused optimizer runs the step, or where the step runs on the host.
+pub(super) fn step_temporaries(regime: &Regime, written: Option<&str>) -> (f64, Step) {
     let states = regime.optimizer_states;
     if regime.sharding.deepspeed() || regime.offload_optimizer.is_some() || states < 1.0 {
-        return 0.0;
+        return (0.0, Step::None);
     }
     let Some(t) = knowledge()
         .runtime
@@ -99,8 +123,17 @@ pub(super) fn step_temporaries(regime: &Regime) -> f64 {
         .iter()
         .find(|t| t.optimizer == regime.optimizer)
     else {
-        return 0.0;
+        return (0.0, Step::None);
     };
+    if let Some(name) = written {
+        let n = crate::knowledge::normalize(name);
+        if t.in_place
+            .iter()
+            .any(|p| crate::knowledge::normalize(p) == n)
+        {
+            return (0.0, Step::InPlace(name.to_string()));
+        }
+    }
     let moment = regime.state_bytes / states;
     let trained = regime.trainable / regime.model_parallel.max(1.0);
     let sharded = if regime.sharding.stage() >= 1 {
@@ -108,14 +141,24 @@ pub(super) fn step_temporaries(regime: &Regime) -> f64 {
     } else {
         trained
     };
-    t.moments * moment * sharded
+    (t.moments * moment * sharded, Step::MultiTensor)
 }
 
 /// The three peaks of a step. `communicating`: ranks exchange tensors (data, tensor or
-/// pipeline parallelism), so NCCL's buffers are on the device.
-pub(super) fn peaks(parts: &Parts, temporaries: f64, communicating: bool) -> Peaks {
+/// pipeline parallelism), so NCCL's buffers are on the device. `context`: the CUDA context's
+/// bytes. `gpu_memory`: the device's
+/// memory, when known, which the allocator's cache does not grow past.
+pub(super) fn peaks(
+    parts: &Parts,
+    temporaries: f64,
+    communicating: bool,
+    context: f64,
+    gpu_memory: Option<f64>,
+) -> Peaks {
     let runtime = &knowledge().runtime;
+    let fragmentation = runtime.allocator.fragmentation;
     let forward_backward = parts.persistent
+        + parts.gathered
         + if parts.accumulating {
             parts.working + parts.gradients
         } else {
@@ -123,14 +166,33 @@ pub(super) fn peaks(parts: &Parts, temporaries: f64, communicating: bool) -> Pea
         };
     let step = parts.persistent + parts.gradients + temporaries;
     let allocated = forward_backward.max(step);
-    let cache = runtime.allocator.fragmentation * parts.working;
-    let reserved = allocated + cache;
-    let outside = runtime.context.bytes
+    let reserved_forward_backward = forward_backward + fragmentation * parts.working;
+    // The step's temporaries come after the backward freed the working set: its blocks, and
+    // those of FSDP's streams, are still held when they are allocated.
+    let reserved_step = if temporaries > 0.0 {
+        step + (1.0 + fragmentation) * parts.working
+            + if parts.own_streams {
+                parts.gathered
+            } else {
+                0.0
+            }
+    } else {
+        0.0
+    };
+    let mut reserved = reserved_forward_backward.max(reserved_step);
+    let outside = context
         + if communicating {
             runtime.nccl.bytes
         } else {
             0.0
         };
+    let mut trimmed = false;
+    if let Some(g) = gpu_memory {
+        if reserved + outside > g && allocated + outside <= g {
+            reserved = g - outside;
+            trimmed = true;
+        }
+    }
     Peaks {
         allocated,
         reserved,
@@ -140,8 +202,9 @@ pub(super) fn peaks(parts: &Parts, temporaries: f64, communicating: bool) -> Pea
         } else {
             0.0
         },
-        allocator_cache: cache,
+        allocator_cache: reserved - allocated,
         outside_allocator: outside,
+        trimmed,
     }
 }
 
@@ -153,22 +216,33 @@ mod tests {
     fn each_level_holds_the_one_below() {
         let parts = Parts {
             persistent: 40e9,
+            gathered: 0.0,
+            own_streams: false,
             gradients: 10e9,
             working: 20e9,
             accumulating: false,
         };
-        let p = peaks(&parts, 5e9, false);
+        let p = peaks(&parts, 5e9, false, 5e8, None);
         // The forward/backward (40 + 20) is above the step (40 + 10 + 5).
         assert_eq!(p.allocated, 60e9);
         assert_eq!(p.step_temporaries, 0.0);
         assert!(p.reserved > p.allocated && p.device > p.reserved);
-        let step = peaks(&parts, 15e9, true);
+        let step = peaks(&parts, 15e9, true, 5e8, None);
         assert_eq!(step.allocated, 65e9);
         assert_eq!(step.step_temporaries, 15e9);
         assert!(
             step.outside_allocator > p.outside_allocator,
             "NCCL's buffers"
         );
+        // At the step, the working set's blocks are still cached beside the temporaries.
+        assert!(step.reserved >= step.allocated + parts.working);
+        // A GPU that holds the tensors but not the cache: the cache stops at its memory.
+        let g = step.allocated + step.outside_allocator + 1e9;
+        let cut = peaks(&parts, 15e9, true, 5e8, Some(g));
+        assert!(cut.trimmed && cut.device == g && cut.allocated == step.allocated);
+        // One that cannot hold the tensors: nothing is cut, the run does not fit.
+        let small = peaks(&parts, 15e9, true, 5e8, Some(step.allocated));
+        assert!(!small.trimmed && small.device > step.allocated);
         assert_eq!(Peak::parse("nvidia-smi"), Some(Peak::Device));
         assert_eq!(Peak::default(), Peak::Device);
     }

@@ -39,6 +39,21 @@ pub struct Regime {
     pub optimizer_states: f64,
 }
 
+/// What the estimate reads of a regime beyond the model states MEM005 shares.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Detail {
+    /// FSDP's units when it wraps each transformer block: the largest block's parameters and
+    /// those outside the blocks (the root unit).
+    pub fsdp_units: (f64, f64),
+    /// Bytes per parameter of the frozen base's linear layers (quantized under QLoRA) and of
+    /// its other weights (embeddings, head, norms).
+    pub frozen_linear_bytes: f64,
+    pub frozen_other_bytes: f64,
+    /// PEFT's `prepare_model_for_kbit_training` ran: the weights it does not quantize are
+    /// fp32, and so is the residual stream.
+    pub kbit_upcast: bool,
+}
+
 /// Model-state bytes on one GPU, and on the host of one node.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct States {
@@ -71,7 +86,7 @@ pub(super) fn regime(
     params: f64,
     shape: Option<&Shape>,
     noted: &mut Noted,
-) -> Result<Regime, String> {
+) -> Result<(Regime, Detail), String> {
     let mut precision = noted.take(&inputs.precision, "precision", Precision::Bf16Mixed, |p| {
         p.name().to_string()
     });
@@ -146,6 +161,31 @@ pub(super) fn regime(
         q.value
     });
     let lora = inputs.lora_rank.is_some() || inputs.lora_targets.is_some() || quantize.is_some();
+    // A quantized base prepared by PEFT's `prepare_model_for_kbit_training` (what TRL's
+    // SFTTrainer and the QLoRA recipes run, except for a base sharded by FSDP or ZeRO-3, which
+    // TRL leaves alone): every weight not quantized is cast to fp32 (`runtime.toml`, [kbit]).
+    let kbit_upcast = match (quantize, &inputs.kbit_prep) {
+        (None, _) => false,
+        (Some(_), Some(g)) => {
+            noted.input(
+                "k-bit preparation",
+                if g.value { "peft" } else { "none" }.into(),
+                &g.why,
+            );
+            g.value
+        }
+        (Some(_), None) => {
+            let sharded = sharding.stage() == 3 && dp > 1;
+            noted.assume(if sharded {
+                "k-bit preparation: none (TRL skips PEFT's prepare_model_for_kbit_training for a sharded base)"
+            } else {
+                "k-bit preparation: PEFT's prepare_model_for_kbit_training, the weights it does not quantize and the residual stream in fp32 (--kbit-prep none for litgpt or torchtune)"
+            });
+            !sharded
+        }
+    };
+    let mut frozen_linear_bytes = 0.0;
+    let mut frozen_other_bytes = 0.0;
     let (trainable, frozen_bytes) = if lora {
         let rank = noted.take(&inputs.lora_rank, "LoRA rank", DEFAULT_LORA_RANK, count);
         let targets = noted.take(
@@ -175,9 +215,16 @@ pub(super) fn regime(
                     Quantize::Nf4Dq => NF4_DQ_BYTES,
                     Quantize::Int8 => INT8_BYTES,
                 };
-                (linear * per + (params - linear) * 2.0) / params
+                let other = if kbit_upcast { 4.0 } else { base };
+                frozen_linear_bytes = per;
+                frozen_other_bytes = other;
+                (linear * per + (params - linear) * other) / params
             }
-            None => base,
+            None => {
+                frozen_linear_bytes = base;
+                frozen_other_bytes = base;
+                base
+            }
         };
         (adapters, frozen)
     } else {
@@ -193,26 +240,35 @@ pub(super) fn regime(
     if sharding.stage() == 3 && shape.is_none() {
         noted.assume("gathered parameters not counted: the largest layer needs the model's shape");
     }
-    Ok(Regime {
-        params,
-        trainable,
-        frozen_bytes,
-        weight_bytes: weight,
-        grad_bytes: grad,
-        fp32_grad_bytes: fp32_grad,
-        master_bytes: master,
-        state_bytes: state,
-        sharding,
-        shards,
-        model_parallel: (tp * pp) as f64,
-        offload_optimizer,
-        offload_params,
-        largest_module,
-        gpus_per_node: gpus_per_node as f64,
-        optimizer: optimizer.id.clone(),
-        optimizer_display: optimizer.display.clone(),
-        optimizer_states: optimizer.states,
-    })
+    let detail = Detail {
+        fsdp_units: shape.map_or((0.0, 0.0), Shape::blocks_and_rest),
+        frozen_linear_bytes,
+        frozen_other_bytes,
+        kbit_upcast,
+    };
+    Ok((
+        Regime {
+            params,
+            trainable,
+            frozen_bytes,
+            weight_bytes: weight,
+            grad_bytes: grad,
+            fp32_grad_bytes: fp32_grad,
+            master_bytes: master,
+            state_bytes: state,
+            sharding,
+            shards,
+            model_parallel: (tp * pp) as f64,
+            offload_optimizer,
+            offload_params,
+            largest_module,
+            gpus_per_node: gpus_per_node as f64,
+            optimizer: optimizer.id.clone(),
+            optimizer_display: optimizer.display.clone(),
+            optimizer_states: optimizer.states,
+        },
+        detail,
+    ))
 }
 
 fn take_offload(
@@ -228,6 +284,36 @@ fn take_offload(
         noted.input(name, device.into(), &g.why);
         g.value
     })
+}
+
+/// What FSDP holds unsharded for the units in flight (`runtime.toml`, [fsdp]): the all-gathered
+/// parameters of `all_gathers` units (FULL_SHARD and HYBRID_SHARD reshard after each unit;
+/// SHARD_GRAD_OP keeps them whole, counted with the weights) and the reduce-scatter buffers of
+/// a unit's gradients, the largest unit each: a transformer block, or the root with the
+/// embeddings and the head.
+/// `None` when the run is not FSDP's over several ranks, or the units are not known.
+pub(super) fn fsdp_buffers(r: &Regime, d: &Detail) -> Option<f64> {
+    let stage = r.sharding.stage();
+    if r.sharding.deepspeed() || stage < 2 || r.shards <= 1.0 || d.fsdp_units.0 <= 0.0 {
+        return None;
+    }
+    let fsdp = &knowledge().runtime.fsdp;
+    let (block, rest) = d.fsdp_units;
+    let lora = r.trainable < r.params;
+    let (block_bytes, rest_bytes) = if lora {
+        (d.frozen_linear_bytes, d.frozen_other_bytes)
+    } else {
+        (r.weight_bytes, r.weight_bytes)
+    };
+    let gathered = if stage == 3 {
+        fsdp.all_gathers * (block * block_bytes).max(rest * rest_bytes)
+    } else {
+        0.0
+    };
+    // Gradients of a unit: all of it in full training, its adapters under LoRA.
+    let trained = if lora { r.trainable / r.params } else { 1.0 };
+    let reduce = fsdp.reduce_scatter_buffers * block.max(rest) * trained * r.grad_bytes;
+    Some((gathered + reduce) / r.model_parallel.max(1.0))
 }
 
 /// Model-state bytes on one GPU (and the host of one node) for a regime.
@@ -259,8 +345,8 @@ pub fn model_states(r: &Regime) -> States {
     if stage == 3 {
         // The layer being computed is gathered whole, with its 16-bit gradients: 4 bytes per
         // parameter of the largest layer (DeepSpeed's `largest_layer_memory`, docs/knowledge.md
-        // §4.2). The gradient shards stay (DeepSpeed's flat partition buffer, FSDP's sharded
-        // gradients).
+        // §4.2). The gradient shards stay (DeepSpeed's flat partition buffer). FSDP's own
+        // buffers replace this where the units are known ([`fsdp_buffers`]).
         s.gathered = 4.0 * r.largest_module / mp;
     }
     if r.offload_optimizer.is_some() {

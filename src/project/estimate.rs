@@ -281,6 +281,16 @@ fn read_context(files: &Files, cx: &TrainingContext, keyed: &[Keyed<'_>], inputs
         .find(|o| !matches!(o.origin, Origin::Assumed) && o.row.known)
     {
         inputs.optimizer = Some(Given::new(o.row, o.origin.describe()));
+        // The name a config or flag writes for it (`optim: adamw_torch_fused`) tells its
+        // implementations apart.
+        inputs.optimizer_written = keyed.iter().find_map(|k| {
+            let name = k.node.scalar_text()?;
+            (["optim", "optimizer"].contains(&k.key.as_str())
+                && crate::knowledge::knowledge()
+                    .optimizer(&name)
+                    .is_some_and(|r| r.id == o.row.id))
+            .then_some(name)
+        });
     }
     for o in &cx.offload {
         let device = if o.value.nvme {

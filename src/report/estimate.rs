@@ -81,7 +81,7 @@ pub fn render_estimate_table(runs: &[EstimatedRun], bars: bool) -> String {
         );
         let _ = writeln!(
             out,
-            "  allocated = weights, master weights, states and gathered parameters, plus the larger of (activations + logits) and the gradients{}, or of the gradients and the step's temporaries; reserved adds the allocator's cache, device the overhead",
+            "  allocated = weights, master weights and states, plus gathered parameters, autocast copies and the larger of (activations + logits) and the gradients{}, or the gradients and the step's temporaries; reserved adds the allocator's cache (at the step, the working set's blocks too), device the overhead",
             if e.get(Component::Gradients) > 0.0 && accumulating(e) { " (their sum: gradients accumulate)" } else { "" }
         );
         if !e.inputs.is_empty() {
