@@ -1,0 +1,238 @@
+//! Values across functions and classes: a helper's return valued at each call site with its
+//! arguments bound, the call sites a helper's own formulas are valued for, and what the
+//! constructions of a class hand to the attributes its `__init__` binds and to its fields.
+
+use super::*;
+
+impl Valuer<'_, '_> {
+    /// The value bound to an attribute (`self.n = n`). One left open where it is bound, by a
+    /// method's parameter, takes what every call of the method (for `__init__`, every
+    /// construction of the class) hands over, when they agree.
+    #[inline(never)]
+    pub(super) fn attribute(&self, value: Id) -> Value {
+        let as_bound = self.value(value, None);
+        let open = match &as_bound {
+            Value::Scalar(l) => l.terms.iter().any(|t| t.opaque || t.role == Role::Unknown),
+            _ => false,
+        };
+        let Some(method) = self.p.entries.get(value as usize).map(|e| e.scope) else {
+            return as_bound;
+        };
+        if !open || !self.p.is_function(method) {
+            return as_bound;
+        }
+        let mut called = self
+            .frames(method)
+            .into_iter()
+            .map(|f| self.value(value, Some(&f)));
+        let Some(first) = called.next() else {
+            return as_bound;
+        };
+        let agree = |v: &Value| match (v, &first) {
+            (Value::Scalar(a), Value::Scalar(b)) => same(a, b),
+            _ => false,
+        };
+        match called.all(|v| agree(&v)) {
+            true => first,
+            false => as_bound,
+        }
+    }
+
+    /// A field of a class body (`bytes_per_weight: int = 2` in a dataclass) read as
+    /// `self.bytes_per_weight`: what every construction of the class hands over by keyword,
+    /// when they agree, else the default the body gives it.
+    #[inline(never)]
+    pub(super) fn field(&self, class: usize, field: &str) -> Option<Value> {
+        let p = self.p;
+        let mut handed = p
+            .calls
+            .iter()
+            .filter_map(|&c| match p.entries.get(c as usize)? {
+                Entry {
+                    node:
+                        Node::Call {
+                            callee, keywords, ..
+                        },
+                    scope,
+                    ..
+                } if p.nearest(p.classes.get(callee)?, *scope) == Some(class) => Some(
+                    keywords
+                        .iter()
+                        .find(|(k, _)| *k == field)
+                        .map(|(_, v)| self.value(*v, None)),
+                ),
+                _ => None,
+            });
+        let default = || {
+            let list = p.bindings.get(&(class, field))?;
+            list.last().map(|b| self.value(b.value, None))
+        };
+        let Some(first) = handed.next() else {
+            return default();
+        };
+        let agree = |v: &Option<Value>| match (v, &first) {
+            (Some(Value::Scalar(a)), Some(Value::Scalar(b))) => same(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        match handed.all(|v| agree(&v)) {
+            true => first.or_else(default),
+            false => None,
+        }
+    }
+
+    pub(super) fn call(
+        &self,
+        callee: &str,
+        args: &[Id],
+        keywords: &[(&str, Id)],
+        e: &Entry,
+        frame: Option<&Frame>,
+    ) -> Value {
+        let span = e.span.clone();
+        let text = self.p.text(&span);
+        let depth = frame.map_or(0, |f| f.depth);
+        let Some(function) = self
+            .p
+            .resolve(callee, e.scope)
+            .or_else(|| self.p.imported.get(&(span.start, span.end)).copied())
+            .filter(|_| depth < MAX_CALL_DEPTH)
+        else {
+            return Value::Scalar(opaque(text, span));
+        };
+        let inner = self.frame(function, args, keywords, frame, depth + 1, span.clone());
+        let returns = &self.p.scopes[function].returns;
+        let mut values = returns.iter().map(|r| self.value(*r, Some(&inner)));
+        let Some(first) = values.next() else {
+            return Value::Scalar(opaque(text, span));
+        };
+        // A helper that returns different things on different paths has no one value here;
+        // each of its returns is judged where it is written.
+        for other in values {
+            let agree = match (&first, &other) {
+                (Value::Scalar(a), Value::Scalar(b)) => same(a, b),
+                _ => false,
+            };
+            if !agree {
+                return Value::Scalar(opaque(text, span));
+            }
+        }
+        // A helper named for a component (`self.optimizer()`, `grads_gb(n)`) labels what it
+        // returns, as a name bound to the value would.
+        match first {
+            Value::Scalar(l) => Value::Scalar(l.through(part_of(callee))),
+            other => other,
+        }
+    }
+
+    /// The arguments of one call of `function`, valued where the call is.
+    pub(super) fn frame(
+        &self,
+        function: usize,
+        args: &[Id],
+        keywords: &[(&str, Id)],
+        caller: Option<&Frame>,
+        depth: u8,
+        call: Range<usize>,
+    ) -> Frame {
+        let params = &self.p.scopes[function].params;
+        let mut bound: Vec<(String, Value)> = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            if let Some((name, _)) = params.get(i) {
+                bound.push((name.to_string(), self.value(*a, caller)));
+            }
+        }
+        for (k, a) in keywords {
+            if params.iter().any(|(n, _)| n == k) {
+                bound.push((k.to_string(), self.value(*a, caller)));
+            }
+        }
+        Frame {
+            function,
+            args: bound,
+            depth,
+            call,
+        }
+    }
+
+    /// The values `id`, written in `scope`, takes: on each path as written and, when a term is
+    /// left open (unknown or opaque) in a function and `per_call`, on each path at each call
+    /// site of the function (with that call's frame).
+    pub fn valuations(&self, id: Id, scope: usize, per_call: bool) -> Vec<(Lin, Option<Frame>)> {
+        let written = self.paths(id, None);
+        let open = written
+            .iter()
+            .flat_map(|l| &l.terms)
+            .any(|t| t.opaque || t.role == Role::Unknown);
+        let mut valued: Vec<(Lin, Option<Frame>)> =
+            written.into_iter().map(|l| (l, None)).collect();
+        if open && per_call && self.p.is_function(scope) {
+            for frame in self.frames(scope) {
+                for lin in self.paths(id, Some(&frame)) {
+                    if !valued.iter().any(|(l, _)| l == &lin) {
+                        valued.push((lin, Some(frame.clone())));
+                    }
+                }
+            }
+        }
+        valued
+    }
+
+    /// Each call site of a helper, its arguments valued: the helper's own formulas are valued
+    /// once for each (and once as written). Call sites inside other helpers are valued for
+    /// each of their callers' frames in turn.
+    pub fn frames(&self, function: usize) -> Vec<Frame> {
+        self.frames_at(function, 1)
+    }
+
+    pub(super) fn frames_at(&self, function: usize, depth: u8) -> Vec<Frame> {
+        if depth > MAX_CALL_DEPTH || !self.p.is_function(function) {
+            return Vec::new();
+        }
+        if let Some(known) = self.frames.borrow().get(&function) {
+            return known.clone();
+        }
+        // Recursion finds no frame while its own are worked out.
+        self.frames.borrow_mut().insert(function, Vec::new());
+        let mut out: Vec<Frame> = Vec::new();
+        for &c in &self.p.calls {
+            let Some(Entry {
+                node:
+                    Node::Call {
+                        callee,
+                        args,
+                        keywords,
+                    },
+                scope,
+                span,
+                ..
+            }) = self.p.entries.get(c as usize)
+            else {
+                continue;
+            };
+            let runs = self.p.resolve(callee, *scope);
+            if runs.or_else(|| self.p.constructed(callee, *scope)) != Some(function) {
+                continue;
+            }
+            let mut callers: Vec<Option<Frame>> = vec![None];
+            if *scope != function {
+                callers.extend(self.frames_at(*scope, depth + 1).into_iter().map(Some));
+            }
+            for caller in callers {
+                if out.len() >= MAX_FRAMES {
+                    break;
+                }
+                out.push(self.frame(
+                    function,
+                    args,
+                    keywords,
+                    caller.as_ref(),
+                    depth,
+                    span.clone(),
+                ));
+            }
+        }
+        self.frames.borrow_mut().insert(function, out.clone());
+        out
+    }
+}
