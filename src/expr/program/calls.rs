@@ -39,11 +39,15 @@ impl Valuer<'_, '_> {
     }
 
     /// A field of a class body (`bytes_per_weight: int = 2` in a dataclass) read as
-    /// `self.bytes_per_weight`: what every construction of the class hands over by keyword,
-    /// when they agree, else the default the body gives it.
+    /// `self.bytes_per_weight`: what every construction of the class hands over by keyword (or,
+    /// where it hands nothing, the default the body gives it), when they agree.
     #[inline(never)]
     pub(super) fn field(&self, class: usize, field: &str) -> Option<Value> {
         let p = self.p;
+        let default = || {
+            let list = p.bindings.get(&(class, field))?;
+            list.last().map(|b| self.value(b.value, None))
+        };
         let mut handed = p
             .calls
             .iter()
@@ -55,28 +59,23 @@ impl Valuer<'_, '_> {
                         },
                     scope,
                     ..
-                } if p.nearest(p.classes.get(callee)?, *scope) == Some(class) => Some(
-                    keywords
-                        .iter()
-                        .find(|(k, _)| *k == field)
-                        .map(|(_, v)| self.value(*v, None)),
-                ),
+                } if p.nearest(p.classes.get(callee)?, *scope) == Some(class) => {
+                    Some(match keywords.iter().find(|(k, _)| *k == field) {
+                        Some((_, v)) => Some(self.value(*v, None)),
+                        None => default(),
+                    })
+                }
                 _ => None,
             });
-        let default = || {
-            let list = p.bindings.get(&(class, field))?;
-            list.last().map(|b| self.value(b.value, None))
-        };
         let Some(first) = handed.next() else {
             return default();
         };
         let agree = |v: &Option<Value>| match (v, &first) {
             (Some(Value::Scalar(a)), Some(Value::Scalar(b))) => same(a, b),
-            (None, None) => true,
             _ => false,
         };
         match handed.all(|v| agree(&v)) {
-            true => first.or_else(default),
+            true => first,
             false => None,
         }
     }
