@@ -391,6 +391,48 @@ fn nesting_where_every_level_is_analysed_stays_linear() {
     );
 }
 
+/// An attribute saved and restored around a call (`saved = self.width ... self.width = saved`)
+/// in a method called from several places: each read of the attribute is valued at each call
+/// site, and it reads itself. Valued once per binding, the file takes milliseconds; valued again
+/// at every level, the work multiplies by the call sites at each of ~190 levels and never ends.
+#[test]
+fn attributes_that_read_themselves_are_valued_once() {
+    let dir = tempdir();
+    let mut src = format!("{BUDGET}\nclass Padder:\n");
+    for m in 0..6 {
+        src.push_str(&format!(
+            "    def pad{m}(self, x, size):\n        saved = self.width\n        \
+             self.width = size\n        y = x * self.width\n        self.width = saved\n        \
+             return y\n\n"
+        ));
+    }
+    src.push_str("    def run(self, x):\n");
+    for m in 0..6 {
+        src.push_str(&format!(
+            "        x = self.pad{m}(x, 4) + self.pad{m}(x, 8) + self.pad{m}(x, 16)\n"
+        ));
+    }
+    src.push_str("        return x\n");
+    write(dir.path(), "cycle.py", src);
+    let out = run(
+        dir.path(),
+        &[
+            "--no-prefilter",
+            "--select",
+            "ALL",
+            "--output-format",
+            "concise",
+            ".",
+        ],
+    );
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("cycle.py:4:27: MEM001"),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn ten_thousand_line_expressions_and_lines() {
     let dir = tempdir();

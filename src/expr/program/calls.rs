@@ -8,9 +8,39 @@ impl Valuer<'_, '_> {
     /// The value bound to an attribute (`self.n = n`). One left open where it is bound, by a
     /// method's parameter, takes what every call of the method (for `__init__`, every
     /// construction of the class) hands over, when they agree.
-    #[inline(never)]
     pub(super) fn attribute(&self, value: Id) -> Value {
         let as_bound = self.value(value, None);
+        let fallback = as_bound.clone();
+        self.remembered(Bind::Attribute(value), Some(as_bound.clone()), || {
+            Some(self.attribute_called(value, as_bound))
+        })
+        .unwrap_or(fallback)
+    }
+
+    /// Valued once per binding and alternative: what `work` gives, or `meanwhile` when it is
+    /// asked for again while it is being worked out.
+    fn remembered(
+        &self,
+        key: Bind,
+        meanwhile: Option<Value>,
+        work: impl FnOnce() -> Option<Value>,
+    ) -> Option<Value> {
+        let key = (key, self.pick.get());
+        if let Some((v, wide)) = self.bound.borrow().get(&key) {
+            self.widest.set(self.widest.get().max(*wide));
+            return v.clone();
+        }
+        self.bound.borrow_mut().insert(key.clone(), (meanwhile, 1));
+        let outer = self.widest.replace(1);
+        let v = work();
+        let wide = self.widest.get();
+        self.widest.set(outer.max(wide));
+        self.bound.borrow_mut().insert(key, (v.clone(), wide));
+        v
+    }
+
+    #[inline(never)]
+    fn attribute_called(&self, value: Id, as_bound: Value) -> Value {
         let open = match &as_bound {
             Value::Scalar(l) => l.terms.iter().any(|t| t.opaque || t.role == Role::Unknown),
             _ => false,
@@ -41,8 +71,14 @@ impl Valuer<'_, '_> {
     /// A field of a class body (`bytes_per_weight: int = 2` in a dataclass) read as
     /// `self.bytes_per_weight`: what every construction of the class hands over by keyword (or,
     /// where it hands nothing, the default the body gives it), when they agree.
-    #[inline(never)]
     pub(super) fn field(&self, class: usize, field: &str) -> Option<Value> {
+        self.remembered(Bind::Field(class, field.to_string()), None, || {
+            self.field_handed(class, field)
+        })
+    }
+
+    #[inline(never)]
+    fn field_handed(&self, class: usize, field: &str) -> Option<Value> {
         let p = self.p;
         let default = || {
             let list = p.bindings.get(&(class, field))?;

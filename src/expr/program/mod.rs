@@ -375,6 +375,7 @@ impl<'s> Program<'s> {
             busy: RefCell::new(Vec::new()),
             depth: Cell::new(0),
             frames: RefCell::new(HashMap::new()),
+            bound: RefCell::new(HashMap::new()),
             pick: Cell::new(0),
             widest: Cell::new(1),
         }
@@ -446,6 +447,17 @@ fn opaque(text: &str, span: Range<usize>) -> Lin {
     Lin::opaque(text, span, &[])
 }
 
+/// Where an attribute (by the value bound to it) or a class body's field gets its value.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) enum Bind {
+    Attribute(Id),
+    Field(usize, String),
+}
+
+/// An attribute's or a field's value (if it has one), with how many alternatives the names it
+/// read had.
+type Remembered = (Option<Value>, usize);
+
 /// The arguments one call site gives a helper, valued where the call is.
 #[derive(Clone, Debug)]
 pub struct Frame {
@@ -470,6 +482,10 @@ pub struct Valuer<'p, 's> {
     busy: RefCell<Vec<Id>>,
     depth: Cell<usize>,
     frames: RefCell<HashMap<usize, Vec<Frame>>>,
+    /// Attributes and fields worked out, by where they are bound and the alternative read
+    /// (their value does not depend on the frame they are read in; without this, attributes
+    /// bound from one another are valued once per frame per level, exponentially).
+    bound: RefCell<HashMap<(Bind, usize), Remembered>>,
     /// Which alternative a name bound on several paths is read as (see [`Valuer::paths`]).
     pick: Cell<usize>,
     /// The most alternatives a name read since the last [`Valuer::paths`] had.
