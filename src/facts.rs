@@ -123,6 +123,9 @@ pub struct Formula {
     /// An assigned value that a later line of its function reads again: a part of a larger
     /// sum, not a total of its own.
     pub feeds: bool,
+    /// An assigned value a later line prints with a memory unit (`f"{need / 2**20:.0f} MiB"`):
+    /// memory by its use, whatever its name.
+    pub shown: bool,
     /// Written under tests of the ZeRO stage that say which stages reach it (`if stage == 2:`,
     /// the `else` of `if zero_stage >= 2:`): the stages as bits 0-3, and the innermost test.
     pub stages: Option<(u8, Range<usize>)>,

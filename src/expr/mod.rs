@@ -271,6 +271,24 @@ impl Lin {
         }
     }
 
+    /// The role a name assigned this value holds: what its name says, unless the value says
+    /// otherwise. A name for the GPU (`per_gpu`, `vram_needed`) given a model-sized need and no
+    /// capacity is what training needs on it, not the GPU's memory.
+    pub fn assigned_role(&self, target: &str) -> Role {
+        match role_of(target) {
+            Role::Gpu
+                if self.is_sized()
+                    && self
+                        .terms
+                        .iter()
+                        .all(|t| t.role != Role::Gpu && t.coef > 0.0) =>
+            {
+                Role::Total
+            }
+            role => role,
+        }
+    }
+
     /// Every term reached through a named value of role `part` counts as that component.
     pub fn through(mut self, name_role: Role) -> Lin {
         if name_role.is_component() {

@@ -165,6 +165,20 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
                 span,
             })
         }
+        // Lightning's and Fabric's `precision="bf16-mixed"` autocasts over fp32 weights;
+        // `"bf16-true"` casts the weights themselves.
+        "precision" if matches!(v.as_str(), "16-mixed" | "bf16-mixed") => {
+            ev.precision.push(Mention {
+                value: Precision::Amp,
+                span,
+            })
+        }
+        "precision" if matches!(v.as_str(), "16-true" | "bf16-true") => {
+            ev.precision.push(Mention {
+                value: Precision::Pure16,
+                span,
+            })
+        }
         _ if LORA_KEYS.contains(&k.as_str()) && !switches_off(&v) => ev.lora.push(span),
         // accelerate's `fsdp_sharding_strategy: FULL_SHARD` (or `1`; `3` is NO_SHARD).
         "fsdp_sharding_strategy"

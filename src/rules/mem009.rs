@@ -84,7 +84,7 @@ impl Rule for MixedPrecisionHalving {
                 } => names_memory_unit(function),
                 _ => false,
             };
-            if requirement(f).is_none() && !total && !unnamed_memory {
+            if requirement(f).is_none() && !total && !unnamed_memory && !f.shown {
                 continue;
             }
             // States counted as sizes of the weights (`optimizer_gb = model_gb * 2`) are another

@@ -32,20 +32,33 @@ pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut 
         })
         .flatten()
         .collect();
+    // The figures printed with a memory unit (`{need / 2**20:.0f} MiB`).
+    let labelled: Vec<Range<usize>> = pending
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PendingKind::Printed { figures } => Some(
+                figures
+                    .iter()
+                    .filter(|f| f.1.is_some())
+                    .map(|f| f.2.clone()),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect();
     for p in pending {
         judge_units(facts, p, program, &valuer);
         if matches!(p.kind, PendingKind::Printed { .. }) {
             continue;
         }
-        let feeds = match &p.kind {
-            PendingKind::Assign { target } => {
-                reads.get(&(p.scope, target.as_str())).is_some_and(|at| {
-                    at.iter()
-                        .any(|a| *a > p.span.end && !printed.iter().any(|r| r.contains(a)))
-                })
-            }
+        let later = |inside: &dyn Fn(usize) -> bool| match &p.kind {
+            PendingKind::Assign { target } => reads
+                .get(&(p.scope, target.as_str()))
+                .is_some_and(|at| at.iter().any(|a| *a > p.span.end && inside(*a))),
             _ => false,
         };
+        let feeds = later(&|a| !printed.iter().any(|r| r.contains(&a)));
+        let shown = later(&|a| labelled.iter().any(|r| r.contains(&a)));
         // Under a test of the stage, what the call hands back is judged by the test.
         let plain = p.stages.is_none() && !p.guard.stage;
         if let (PendingKind::Return { .. }, true) = (&p.kind, plain) {
@@ -62,7 +75,7 @@ pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut 
         );
         let valued = valuer.valuations(p.value, p.scope, per_call);
         for (lin, frame) in valued {
-            settle(facts, p, lin, &valuer, frame.as_ref(), feeds);
+            settle(facts, p, lin, &valuer, frame.as_ref(), (feeds, shown));
         }
     }
 }
@@ -74,7 +87,7 @@ fn settle(
     lin: Lin,
     valuer: &crate::expr::program::Valuer,
     frame: Option<&crate::expr::program::Frame>,
-    feeds: bool,
+    used: (bool, bool),
 ) {
     let kind = match &p.kind {
         PendingKind::Assign { target } => {
@@ -82,11 +95,11 @@ fn settle(
                 facts,
                 FormulaKind::Assign {
                     target: target.clone(),
-                    role: role_of(target),
+                    role: lin.assigned_role(target),
                 },
                 lin.assigned_to(target),
                 p,
-                feeds,
+                used,
             );
             return;
         }
@@ -131,10 +144,17 @@ fn settle(
             return;
         }
     };
-    push_formula(facts, kind, lin, p, false);
+    push_formula(facts, kind, lin, p, (false, false));
 }
 
-fn push_formula(facts: &mut Facts, kind: FormulaKind, lin: Lin, p: &Pending, feeds: bool) {
+/// `used`: whether a later line reads the value again, and whether it prints it as memory.
+fn push_formula(
+    facts: &mut Facts,
+    kind: FormulaKind,
+    lin: Lin,
+    p: &Pending,
+    (feeds, shown): (bool, bool),
+) {
     // A count of the parameters that train (`if p.requires_grad`) sizes a formula too.
     let trainable = || lin.terms.iter().any(|t| t.role == Role::Trainable);
     if !lin.is_sized() && !trainable() {
@@ -148,6 +168,7 @@ fn push_formula(facts: &mut Facts, kind: FormulaKind, lin: Lin, p: &Pending, fee
         guard: p.guard,
         inference: p.inference,
         feeds,
+        shown,
         stages: p.stages.clone(),
     });
 }

@@ -603,7 +603,7 @@ impl<'s> Walker<'s> {
                     PendingKind::Assign { target } => {
                         let kind = FormulaKind::Assign {
                             target: target.clone(),
-                            role: role_of(target),
+                            role: lin.assigned_role(target),
                         };
                         self.push_formula(kind, lin.assigned_to(target), p, feeds);
                         continue;
@@ -634,6 +634,7 @@ impl<'s> Walker<'s> {
             scope: p.scope,
             guard: p.guard,
             feeds,
+            shown: false,
             stages: None,
         });
     }
