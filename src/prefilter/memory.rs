@@ -682,6 +682,18 @@ fn sized_name_at(text: &str, at: usize) -> (Reading, usize) {
     if wide != ascii && sized_name(&text[wide.0..wide.1]) {
         return (Reading::Sized, end);
     }
+    // A flag spelled with dashes (`"--num-params"`) names what its underscores would.
+    if ascii.0 > 0 && bytes[ascii.0 - 1] == b'-' {
+        let mut s = ascii.0;
+        while s > 0 && (is_ident(bytes[s - 1]) || bytes[s - 1] == b'-') {
+            s -= 1;
+        }
+        let token = &text[s..ascii.1];
+        let name = token.trim_start_matches('-');
+        if token.starts_with("--") && role_of(&name.replace('-', "_")) == Role::ParamCount {
+            return (Reading::Count(ascii.1 - name.len(), ascii.1), end);
+        }
+    }
     let (start, name_end) = ascii;
     let after_number = bytes[start].is_ascii_digit()
         && (start + 1..=at).any(|k| {

@@ -53,13 +53,17 @@ impl Rule for LoraFullMultiplier {
             let Some((span, what)) = judge(cx, f, &req.terms) else {
                 continue;
             };
-            // On the term where the formula writes it; on the formula when the term is
-            // written elsewhere (in a helper, on an earlier line).
-            let span = if span.start >= f.span.start && span.end <= f.span.end {
-                span
-            } else {
-                f.span.clone()
-            };
+            // On the term where it is written: in the formula, or in a part of it the same
+            // function assigns first (`grads_gb = n * 2 / 1e9`, then the sum); on the formula
+            // when the term is written in a helper.
+            let within = |g: &Formula| span.start >= g.span.start && span.end <= g.span.end;
+            let own = within(f)
+                || cx
+                    .facts
+                    .formulas
+                    .iter()
+                    .any(|g| g.scope == f.scope && within(g));
+            let span = if own { span } else { f.span.clone() };
             if !reported.first(f) {
                 continue;
             }
@@ -115,8 +119,14 @@ fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>
         .map(|c| c.term.coef.abs())
         .sum();
     if per_param > WEIGHT_BYTES_MAX * 1.05 {
+        // On the one count beyond the weights, when one term carries them.
+        let beyond: Vec<&&Counted> = counts.iter().filter(|c| c.part != Part::Weights).collect();
+        let at = match beyond.as_slice() {
+            [c] if labelled => c.term.span.clone(),
+            _ => f.span.clone(),
+        };
         return Some((
-            f.span.clone(),
+            at,
             format!(
                 "counts {} bytes for every parameter of the model, more than its weights take",
                 fmt_num(per_param)
@@ -142,9 +152,16 @@ fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>
             ),
         ));
     }
+    let model_terms: Vec<&Counted> = parts
+        .iter()
+        .filter(|c| c.part == Part::Weights && c.term.role == Role::Model && !c.term.opaque)
+        .collect();
     (copies >= SECOND_COPY).then(|| {
         (
-            f.span.clone(),
+            match model_terms.as_slice() {
+                [one] => one.term.span.clone(),
+                _ => f.span.clone(),
+            },
             format!(
                 "counts the whole model {}x, as if every parameter had gradients{}",
                 fmt_num(copies),

@@ -712,6 +712,16 @@ impl<'s> Walker<'s> {
                 self.call(node);
                 if self.value_model {
                     self.call_table(node);
+                    // A helper called for what it does (`log_estimate(args.num_params)`) is a
+                    // call site its formulas are valued for, as one whose value is kept.
+                    let bare = parent.is_some_and(|p| p.ty() == "expression_statement");
+                    let helper = node.field("function").is_some_and(|f| {
+                        let callee = self.text(f);
+                        !callee.strip_prefix("self.").unwrap_or(callee).contains('.')
+                    });
+                    if bare && helper {
+                        self.value_of(node, 0);
+                    }
                 }
             }
             "keyword_argument" => self.keyword(node),
