@@ -209,7 +209,7 @@ fn judge_params(
     (b > 0.0).then(|| {
         Diagnostic::new(
             "MEM010",
-            f.span.clone(),
+            bytes_at(f, |t| whole_model(t) && component(t) == Component::PerParam),
             format!(
                 "counts {} bytes per parameter in GPU memory, but the parameters and the optimizer states are offloaded to {device} (seen at {}): DeepSpeed's ZeRO-3 estimator keeps only the largest layer there, 4 bytes per parameter of that layer",
                 fmt_num(b),
@@ -230,16 +230,23 @@ fn judge_states(
     params_offloaded: bool,
 ) -> Option<Diagnostic> {
     let device = device(offload);
-    if let Some(t) = f
-        .lin
-        .terms
-        .iter()
-        .find(|t| component(t) == Component::States && t.coef > 0.0)
+    // What the estimate charges: the need a budget takes from the GPU (`vram - weights -
+    // states`), or the terms a total adds.
+    let charged: Vec<&Term> = match requirement(f) {
+        Some(req) => req.terms,
+        None => f.lin.terms.iter().filter(|t| t.coef > 0.0).collect(),
+    };
+    if let Some(t) = charged
+        .into_iter()
+        .find(|t| component(t) == Component::States)
     {
+        // The states are right where they are computed; counting them in this GPU estimate
+        // is the mistake: on the estimate, unless the term is written in it.
+        let within = t.span.start >= f.span.start && t.span.end <= f.span.end;
         return Some(
             Diagnostic::new(
                 "MEM010",
-                t.span.clone(),
+                if within { t.span.clone() } else { f.span.clone() },
                 format!(
                     "counts optimizer states (`{}`) in GPU memory, but they are offloaded to {device} (seen at {})",
                     cx.file.slice(&t.span),
@@ -254,7 +261,7 @@ fn judge_states(
         return Some(
             Diagnostic::new(
                 "MEM010",
-                f.span.clone(),
+                bytes_at(f, |t| component(t) == Component::PerParam),
                 format!(
                     "counts {} bytes per parameter in GPU memory, but the optimizer states are offloaded to {device} (seen at {}): DeepSpeed keeps the 16-bit weights there, {} bytes per parameter",
                     fmt_num(b),
@@ -266,4 +273,16 @@ fn judge_states(
         );
     }
     None
+}
+
+/// Where bytes per parameter are written: on the one term that carries them (a dict entry,
+/// `"gpu": 18 * P / n`), else on the formula.
+fn bytes_at(f: &Formula, carries: impl Fn(&&Term) -> bool) -> std::ops::Range<usize> {
+    let mut terms = f.lin.terms.iter().filter(carries);
+    match (terms.next(), terms.next()) {
+        (Some(t), None) if t.span.start >= f.span.start && t.span.end <= f.span.end => {
+            t.span.clone()
+        }
+        _ => f.span.clone(),
+    }
 }
