@@ -313,7 +313,14 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
                 row.display
             )
         };
-        let at = if divided { division(t) } else { t.span.clone() };
+        // A division is wrong where it is written; a term left whole is wrong in the share
+        // that adds it (the component itself is right where it is computed).
+        let within = t.span.start >= f.span.start && t.span.end <= f.span.end;
+        let at = match (divided, within) {
+            (true, _) => division(t),
+            (false, true) => t.span.clone(),
+            (false, false) => f.span.clone(),
+        };
         return Some(Diagnostic::new("MEM008", at, message).with_help(help(row)));
     }
     judge_bytes(f, &rows, why)

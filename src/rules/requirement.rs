@@ -6,7 +6,7 @@
 //! against.
 
 use super::states::in_bytes;
-use crate::expr::{Lin, Role, Term};
+use crate::expr::{part_of, Lin, Role, Term};
 use crate::facts::{Formula, FormulaKind};
 
 /// What a requirement is measured against.
@@ -140,6 +140,12 @@ pub fn requirement(f: &Formula) -> Option<Requirement<'_>> {
         | FormulaKind::Return {
             role: Role::Total, ..
         } => whole(Against::Total),
+        // A value of no named part printed with a memory unit, and added to nothing later,
+        // is the total the code states (`train_gb = model_gb * 3`, then `f"{train_gb} GB"`).
+        FormulaKind::Assign {
+            role: Role::Unknown,
+            target,
+        } if f.shown && !f.feeds && !part_of(target).is_component() => whole(Against::Total),
         // A sum of named parts that nothing adds to later is a total too.
         FormulaKind::Assign { .. } | FormulaKind::Return { .. }
             if !f.feeds && named_parts(lin) >= 2 =>

@@ -840,8 +840,13 @@ impl Valuer<'_, '_> {
             return Value::Scalar(known);
         }
         if let (true, Some(scale)) = (lin.is_constant(), count_scale(name)) {
+            // `ADAPTER_PARAMS_B = 0.02`: the parameters that train, in billions.
+            let role = match role_of(name) {
+                Role::Trainable => Role::Trainable,
+                _ => Role::ParamCount,
+            };
             let mut known = Lin::known(name, span, lin.constant * scale)
-                .with_role(Role::ParamCount)
+                .with_role(role)
                 .scale(1.0 / scale, None, None);
             known.roles_seen.push(Role::ParamCount);
             return Value::Scalar(known);
