@@ -148,7 +148,35 @@ impl<'s> Walker<'s> {
         for (k, v) in amounts.iter().copied() {
             // One dtype and one amount go together; among several, an amount goes with the
             // dtype of its own qualifier (`ckpt_bytes` with `ckpt_dtype`, not `act_bytes`).
+            // A lone amount about what is kept in another dtype (`bytes_per_logit = 4` beside
+            // `dtype="bf16"`: logits are upcast; master weights and states stay fp32) is no
+            // row of the dtype.
+            let elsewhere = || {
+                qualifier(k).iter().any(|w| {
+                    matches!(
+                        w.as_str(),
+                        "logit"
+                            | "logits"
+                            | "loss"
+                            | "act"
+                            | "acts"
+                            | "activation"
+                            | "activations"
+                            | "master"
+                            | "optim"
+                            | "optimizer"
+                            | "state"
+                            | "states"
+                            | "grad"
+                            | "grads"
+                            | "accum"
+                    )
+                })
+            };
             let key = if choices.len() == 1 && amounts.len() == 1 {
+                if elsewhere() && qualifier(k) != qualifier(choices[0].0) {
+                    continue;
+                }
                 first.clone()
             } else {
                 match choices.iter().find(|(c, _)| qualifier(c) == qualifier(k)) {
