@@ -59,10 +59,16 @@ impl<'s> Walker<'s> {
                 &mut self.facts.evidence,
             );
         } else if value.ty() == "attribute" && v.len() < 80 {
-            // `zero_stage=2`, `sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`.
+            // `zero_stage=2`, `sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`; a field read
+            // through an instance (`plan.strategy`) holds what the class body gives it.
+            let field = last_segment(v);
+            let given = match self.assigned_text.get(field) {
+                Some(bound) if bound.len() < 80 && v.len() > field.len() => bound,
+                _ => v,
+            };
             crate::frontend::regime::flag(
                 &key.to_ascii_lowercase(),
-                &v.to_ascii_lowercase(),
+                &given.to_ascii_lowercase(),
                 node.byte_range(),
                 &mut self.facts.evidence,
             );
