@@ -51,20 +51,13 @@ impl Valuer<'_, '_> {
         if !open || !self.p.is_function(method) {
             return as_bound;
         }
-        let mut called = self
+        let called = self
             .frames(method)
             .into_iter()
-            .map(|f| self.value(value, Some(&f)));
-        let Some(first) = called.next() else {
-            return as_bound;
-        };
-        let agree = |v: &Value| match (v, &first) {
-            (Value::Scalar(a), Value::Scalar(b)) => same(a, b),
-            _ => false,
-        };
-        match called.all(|v| agree(&v)) {
-            true => first,
-            false => as_bound,
+            .map(|f| Some(self.value(value, Some(&f))));
+        match agreed(called) {
+            Some(Some(v)) => v,
+            _ => as_bound,
         }
     }
 
@@ -84,7 +77,7 @@ impl Valuer<'_, '_> {
             let list = p.bindings.get(&(class, field))?;
             list.last().map(|b| self.value(b.value, None))
         };
-        let mut handed = p
+        let handed = p
             .calls
             .iter()
             .filter_map(|&c| match p.entries.get(c as usize)? {
@@ -103,17 +96,7 @@ impl Valuer<'_, '_> {
                 }
                 _ => None,
             });
-        let Some(first) = handed.next() else {
-            return default();
-        };
-        let agree = |v: &Option<Value>| match (v, &first) {
-            (Some(Value::Scalar(a)), Some(Value::Scalar(b))) => same(a, b),
-            _ => false,
-        };
-        match handed.all(|v| agree(&v)) {
-            true => first,
-            false => None,
-        }
+        agreed(handed).unwrap_or_else(default)
     }
 
     pub(super) fn call(
@@ -137,21 +120,12 @@ impl Valuer<'_, '_> {
         };
         let inner = self.frame(function, args, keywords, frame, depth + 1, span.clone());
         let returns = &self.p.scopes[function].returns;
-        let mut values = returns.iter().map(|r| self.value(*r, Some(&inner)));
-        let Some(first) = values.next() else {
-            return Value::Scalar(opaque(text, span));
-        };
         // A helper that returns different things on different paths has no one value here;
         // each of its returns is judged where it is written.
-        for other in values {
-            let agree = match (&first, &other) {
-                (Value::Scalar(a), Value::Scalar(b)) => same(a, b),
-                _ => false,
-            };
-            if !agree {
-                return Value::Scalar(opaque(text, span));
-            }
-        }
+        let values = returns.iter().map(|r| Some(self.value(*r, Some(&inner))));
+        let Some(Some(first)) = agreed(values) else {
+            return Value::Scalar(opaque(text, span));
+        };
         // A helper named for a component (`self.optimizer()`, `grads_gb(n)`) labels what it
         // returns, as a name bound to the value would.
         // A count handed back as it is (`model_to_params(model)`) is no component's bytes.
@@ -280,4 +254,12 @@ fn counts_only(l: &Lin) -> bool {
         && l.terms
             .iter()
             .all(|t| t.role == Role::ParamCount && t.coef == 1.0)
+}
+
+/// The one value several valuations give: `None` when there is none, `Some(None)` when they
+/// differ (or, among several, one is no number). A lone value is taken as it is.
+fn agreed(mut values: impl Iterator<Item = Option<Value>>) -> Option<Option<Value>> {
+    let first = values.next()?;
+    let same_as_first = |v: &Option<Value>| matches!((v, &first), (Some(Value::Scalar(a)), Some(Value::Scalar(b))) if same(a, b));
+    Some(values.all(|v| same_as_first(&v)).then_some(first).flatten())
 }
