@@ -259,7 +259,10 @@ impl Topics {
         Topics {
             stage: starts(&["stage", "zero", "shard", "fsdp"]),
             offload: starts(&["offload"]),
-            checkpointing: starts(&["checkpointing", "recompute"])
+            checkpointing: starts(&["checkpointing", "recompute", "remat"])
+                // `checkpoint_activations`, `ckpt_layers`; not `save_checkpoint`.
+                || (starts(&["checkpoint", "ckpt"])
+                    && starts(&["activ", "act", "grad", "layer", "block", "use", "enable"]))
                 || [
                     "grad_ckpt",
                     "act_ckpt",
@@ -1022,6 +1025,9 @@ pub struct NamedConstant {
     pub value: f64,
     /// The value as written.
     pub span: Range<usize>,
+    /// A command-line flag's default (`--gpu-memory-gb`, default 24): a launch that passes
+    /// the flag overrides it.
+    pub flag: bool,
 }
 
 impl Facts {
@@ -1038,6 +1044,11 @@ impl Facts {
 
     /// Keep `name = value` when the name states a parameter count or a GPU's memory.
     pub fn note_constant(&mut self, name: &str, lin: &Lin, span: Range<usize>) {
+        self.note_value(name, lin, span, false);
+    }
+
+    /// See [`Facts::note_constant`]; `flag`: the value is a command-line flag's default.
+    pub fn note_value(&mut self, name: &str, lin: &Lin, span: Range<usize>, flag: bool) {
         if !lin.is_constant() {
             return;
         }
@@ -1057,6 +1068,7 @@ impl Facts {
                 role,
                 value: lin.constant,
                 span,
+                flag,
             });
         }
     }

@@ -56,6 +56,10 @@ pub(super) fn memory_case(
     for &f in &members {
         let facts = files.facts(f);
         for c in &facts.constants {
+            // A flag's default gives way to the value the launch passes.
+            if c.flag && passes(&run.flags, &c.name) {
+                continue;
+            }
             let found = Found {
                 value: c.value,
                 why: format!("`{}` at {}", c.name, files.site(f, c.span.start)),
@@ -245,6 +249,16 @@ fn located_all(files: &Files, f: Fid) -> Located {
         l.join(&located(files, f, Some(ConfigRef::Inline(i))));
     }
     l
+}
+
+/// Whether a launch's flags give `name` (`--gpu-memory-gb` for `gpu_memory_gb`).
+fn passes(flags: &Node, name: &str) -> bool {
+    let Value::Map(entries) = &flags.value else {
+        return false;
+    };
+    entries
+        .iter()
+        .any(|(k, _)| k.name.trim_start_matches('-').replace('-', "_") == name)
 }
 
 fn scan_quantities(

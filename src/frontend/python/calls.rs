@@ -117,7 +117,9 @@ impl<'s> Walker<'s> {
         if last.ends_with("GradScaler") {
             self.facts.builds_scaler = true;
         }
-        if self.loop_model {
+        if self.loop_model
+            || (self.value_model && matches!(last, "parameters" | "named_parameters"))
+        {
             self.note_hook_call(node, callee, last);
             self.note_schedule_call(node, last);
             if last == "next" {
@@ -128,12 +130,23 @@ impl<'s> Walker<'s> {
         if callee == "print" && self.value_model {
             self.printed_arguments(node);
         }
+        if self.value_model && matches!(last, "int" | "max" | "min" | "round" | "floor" | "ceil") {
+            self.rounded_headroom(node);
+        }
         if last == "add_argument" {
             self.argparse_default(node);
             crate::frontend::python_config::argparse_default(node, self.src, &mut self.facts);
         }
         let src = self.src;
         let t = |n: Node| src.get(n.byte_range()).unwrap_or("");
+        let fp32 = match last {
+            "float" => args.is_some_and(|a| a.named_child_count() == 0),
+            "to" => args.is_some_and(|a| clip(t(a)).ends_with("float32)")),
+            _ => false,
+        };
+        if fp32 && self.value_model {
+            self.note_fp32_cast(node, func);
+        }
         let ev = &mut self.facts.evidence;
 
         if OPTIMIZER_CLASSES.contains(&lower.as_str()) && starts_upper(last) {
@@ -841,6 +854,12 @@ impl<'s> Walker<'s> {
             if d.ty() == "string" {
                 let v = self.text(d).to_string();
                 flag_evidence(&flag, &v, d.byte_range(), &mut self.facts.evidence);
+            } else if let Some(v) = self.number(d) {
+                // `--gpu-memory-gb 24`, `--num-params 7e9`: a default the run takes unless its
+                // launch says otherwise, like a module constant.
+                let name = flag.trim_start_matches('-').replace('-', "_");
+                let lin = crate::expr::Lin::constant(v, None);
+                self.facts.note_value(&name, &lin, d.byte_range(), true);
             }
         }
     }
@@ -886,6 +905,34 @@ impl<'s> Walker<'s> {
         for a in arithmetic {
             let value = self.value_of(a, 0);
             self.pend(PendingKind::Expr, value, a.byte_range());
+        }
+    }
+}
+
+impl Walker<'_> {
+    /// `max(1, int((gpu_gb - fixed_gb) // per_sample_gb))`: a headroom rounded into a count is
+    /// a budget like one assigned to a name (the call around it makes the whole opaque).
+    fn rounded_headroom(&mut self, node: Node) {
+        let Some(args) = node.field("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let kids: Vec<Node> = args.named_children(&mut c).collect();
+        for a in kids {
+            let mut at = super::unparen(a);
+            // Through the division or scaling that turns the headroom into a count.
+            while at.ty() == "binary_operator" {
+                let op = at.field("operator").map(|o| self.text(o));
+                match (op, at.field("left")) {
+                    (Some("-"), _) => {
+                        let value = self.value_of(at, 0);
+                        self.pend(PendingKind::Expr, value, at.byte_range());
+                        break;
+                    }
+                    (Some("/" | "//" | "*"), Some(left)) => at = super::unparen(left),
+                    _ => break,
+                }
+            }
         }
     }
 }

@@ -19,13 +19,16 @@ pub(super) struct HookNotes<'s> {
     /// arguments as written.
     helper_calls: Vec<(String, String, Range<usize>, Vec<&'s str>)>,
     /// What `.parameters()` is called on (`model`, `self.net`): the models the file trains.
-    models: Vec<&'s str>,
+    pub(super) models: Vec<&'s str>,
+    /// Casts to fp32 (`.float()`, `.to(torch.float32)`) and what they cast: a loaded model
+    /// (`from_pretrained(...).float()`), or the name the result is bound to or read from.
+    pub(super) fp32_casts: Vec<(&'s str, std::ops::Range<usize>)>,
 }
 
 impl<'s> Walker<'s> {
     /// `x.register_hook(h)` on a parameter, or a statement calling an imported helper.
     pub(super) fn note_hook_call(&mut self, node: Node, callee: &str, last: &str) {
-        if matches!(last, "parameters" | "named_parameters") {
+        if matches!(last, "parameters" | "named_parameters") && self.loop_model {
             if let Some(f) = node.field("function").and_then(|f| f.field("object")) {
                 let model = self.text(f);
                 if !self.hooks.models.contains(&model) {
@@ -79,8 +82,35 @@ impl<'s> Walker<'s> {
 
     /// The registrations whose hook clips: its text clips, or it names (calls, wraps in
     /// `partial`, instantiates) a function or class of the file whose text does.
+    /// `.float()` or `.to(torch.float32)`: noted with what it casts (see [`HookNotes`]).
+    pub(super) fn note_fp32_cast(&mut self, node: Node, func: Node) {
+        let receiver = func.field("object").map_or("", |o| self.text(o));
+        let bound = node
+            .parent()
+            .filter(|p| p.ty() == "assignment")
+            .and_then(|p| p.field("left"))
+            .map(|l| self.text(l));
+        let what = if receiver.contains("from_pretrained(") {
+            "from_pretrained("
+        } else {
+            bound.unwrap_or(receiver)
+        };
+        self.hooks.fp32_casts.push((what, node.byte_range()));
+    }
+
     pub(super) fn finish_hooks(&mut self) {
         let notes = std::mem::take(&mut self.hooks);
+        // The weights are fp32 when a loaded model, or one the file trains, is cast to fp32.
+        for (what, span) in &notes.fp32_casts {
+            let root = what.split(['.', '(']).next().unwrap_or(what);
+            if *what == "from_pretrained(" || notes.models.iter().any(|m| *m == *what || *m == root)
+            {
+                self.facts.evidence.precision.push(crate::facts::Mention {
+                    value: crate::facts::Precision::Fp32,
+                    span: span.clone(),
+                });
+            }
+        }
         // A helper can register hooks on a model only when it is given one: what the file
         // takes `.parameters()` of or calls as a module (`self.model(x)`), or the parameters.
         let src = self.src.as_bytes();

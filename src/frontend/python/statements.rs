@@ -458,7 +458,9 @@ impl Walker<'_> {
         factor: Option<f64>,
         span: Range<usize>,
     ) {
-        if !crate::expr::is_memory_name(target) {
+        // A name without a memory unit (`act_mem`) is kept when its role is a part of memory;
+        // valuing then keeps it only if a later line prints it as memory.
+        if !crate::expr::is_memory_name(target) && role_of(target) == Role::Unknown {
             return;
         }
         let guard = self.guard();

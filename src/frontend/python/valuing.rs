@@ -52,7 +52,12 @@ pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut 
             continue;
         }
         let later = |inside: &dyn Fn(usize) -> bool| match &p.kind {
-            PendingKind::Assign { target } => reads
+            PendingKind::Assign { target }
+            | PendingKind::Checkpointed {
+                target,
+                returned: false,
+                ..
+            } => reads
                 .get(&(p.scope, target.as_str()))
                 .is_some_and(|at| at.iter().any(|a| *a > p.span.end && inside(*a))),
             _ => false,
@@ -128,6 +133,9 @@ fn settle(
             offloaded,
             returned,
         } => {
+            if !crate::expr::is_memory_name(target) && !used.1 {
+                return;
+            }
             facts.checkpointed.push(CheckpointedValue {
                 target: target.clone(),
                 role: role_of(target),
