@@ -317,6 +317,16 @@ impl TrainingContext {
             ..TrainingContext::default()
         };
         for (i, m) in ev.optimizers.iter().enumerate() {
+            // A name alone (`optim: sgd`) is the optimizer the code builds with its settings,
+            // when they are written there (`momentum=0.9`, not `momentum=cfg["momentum"]`).
+            let built = |o: &&crate::facts::Mention<crate::facts::OptimizerMention>| {
+                !o.value.name_only
+                    && o.value.name == m.value.name
+                    && !o.value.momentum.is_some_and(f64::is_nan)
+            };
+            if m.value.name_only && ev.optimizers.iter().any(|o| built(&o)) {
+                continue;
+            }
             let row = if m.value.name == "sgd" && m.value.momentum.is_some_and(|v| v != 0.0) {
                 k.optimizer_by_id("sgd-momentum")
             } else if m.value.name == "rmsprop"

@@ -353,6 +353,8 @@ pub struct OptimizerMention {
     pub beta1: bool,
     /// `centered=True` (RMSprop keeps a mean of the gradients too).
     pub centered: bool,
+    /// A name alone (a flag or a config key): settings not given are unknown, not defaults.
+    pub name_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

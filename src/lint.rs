@@ -204,12 +204,21 @@ pub fn lint_candidates(
     }
     // Whether a run reaches a config that does not parse may rest on a Python file the prefilter
     // ruled out (`TrainingArguments(deepspeed="ds.json")`, `open("ds.json")`): those that name
-    // one are analysed whole, and the runs joined again.
-    if !got.invalid.is_empty() {
+    // one are analysed whole, and the runs joined again. So are those that name a config
+    // stating a model's size and a GPU's memory: the optimizer they build decides the fit.
+    let stating: Vec<&Path> = got
+        .units
+        .iter()
+        .filter(|l| crate::project::states_a_fit(&l.unit.facts))
+        .map(|l| l.unit.abs.as_path())
+        .collect();
+    if !got.invalid.is_empty() || !stating.is_empty() {
         let names: Vec<String> = got
             .invalid
             .iter()
-            .filter_map(|c| c.path.file_name()?.to_str().map(str::to_string))
+            .map(|c| c.path.as_path())
+            .chain(stating)
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
             .collect();
         let naming: Vec<&Candidate> = ruled_out
             .into_iter()

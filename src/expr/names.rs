@@ -153,6 +153,21 @@ fn holds(n: &str, w: &str) -> bool {
 }
 
 fn role_of_name(name: &str) -> Role {
+    let role = role_of_segment(name);
+    // `cfg.model.size_gb`: a size with no part in its name is of the part its section names.
+    match name.rsplit_once('.') {
+        Some((head, last)) if role == Role::Unknown && names_memory_unit(last) => {
+            let section = head.rsplit('.').next().unwrap_or(head);
+            match role_of_segment(&format!("{section}_{last}")) {
+                r @ (Role::Model | Role::Grads | Role::Optimizer | Role::Activations) => r,
+                _ => role,
+            }
+        }
+        _ => role,
+    }
+}
+
+fn role_of_segment(name: &str) -> Role {
     if device_count(name).is_some() {
         return Role::Devices;
     }

@@ -33,6 +33,7 @@ pub fn evidence_of<'a>(roots: impl Iterator<Item = &'a Node>) -> Evidence {
                                 amsgrad: false,
                                 beta1: false,
                                 centered: false,
+                                name_only: node.get("params").is_none(),
                             },
                             span: node.span.clone(),
                         });

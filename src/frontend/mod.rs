@@ -144,6 +144,7 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
                 amsgrad: false,
                 beta1: false,
                 centered: false,
+                name_only: true,
             },
             span,
         });

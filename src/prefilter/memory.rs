@@ -695,6 +695,20 @@ fn sized_name_at(text: &str, at: usize) -> (Reading, usize) {
         }
     }
     let (start, name_end) = ascii;
+    // `cfg["model"]["size_gb"]`, `cfg.model.size_gb`: a size in the model's section (see
+    // `role_of`).
+    let rest = &bytes[name_end..bytes.len().min(name_end + 4)];
+    let gap = [&b"\"][\""[..], b"']['", b"\"].", b"'].", b"."]
+        .iter()
+        .find(|g| rest.starts_with(g))
+        .map(|g| g.len());
+    if let Some(gap) = gap.filter(|_| start < name_end) {
+        let key = identifier_at(bytes, name_end + gap, false);
+        let section = format!("{}.{}", &text[start..name_end], &text[key.0..key.1]);
+        if key.0 == name_end + gap && key.0 < key.1 && role_of(&section) == Role::Model {
+            return (Reading::Sized, end);
+        }
+    }
     let after_number = bytes[start].is_ascii_digit()
         && (start + 1..=at).any(|k| {
             (bytes[k].is_ascii_alphabetic() || bytes[k] == b'_') && sized_name_in(text, k, name_end)

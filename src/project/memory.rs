@@ -366,3 +366,39 @@ fn ds_memory(files: &Files, f: Fid, root: &Node) -> Option<DeepSpeedMemory> {
         why: files.site(f, root.span.start),
     })
 }
+
+/// Whether a config states both a parameter count (or a model name with its size) and a GPU's
+/// memory: all MEM005 needs from a config, besides the optimizer a script that opens it builds.
+pub fn states_a_fit(facts: &crate::facts::Facts) -> bool {
+    fn scan(node: &Node, parent: &str, found: &mut (bool, bool), depth: usize) {
+        let Value::Map(entries) = &node.value else {
+            return;
+        };
+        if depth > 6 {
+            return;
+        }
+        for (k, v) in entries {
+            let key = k.name.to_ascii_lowercase().replace('-', "_");
+            match &v.value {
+                Value::Number(n) if PARAM_KEYS.contains(&key.as_str()) && *n >= 1e6 => {
+                    found.0 = true
+                }
+                Value::Number(n) if is_gpu_memory_name(&key) && *n > 0.0 => found.1 = true,
+                Value::String(s)
+                    if (MODEL_KEYS.contains(&key.as_str())
+                        || (key == "_component_" && parent == "model"))
+                        && params_from_name(s).is_some() =>
+                {
+                    found.0 = true
+                }
+                _ => {}
+            }
+            scan(v, &key, found, depth + 1);
+        }
+    }
+    let mut found = (false, false);
+    for root in facts.config.iter().flat_map(|d| &d.roots) {
+        scan(root, "", &mut found, 0);
+    }
+    found.0 && found.1
+}

@@ -46,6 +46,7 @@ mod world;
 pub use exported::may_export;
 pub use files::{ContextFile, ContextFiles, Unit};
 pub use join::{join, Join, Joined};
+pub use memory::states_a_fit;
 pub use names::{is_gpu_memory_name, params_from_name, MODEL_KEYS};
 pub use trainer::{accelerate_deepspeed, TRAINER_ARGS};
 

@@ -30,10 +30,21 @@ impl Rule for MissingOptimizerState {
         // The symbols each judged formula counted: a budget built on a total already judged
         // is judged there, and reported once.
         let mut reported: Vec<Vec<std::ops::Range<usize>>> = Vec::new();
+        // With nothing frozen and no adapter (both ruled out above), the parameters that
+        // require gradients are all of them.
+        let partial = super::parts::trainable_fraction(cx).is_some();
         for f in &cx.facts.formulas {
             if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
                 continue;
             }
+            let whole;
+            let f = match !partial && f.lin.terms.iter().any(|t| t.role == Role::Trainable) {
+                true => {
+                    whole = super::parts::whole_model(f);
+                    &whole
+                }
+                false => f,
+            };
             let Some(req) = requirement(f) else { continue };
             // Anything whose size is unknown is not judged here.
             if req.terms.iter().any(|t| {
@@ -203,7 +214,7 @@ fn judge_bytes(
     );
     let span = match single {
         Some(t) => t.span.clone(),
-        None => f.span.clone(),
+        None => written_at(cx, f),
     };
     let fix = match single {
         Some(t) if (expected - expected.round()).abs() < 1e-9 => t
@@ -278,12 +289,26 @@ fn diagnostic(
     let single = counted.len() == 1;
     let span = match counted.first() {
         Some(t) if single => t.span.clone(),
-        _ => f.span.clone(),
+        _ => written_at(cx, f),
     };
     let fix = fix(cx, counted, k, expected, opt);
     Diagnostic::new("MEM001", span, message)
         .with_help(help)
         .with_fix(fix)
+}
+
+/// Where a formula's sum is written: a comparison or budget of a named sum (`if need > cap:`
+/// after `need = w + g`) is reported on the line that adds the parts, where the fix goes.
+fn written_at(cx: &Checker<'_>, f: &Formula) -> std::ops::Range<usize> {
+    let within = |g: &&Formula| {
+        f.lin
+            .terms
+            .iter()
+            .all(|t| t.span.start >= g.span.start && t.span.end <= g.span.end)
+    };
+    super::parts::same_terms(cx, f)
+        .find(within)
+        .map_or_else(|| f.span.clone(), |g| g.span.clone())
 }
 
 /// Raise the one multiplier to the expected value, or multiply the one model term, and name the

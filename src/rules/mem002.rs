@@ -144,6 +144,11 @@ impl Rule for WrongOptimizerMultiplier {
                 None => check_table(table, None, UNITS, out),
             }
         }
+        // A count of states on its own (`case $OPT in adam) STATE_COUNT=2 ;;`) is judged as
+        // one beside bytes per state is.
+        for table in tables.iter().filter(|t| t.counts_states() && !counts(t)) {
+            check_counts(table, out);
+        }
         // A sum says more about a term (the weights' precision beside it) than the term alone.
         check_sums(cx, out);
         check_assignments(cx, out);

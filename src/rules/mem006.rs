@@ -58,7 +58,7 @@ impl Rule for MissingGradientTerm {
             let whole;
             let f = match f.lin.terms.iter().any(|t| t.role == Role::Trainable) {
                 true => {
-                    whole = whole_model(f);
+                    whole = parts::whole_model(f);
                     &whole
                 }
                 false => f,
@@ -90,21 +90,6 @@ impl Rule for MissingGradientTerm {
             out.push(diagnostic(cx, at, weights));
         }
     }
-}
-
-/// A formula whose counts of the parameters that require gradients are read as the whole
-/// model's.
-fn whole_model(f: &Formula) -> Formula {
-    let mut f = f.clone();
-    for t in &mut f.lin.terms {
-        if t.role == Role::Trainable {
-            t.role = Role::ParamCount;
-            if t.part == Role::Trainable {
-                t.part = Role::ParamCount;
-            }
-        }
-    }
-    f
 }
 
 /// The weights term of a requirement that counts one copy of the weights and optimizer states,

@@ -113,6 +113,21 @@ pub fn unlabelled_states(b: f64, weights: f64, optimizers: &[OptimizerChoice]) -
     })
 }
 
+/// A formula whose counts of the parameters that require gradients are read as the whole
+/// model's.
+pub fn whole_model(f: &Formula) -> Formula {
+    let mut f = f.clone();
+    for t in &mut f.lin.terms {
+        if t.role == Role::Trainable {
+            t.role = Role::ParamCount;
+            if t.part == Role::Trainable {
+                t.part = Role::ParamCount;
+            }
+        }
+    }
+    f
+}
+
 /// The file says only part of the model trains, by arithmetic: a name for the trainable
 /// parameters assigned a fraction of the count (`trainable = n * 0.006`). Where it is.
 pub fn trainable_fraction(cx: &Checker<'_>) -> Option<Range<usize>> {

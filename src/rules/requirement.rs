@@ -72,7 +72,7 @@ fn names_host(symbol: &str) -> bool {
     s.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| {
         matches!(
             w,
-            "cpu" | "host" | "ram" | "disk" | "nvme" | "swap" | "dram"
+            "cpu" | "host" | "ram" | "disk" | "nvme" | "swap" | "dram" | "psutil"
         )
     })
 }

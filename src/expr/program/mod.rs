@@ -658,7 +658,7 @@ impl Valuer<'_, '_> {
                     // `cfg["gpu_memory_gb"]` of a config read at run time: the key names the
                     // value, as an attribute's name does (`args.gpu_memory_gb`).
                     (Value::Scalar(base), Key::Str(k)) if names_a_container(&base) => {
-                        Value::Scalar(Lin::symbol(text, span).with_role(role_of(k)))
+                        Value::Scalar(Lin::symbol(text, span).with_role(item_role(&base, k)))
                     }
                     (Value::Seq(items), Key::Index(i)) => {
                         let n = items.len() as i64;
@@ -906,6 +906,27 @@ fn covers(suffixes: &[&[(u32, bool)]]) -> bool {
 
 /// A plain name whose value is not known here (`cfg` read from a file): its items are named by
 /// their keys. Not a call's result (`shutil.disk_usage(p).free` is no device's memory).
+/// The role of `base[key]`: the key's, or for a size with no part in its name
+/// (`cfg["model"]["size_gb"]`) the part its section names.
+fn item_role(base: &Lin, key: &str) -> Role {
+    match (role_of(key), base.terms.first()) {
+        (Role::Unknown, Some(t)) if super::names::names_memory_unit(key) => {
+            // The section: the last key or attribute of the base (`cfg["model"]`, `cfg.model`).
+            let section = t
+                .symbol
+                .trim_end_matches([']', '"', '\''])
+                .rsplit(['[', '"', '\'', '.'])
+                .next()
+                .unwrap_or("");
+            match role_of(&format!("{section}_{key}")) {
+                r @ (Role::Model | Role::Grads | Role::Optimizer | Role::Activations) => r,
+                _ => Role::Unknown,
+            }
+        }
+        (r, _) => r,
+    }
+}
+
 fn names_a_container(base: &Lin) -> bool {
     matches!(base.terms.as_slice(), [t] if !t.opaque && t.coef == 1.0) && base.constant == 0.0
 }

@@ -156,6 +156,7 @@ impl<'s> Walker<'s> {
                 amsgrad: false,
                 beta1: false,
                 centered: false,
+                name_only: false,
             };
             if let Some(args) = args {
                 let mut c = args.walk();
@@ -231,21 +232,32 @@ impl<'s> Walker<'s> {
             "Trainer" | "Seq2SeqTrainer" | "SFTTrainer" | "DPOTrainer" | "GRPOTrainer" => {
                 ev.trains.push(span.clone());
                 self.trainer_calls.push((span.clone(), last.to_string()));
+                let lightning = callee.contains("lightning")
+                    || callee.starts_with("pl.")
+                    || callee.starts_with("L.")
+                    || self
+                        .imports
+                        .get(callee)
+                        .is_some_and(|(module, _)| module.contains("lightning"));
                 ev.frameworks.push(Mention {
-                    value: if callee.contains("lightning")
-                        || callee.starts_with("pl.")
-                        || callee.starts_with("L.")
-                        || self
-                            .imports
-                            .get(callee)
-                            .is_some_and(|(module, _)| module.contains("lightning"))
-                    {
+                    value: if lightning {
                         Framework::Lightning
                     } else {
                         Framework::HfTrainer
                     },
                     span: span.clone(),
                 });
+                // Lightning trains in fp32 ("32-true") unless the Trainer is given a precision.
+                let given = args.is_some_and(|a| {
+                    let text = t(a);
+                    text.contains("precision") || text.contains("**")
+                });
+                if lightning && args.is_some() && !given {
+                    ev.precision.push(Mention {
+                        value: Precision::Fp32,
+                        span: span.clone(),
+                    });
+                }
             }
             "generate" | "inference_mode" | "no_grad" => ev.inference.push(span.clone()),
             "requires_grad_" if args.is_some_and(|a| clip(t(a)).contains("False")) => {

@@ -101,7 +101,13 @@ impl<'s> Walker<'s> {
                 if key.ty() == "string" {
                     let k = string_key(self.text(*key));
                     if let (true, Some(value)) = (known_key(&k), self.number(*default)) {
-                        let base = f.field("object").map(|o| self.text(o).to_string());
+                        // Named by what it is bound to when that says bytes
+                        // (`bytes_per_elem = sizes.get("bf16", 4)`), else by the dict.
+                        let bound = self
+                            .bound_name(node)
+                            .filter(|n| n.to_ascii_lowercase().contains("byte"));
+                        let base =
+                            bound.or_else(|| f.field("object").map(|o| self.text(o).to_string()));
                         let entry = TableEntry {
                             key: k,
                             value,
@@ -200,6 +206,9 @@ impl<'s> Walker<'s> {
         let mut c = node.walk();
         let mut entries = Vec::new();
         for item in node.named_children(&mut c) {
+            if item.ty() == "comment" {
+                continue;
+            }
             if item.ty() != "tuple" {
                 return;
             }
