@@ -256,8 +256,18 @@ impl Topics {
                 .iter()
                 .any(|w| prefixes.iter().any(|p| w.starts_with(p)))
         };
+        // A name for memory (`shard_gb > 75`) is the size of a share, not a test of the stage.
+        let stage = t
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|name| !crate::expr::names_memory_unit(name))
+            .flat_map(|name| name.split('_'))
+            .any(|w| {
+                ["stage", "zero", "shard", "fsdp"]
+                    .iter()
+                    .any(|p| w.starts_with(p))
+            });
         Topics {
-            stage: starts(&["stage", "zero", "shard", "fsdp"]),
+            stage,
             offload: starts(&["offload"]),
             checkpointing: starts(&["checkpointing", "recompute", "remat"])
                 // `checkpoint_activations`, `ckpt_layers`; not `save_checkpoint`.

@@ -263,6 +263,13 @@ impl Lin {
     /// that state (`grads = 4 * n / world`); a budget is not a component, whatever it is called.
     pub fn assigned_to(self, target: &str) -> Lin {
         let part = part_of(target);
+        // A count given a name for the parameters (`self.params = n`) is still a count, no
+        // size of the weights.
+        let count = matches!(self.terms.as_slice(), [t] if t.role == Role::ParamCount && t.coef == 1.0)
+            && self.constant == 0.0;
+        if part == Role::Model && count {
+            return self;
+        }
         let state = matches!(part, Role::Model | Role::Grads | Role::Optimizer);
         if state && !self.terms.iter().any(|t| t.role == Role::Gpu) {
             self.through(part)
@@ -416,7 +423,14 @@ impl Lin {
                 Lin::known(name, span, value.constant).in_unit(value.common_conversion())
             };
         }
-        let mut lin = value.clone().through(part_of(name));
+        // A bare count read through a name for the parameters (`self.params`) stays a count.
+        let count = matches!(value.terms.as_slice(), [t] if t.role == Role::ParamCount && t.coef == 1.0)
+            && value.constant == 0.0;
+        let part = match part_of(name) {
+            Role::Model if count => Role::Unknown,
+            part => part,
+        };
+        let mut lin = value.clone().through(part);
         for t in lin.terms.iter_mut().filter(|t| t.conversion.is_some()) {
             t.via.get_or_insert_with(|| name.to_string());
         }

@@ -8,7 +8,7 @@ use super::states::{says_upper_bound, scope, sharded, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::expr::{Role, Term};
-use crate::facts::Formula;
+use crate::facts::{Formula, FormulaKind};
 use std::ops::Range;
 
 pub struct LoraFullMultiplier;
@@ -53,17 +53,37 @@ impl Rule for LoraFullMultiplier {
             let Some((span, what)) = judge(cx, f, &req.terms) else {
                 continue;
             };
-            // On the term where it is written: in the formula, or in a part of it the same
-            // function assigns first (`grads_gb = n * 2 / 1e9`, then the sum); on the formula
-            // when the term is written in a helper.
+            // On the term where it is written: in the formula, in a part of it the same
+            // function assigns first (`grads_gb = n * 2 / 1e9`, then the sum), or in a helper
+            // that writes its bytes (`return n_total * 8`); on the formula when the helper
+            // takes its bytes from the caller (`gb(n, 16)`).
             let within = |g: &Formula| span.start >= g.span.start && span.end <= g.span.end;
+            // A helper of this file writes the bytes beside the count.
+            let written = cx.facts.formulas.iter().flat_map(|g| &g.lin.terms);
+            let helper_writes = req.terms.iter().copied().chain(written).any(|t| {
+                t.span == span
+                    && cx.file.slice(&t.symbol_span) == t.symbol
+                    && t.literal
+                        .as_ref()
+                        .is_some_and(|l| l.start >= span.start && l.end <= span.end)
+            });
             let own = within(f)
+                || helper_writes
                 || cx
                     .facts
                     .formulas
                     .iter()
                     .any(|g| g.scope == f.scope && within(g));
             let span = if own { span } else { f.span.clone() };
+            // A name read in the sum (`grads_gib` in `w + grads_gib + s`) is charged where the
+            // same function assigns it (`grads_gib = weights_gib`).
+            let read = cx.file.slice(&span);
+            let assigned = cx.facts.formulas.iter().rev().find(|g| {
+                g.scope == f.scope
+                    && g.span.end <= span.start
+                    && matches!(&g.kind, FormulaKind::Assign { target, .. } if target == read)
+            });
+            let span = assigned.map_or(span, |g| g.span.clone());
             if !reported.first(f) {
                 continue;
             }

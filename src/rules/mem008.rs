@@ -59,6 +59,10 @@ impl Rule for ShardingDivisor {
                 }
                 continue;
             }
+            // `o /= world` divides one part in place: the sum that adds it is judged.
+            if in_place(cx, f) {
+                continue;
+            }
             // A formula under a test of the stage is judged for the stages that reach it; one
             // outside such tests in a calculator that branches on the stage is not judged.
             let facts = scope(cx, f);
@@ -90,6 +94,11 @@ impl Rule for ShardingDivisor {
             };
             // The stage read from this function's name holds for this formula only.
             let by_name = f.stages.is_none() && facts.and_then(|s| s.named_stage()).is_some();
+            // Terms a function that tests the stage wrote (`_estimate(stage=1)` under
+            // `if stage >= 1:`) are judged there, under its tests.
+            if by_name && written_under_stage_tests(cx, f) {
+                continue;
+            }
             if let Some(d) = judge(cx, f, sharding, &why) {
                 // A term written in another function and reached through its return (`return
                 // self._zero1()` in `_zero2`, named for a stage) is reported where this formula
@@ -112,6 +121,28 @@ impl Rule for ShardingDivisor {
         }
         handed_back(cx, out);
     }
+}
+
+/// `x /= n` or `x //= n`: a part divided where it is held.
+fn in_place(cx: &Checker<'_>, f: &Formula) -> bool {
+    let text = cx.file.slice(&f.span);
+    let name_end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .unwrap_or(text.len());
+    let rest = text[name_end..].trim_start();
+    name_end > 0 && (rest.starts_with("/=") || rest.starts_with("//="))
+}
+
+/// Whether a term of `f` is written in another function of the file that tests the stage.
+fn written_under_stage_tests(cx: &Checker<'_>, f: &Formula) -> bool {
+    f.lin.terms.iter().any(|t| {
+        cx.facts.formulas.iter().any(|g| {
+            g.scope != f.scope
+                && g.span.start <= t.span.start
+                && t.span.end <= g.span.end
+                && cx.facts.scopes.get(g.scope).is_some_and(|s| s.tests.stage)
+        })
+    })
 }
 
 /// A function named for a stage whose return hands back what another function of the file
