@@ -265,9 +265,7 @@ impl Lin {
         let part = part_of(target);
         // A count given a name for the parameters (`self.params = n`) is still a count, no
         // size of the weights.
-        let count = matches!(self.terms.as_slice(), [t] if t.role == Role::ParamCount && t.coef == 1.0)
-            && self.constant == 0.0;
-        if part == Role::Model && count {
+        if part == Role::Model && self.counts_only() {
             return self;
         }
         let state = matches!(part, Role::Model | Role::Grads | Role::Optimizer);
@@ -294,6 +292,16 @@ impl Lin {
             }
             role => role,
         }
+    }
+
+    /// Parameter counts alone, unscaled (`n`, `n_a + n_b`): no bytes, so no part of memory.
+    pub fn counts_only(&self) -> bool {
+        self.constant == 0.0
+            && !self.terms.is_empty()
+            && self
+                .terms
+                .iter()
+                .all(|t| t.role == Role::ParamCount && t.coef == 1.0)
     }
 
     /// Every term reached through a named value of role `part` counts as that component.
@@ -424,10 +432,8 @@ impl Lin {
             };
         }
         // A bare count read through a name for the parameters (`self.params`) stays a count.
-        let count = matches!(value.terms.as_slice(), [t] if t.role == Role::ParamCount && t.coef == 1.0)
-            && value.constant == 0.0;
         let part = match part_of(name) {
-            Role::Model if count => Role::Unknown,
+            Role::Model if value.counts_only() => Role::Unknown,
             part => part,
         };
         let mut lin = value.clone().through(part);

@@ -130,7 +130,7 @@ impl Valuer<'_, '_> {
         // returns, as a name bound to the value would.
         // A count handed back as it is (`model_to_params(model)`) is no component's bytes.
         match first {
-            Value::Scalar(l) if !counts_only(&l) => Value::Scalar(l.through(part_of(callee))),
+            Value::Scalar(l) if !l.counts_only() => Value::Scalar(l.through(part_of(callee))),
             other => other,
         }
     }
@@ -245,15 +245,6 @@ impl Valuer<'_, '_> {
         self.frames.borrow_mut().insert(function, out.clone());
         out
     }
-}
-
-/// A parameter count as it is: counts with no bytes per parameter on them.
-fn counts_only(l: &Lin) -> bool {
-    l.constant == 0.0
-        && !l.terms.is_empty()
-        && l.terms
-            .iter()
-            .all(|t| t.role == Role::ParamCount && t.coef == 1.0)
 }
 
 /// The one value several valuations give: `None` when there is none, `Some(None)` when they

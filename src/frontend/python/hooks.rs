@@ -28,7 +28,7 @@ pub(super) struct HookNotes<'s> {
 impl<'s> Walker<'s> {
     /// `x.register_hook(h)` on a parameter, or a statement calling an imported helper.
     pub(super) fn note_hook_call(&mut self, node: Node, callee: &str, last: &str) {
-        if matches!(last, "parameters" | "named_parameters") && self.loop_model {
+        if matches!(last, "parameters" | "named_parameters") {
             if let Some(f) = node.field("function").and_then(|f| f.field("object")) {
                 let model = self.text(f);
                 if !self.hooks.models.contains(&model) {
