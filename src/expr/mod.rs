@@ -423,10 +423,16 @@ impl Lin {
             // A running total starts at zero: nothing to count, whatever it is called. A rate
             // (`optimizer_bytes_per_param = 12`) is a multiplier, whatever it is a rate of.
             return if role == Role::Unknown || value.constant == 0.0 || names_a_rate(name) {
-                Lin {
+                let mut lin = Lin {
                     const_name: Some(name.to_string()),
                     ..value.clone()
+                };
+                // A number named for a part (`OPT_GB=28`) is that part, folded in.
+                let part = part_of(name);
+                if value.constant != 0.0 && !names_a_rate(name) && part.is_component() {
+                    lin.roles_seen.push(part);
                 }
+                lin
             } else {
                 Lin::known(name, span, value.constant).in_unit(value.common_conversion())
             };
