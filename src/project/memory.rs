@@ -282,38 +282,63 @@ fn scan_quantities(
     };
     for (k, v) in entries {
         let key = k.name.to_ascii_lowercase().replace('-', "_");
-        let at = files.site(f, v.span.start);
-        match &v.value {
-            Value::Number(n) if PARAM_KEYS.contains(&key.as_str()) && *n >= 1e6 => {
-                params.push(Found {
-                    value: *n,
-                    why: format!("`{}` at {at}", k.name),
-                    anchor: unit.map(|u| (u, v.span.clone())),
-                    nominal: false,
-                })
-            }
-            Value::Number(n) if is_gpu_memory_name(&key) && *n > 0.0 => gpus.push(Found {
-                value: *n,
-                why: format!("`{}` at {at}", k.name),
-                anchor: unit.map(|u| (u, v.span.clone())),
-                nominal: false,
-            }),
-            Value::String(s)
-                if MODEL_KEYS.contains(&key.as_str())
-                    || (key == "_component_" && parent == "model") =>
-            {
-                if let Some(n) = params_from_name(s) {
-                    params.push(Found {
-                        value: n,
-                        why: format!("{} parameters in the name `{s}` at {at}", fmt_count(n)),
-                        anchor: unit.map(|u| (u, v.span.clone())),
-                        nominal: true,
-                    });
-                }
-            }
-            _ => {}
+        if let Some(q) = stated(&key, parent, &v.value) {
+            let at = files.site(f, v.span.start);
+            let anchor = unit.map(|u| (u, v.span.clone()));
+            let (list, found) = match q {
+                Stated::Params { value, named } => (
+                    &mut *params,
+                    Found {
+                        value,
+                        why: match &v.value {
+                            Value::String(s) if named => {
+                                format!("{} parameters in the name `{s}` at {at}", fmt_count(value))
+                            }
+                            _ => format!("`{}` at {at}", k.name),
+                        },
+                        anchor,
+                        nominal: named,
+                    },
+                ),
+                Stated::Gpu(value) => (
+                    &mut *gpus,
+                    Found {
+                        value,
+                        why: format!("`{}` at {at}", k.name),
+                        anchor,
+                        nominal: false,
+                    },
+                ),
+            };
+            list.push(found);
         }
         scan_quantities(files, f, v, &key, params, gpus, depth + 1);
+    }
+}
+
+/// What a config key states for MEM005.
+enum Stated {
+    /// A parameter count, as a number or in a model's name (`named`: nominal).
+    Params { value: f64, named: bool },
+    /// The GPU's memory.
+    Gpu(f64),
+}
+
+/// The quantity `key` (under `parent`) gives, if any: a count under a count's key, a size in a
+/// model's name, or the GPU's memory.
+fn stated(key: &str, parent: &str, value: &Value) -> Option<Stated> {
+    match value {
+        Value::Number(n) if PARAM_KEYS.contains(&key) && *n >= 1e6 => Some(Stated::Params {
+            value: *n,
+            named: false,
+        }),
+        Value::Number(n) if is_gpu_memory_name(key) && *n > 0.0 => Some(Stated::Gpu(*n)),
+        Value::String(s)
+            if MODEL_KEYS.contains(&key) || (key == "_component_" && parent == "model") =>
+        {
+            params_from_name(s).map(|value| Stated::Params { value, named: true })
+        }
+        _ => None,
     }
 }
 
@@ -379,19 +404,10 @@ pub fn states_a_fit(facts: &crate::facts::Facts) -> bool {
         }
         for (k, v) in entries {
             let key = k.name.to_ascii_lowercase().replace('-', "_");
-            match &v.value {
-                Value::Number(n) if PARAM_KEYS.contains(&key.as_str()) && *n >= 1e6 => {
-                    found.0 = true
-                }
-                Value::Number(n) if is_gpu_memory_name(&key) && *n > 0.0 => found.1 = true,
-                Value::String(s)
-                    if (MODEL_KEYS.contains(&key.as_str())
-                        || (key == "_component_" && parent == "model"))
-                        && params_from_name(s).is_some() =>
-                {
-                    found.0 = true
-                }
-                _ => {}
+            match stated(&key, parent, &v.value) {
+                Some(Stated::Params { .. }) => found.0 = true,
+                Some(Stated::Gpu(_)) => found.1 = true,
+                None => {}
             }
             scan(v, &key, found, depth + 1);
         }

@@ -139,12 +139,13 @@ impl<'s> Walker<'s> {
         }
         let src = self.src;
         let t = |n: Node| src.get(n.byte_range()).unwrap_or("");
-        let fp32 = match last {
-            "float" => args.is_some_and(|a| a.named_child_count() == 0),
-            "to" => args.is_some_and(|a| clip(t(a)).ends_with("float32)")),
-            _ => false,
-        };
-        if fp32 && self.value_model {
+        let fp32 = self.value_model
+            && match last {
+                "float" => args.is_some_and(|a| a.named_child_count() == 0),
+                "to" => args.is_some_and(|a| clip(t(a)).ends_with("float32)")),
+                _ => false,
+            };
+        if fp32 {
             self.note_fp32_cast(node, func);
         }
         let ev = &mut self.facts.evidence;
