@@ -205,14 +205,10 @@ impl Valuer<'_, '_> {
         // Recursion finds no frame while its own are worked out.
         self.frames.borrow_mut().insert(function, Vec::new());
         let mut out: Vec<Frame> = Vec::new();
-        for &c in &self.p.calls {
+        let calls = self.calls_to(function);
+        for &c in calls {
             let Some(Entry {
-                node:
-                    Node::Call {
-                        callee,
-                        args,
-                        keywords,
-                    },
+                node: Node::Call { args, keywords, .. },
                 scope,
                 span,
                 ..
@@ -220,10 +216,6 @@ impl Valuer<'_, '_> {
             else {
                 continue;
             };
-            let runs = self.p.resolve(callee, *scope);
-            if runs.or_else(|| self.p.constructed(callee, *scope)) != Some(function) {
-                continue;
-            }
             let mut callers: Vec<Option<Frame>> = vec![None];
             if *scope != function {
                 callers.extend(self.frames_at(*scope, depth + 1).into_iter().map(Some));
@@ -244,6 +236,29 @@ impl Valuer<'_, '_> {
         }
         self.frames.borrow_mut().insert(function, out.clone());
         out
+    }
+
+    /// The calls that run `function` (or construct its class), in the program's order.
+    fn calls_to(&self, function: usize) -> &[Id] {
+        let index = self.call_index.get_or_init(|| {
+            let mut index: super::HashMap<usize, Vec<Id>> = Default::default();
+            for &c in &self.p.calls {
+                let Some(Entry {
+                    node: Node::Call { callee, .. },
+                    scope,
+                    ..
+                }) = self.p.entries.get(c as usize)
+                else {
+                    continue;
+                };
+                let runs = self.p.resolve(callee, *scope);
+                if let Some(f) = runs.or_else(|| self.p.constructed(callee, *scope)) {
+                    index.entry(f).or_default().push(c);
+                }
+            }
+            index
+        });
+        index.get(&function).map_or(&[], Vec::as_slice)
     }
 }
 

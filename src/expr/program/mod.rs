@@ -14,8 +14,11 @@ mod calls;
 
 use super::names::{count_scale, is_node_count, names_a_count};
 use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
+use std::cell::OnceCell;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+
+/// The program's maps are keyed by short names and ids looked up at every value: foldhash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::ops::Range;
 
 pub type Id = u32;
@@ -371,11 +374,12 @@ impl<'s> Program<'s> {
     pub fn valuer(&self) -> Valuer<'_, 's> {
         Valuer {
             p: self,
-            memo: RefCell::new(HashMap::new()),
+            memo: RefCell::new(HashMap::default()),
             busy: RefCell::new(Vec::new()),
             depth: Cell::new(0),
-            frames: RefCell::new(HashMap::new()),
-            bound: RefCell::new(HashMap::new()),
+            frames: RefCell::new(HashMap::default()),
+            call_index: OnceCell::new(),
+            bound: RefCell::new(HashMap::default()),
             pick: Cell::new(0),
             widest: Cell::new(1),
         }
@@ -482,6 +486,8 @@ pub struct Valuer<'p, 's> {
     busy: RefCell<Vec<Id>>,
     depth: Cell<usize>,
     frames: RefCell<HashMap<usize, Vec<Frame>>>,
+    /// The calls of each function, in the program's order, each callee resolved once.
+    call_index: OnceCell<HashMap<usize, Vec<Id>>>,
     /// Attributes and fields worked out, by where they are bound and the alternative read
     /// (their value does not depend on the frame they are read in; without this, attributes
     /// bound from one another are valued once per frame per level, exponentially).
