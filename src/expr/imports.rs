@@ -54,7 +54,7 @@ impl Shape {
 
     /// The number a shape of constants comes to, folded as valuing folds it (`1 << 30`,
     /// `1024**3`): a call of the export has no literal of its own for it.
-    fn folded(&self) -> Option<f64> {
+    pub fn folded(&self) -> Option<f64> {
         match self {
             Shape::Num(v) => Some(*v),
             Shape::Neg(a) => Some(-a.folded()?),
@@ -245,6 +245,66 @@ impl<'s> Program<'s> {
             }
         }
         out
+    }
+
+    /// The names read within an expression (not through the values they hold) that nothing
+    /// in the file binds (`need / GIB` after `from units import GIB`): each as written, and
+    /// where it is read.
+    pub fn unbound_names_within(&self, id: Id) -> Vec<(&'s str, Range<usize>)> {
+        let mut out: Vec<(&'s str, Range<usize>)> = Vec::new();
+        let mut stack = vec![id];
+        let mut seen = 0;
+        while let Some(id) = stack.pop() {
+            seen += 1;
+            let Some(e) = self
+                .entries
+                .get(id as usize)
+                .filter(|_| seen <= self.entries.len())
+            else {
+                continue;
+            };
+            match &e.node {
+                Node::Neg(a) | Node::Sum(a) | Node::Item(a, _) => stack.push(*a),
+                Node::Bin(_, a, b) | Node::Choice(a, b) | Node::Set(a, _, b) => {
+                    stack.extend([*a, *b])
+                }
+                Node::Extreme(items) | Node::Seq(items) => stack.extend(items),
+                Node::Dict(pairs) => stack.extend(pairs.iter().map(|(_, v)| *v)),
+                Node::Call { args, keywords, .. } => {
+                    stack.extend(args);
+                    stack.extend(keywords.iter().map(|(_, v)| *v));
+                }
+                Node::Name(name) if !self.binds(name, e.scope) => {
+                    out.push((*name, e.span.clone()));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Whether `scope` or a scope around it binds `name` (or takes it as a parameter).
+    fn binds(&self, name: &str, scope: usize) -> bool {
+        let mut cur = Some(scope);
+        while let Some(s) = cur {
+            if self.bindings.contains_key(&(s, name)) {
+                return true;
+            }
+            let def = self.scopes.get(s);
+            if def.is_some_and(|d| d.params.iter().any(|(n, _)| *n == name)) {
+                return true;
+            }
+            cur = def.and_then(|d| d.parent);
+        }
+        false
+    }
+
+    /// `name`, read at `span`, is a number imported from another module of the project
+    /// (`GIB = 1024**3` in `units.py`): bound at the top of the file, a number with no literal
+    /// here for a fix to rewrite.
+    pub fn bind_imported(&mut self, name: &'s str, value: f64, span: Range<usize>) {
+        let id = self.add(Node::Fixed(value), span, 0);
+        self.bind(0, name, 0, id);
     }
 
     /// The program, owning its names, to be [resumed](Program::resume) over the same text.

@@ -153,6 +153,7 @@ fn holds(n: &str, w: &str) -> bool {
 }
 
 fn role_of_name(name: &str) -> Role {
+    let name = &*snake(name);
     let role = role_of_segment(name);
     // `cfg.model.size_gb`: a size with no part in its name is of the part its section names.
     match name.rsplit_once('.') {
@@ -165,6 +166,54 @@ fn role_of_name(name: &str) -> Role {
         }
         _ => role,
     }
+}
+
+/// The words of a camel-case name split as underscores split them (`numParamsB` is
+/// `num_Params_B`, `gpuMemGiB` is `gpu_Mem_GiB`: a binary unit stays one word), so that every
+/// reader of names sees one spelling. A name in one case, or with non-ASCII letters, is as
+/// written.
+pub fn snake(name: &str) -> std::borrow::Cow<'_, str> {
+    let b = name.as_bytes();
+    let camel = b
+        .windows(2)
+        .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    if !camel || !name.is_ascii() {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 4);
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        let prev = i.checked_sub(1).map(|p| b[p]);
+        let word_start = |len: usize| {
+            prev.is_some_and(|p| p.is_ascii_alphanumeric())
+                && !b.get(i + len).is_some_and(u8::is_ascii_lowercase)
+        };
+        if let Some(unit) = ["GiB", "MiB", "KiB", "TiB"]
+            .iter()
+            .find(|u| b[i..].starts_with(u.as_bytes()))
+        {
+            if word_start(unit.len()) {
+                out.push('_');
+            }
+            out.push_str(unit);
+            i += unit.len();
+            continue;
+        }
+        if c.is_ascii_uppercase() {
+            let next_lower = b.get(i + 1).is_some_and(u8::is_ascii_lowercase);
+            let split = prev.is_some_and(|p| {
+                p.is_ascii_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_ascii_uppercase() && next_lower)
+            });
+            if split {
+                out.push('_');
+            }
+        }
+        out.push(char::from(c));
+        i += 1;
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn role_of_segment(name: &str) -> Role {
@@ -189,7 +238,7 @@ fn role_of_segment(name: &str) -> Role {
         "kv_gb",
         "cache_gb",
         "cache_mem",
-    ]) || n.split('_').any(|seg| seg == "kv")
+    ]) || n.split('_').any(|seg| seg == "kv" || seg == "cache")
     {
         return Role::KvCache;
     }
@@ -352,6 +401,7 @@ pub fn billions(name: &str) -> bool {
 /// How many parameters one unit of a count named in billions (`PARAMS_B`, `n_params_bn`,
 /// `model_billions`) or millions (`PARAMS_M`, `num_params_million`) stands for.
 pub fn count_scale(name: &str) -> Option<f64> {
+    let name = &*snake(name);
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
     let segs: Vec<&str> = last.split('_').filter(|s| !s.is_empty()).collect();
     let (tail, head) = segs.split_last()?;
@@ -460,4 +510,22 @@ pub fn counts_parameters(name: &str) -> bool {
         n.as_str(),
         "n" | "p" | "psi" | "num" | "count" | "params" | "parameters" | "nparams"
     ) || (n.contains("param") && role_of(name) == Role::Unknown && !n.contains("per_"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn camel_case_names_read_as_their_words() {
+        assert_eq!(snake("nParamsB"), "n_Params_B");
+        assert_eq!(snake("gpuMemGiB"), "gpu_Mem_GiB");
+        assert_eq!(snake("GPUMemGB"), "GPU_Mem_GB");
+        assert_eq!(snake("weights_gb"), "weights_gb");
+        assert_eq!(snake("TOTAL_GB"), "TOTAL_GB");
+        assert_eq!(count_scale("nB"), Some(1e9));
+        assert_eq!(count_scale("paramsBn"), Some(1e9));
+        assert_eq!(count_scale("fp32B"), None);
+        assert_eq!(role_of("numParams"), role_of("num_params"));
+    }
 }

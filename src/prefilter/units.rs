@@ -92,7 +92,28 @@ impl Scan<'_> {
                 return true;
             }
         }
-        decimal && self.names_binary_unit()
+        (decimal && self.names_binary_unit()) || self.divides_by_imported()
+    }
+
+    /// A division by a name another module defines (`/ GIB` after `from units import GIB`,
+    /// `/ units.GB` after `import units`): its divisor is written there, out of this scan's
+    /// sight.
+    fn divides_by_imported(&self) -> bool {
+        let bytes = self.bytes;
+        if !super::scan::contains(bytes, b"import") {
+            return false;
+        }
+        let imported = imported_names(self.text);
+        memchr::memchr_iter(b'/', bytes).any(|at| {
+            let rest = self.text[at + 1..].trim_start_matches(['/', ' ', '\t', '(']);
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && imported.iter().any(|n| n == name)
+        })
     }
 
     /// Whether the divisor written at `at` divides, multiplies, shifts, or is assigned to a
@@ -168,4 +189,43 @@ fn number_ends(lower: &[u8], end: usize, word: &str) -> bool {
             .all(|b| *b == b'0'),
         _ => true,
     }
+}
+
+/// The names the import statements of `text` bind (`from m import a, b as c` binds `a` and
+/// `c`; `import pkg.m as u` binds `u`, `import m` binds `m`).
+fn imported_names(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let line = line.trim_start();
+        let names = if let Some(rest) = line.strip_prefix("from ") {
+            let Some((_, names)) = rest.split_once(" import ") else {
+                continue;
+            };
+            names
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            rest
+        } else {
+            continue;
+        };
+        let mut names = names.to_string();
+        // `from m import (a,\n b)`: the names run to the closing bracket.
+        if names.contains('(') && !names.contains(')') {
+            for more in lines.by_ref() {
+                names.push_str(more);
+                if more.contains(')') {
+                    break;
+                }
+            }
+        }
+        for name in names.split([',', '(', ')']) {
+            let name = name.split('#').next().unwrap_or("").trim();
+            let bound = name.rsplit(" as ").next().unwrap_or(name).trim();
+            let bound = bound.split('.').next().unwrap_or(bound);
+            if !bound.is_empty() {
+                out.push(bound.to_string());
+            }
+        }
+    }
+    out
 }

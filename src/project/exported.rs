@@ -26,9 +26,22 @@ pub fn may_export(text: &str, names: &[&str]) -> bool {
                 let own = own_statements(&lines[i + 1..], *indent, inline);
                 function_may_export(&own)
             }
-            None => false,
+            None => *indent == 0 && assigns(line, name),
         })
     })
+}
+
+/// `line`, at the top of a module, assigns `name` (`GIB = 1024**3`, `GPU_GB: float = 80`): the
+/// walk exports it when the value is a number.
+fn assigns(line: &str, name: &str) -> bool {
+    let Some(rest) = line.strip_prefix(name) else {
+        return false;
+    };
+    let rest = match rest.trim_start().strip_prefix(':') {
+        Some(annotated) => annotated.split_once('=').map_or("", |(_, v)| v),
+        None => rest.trim_start().strip_prefix('=').unwrap_or(""),
+    };
+    !rest.is_empty() && !rest.starts_with('=') && !rest.trim_start().starts_with("lambda")
 }
 
 enum Defined<'a> {

@@ -92,6 +92,9 @@ impl Rule for ShardingDivisor {
                     },
                 },
             };
+            if sharded_part(f, &sharding) {
+                continue;
+            }
             // The stage read from this function's name holds for this formula only.
             let by_name = f.stages.is_none() && facts.and_then(|s| s.named_stage()).is_some();
             // Terms a function that tests the stage wrote (`_estimate(stage=1)` under
@@ -120,6 +123,38 @@ impl Rule for ShardingDivisor {
             }
         }
         handed_back(cx, out);
+    }
+}
+
+/// A divided part that a later line adds to the rest (`o = 12 * n / world`, then `w + g + o`),
+/// which the stages judged shard: the part its name says (optimizer states from stage 1,
+/// gradients from 2, weights at 3). A part no name says is one by its bytes: at stage 1 only
+/// the states are divided, and 2 bytes per parameter are 16-bit weights or gradients; from
+/// stage 2 any part may be (`rest = 14 * n / world`). The sum holds what is kept whole.
+fn sharded_part(f: &Formula, sharding: &Judged) -> bool {
+    let FormulaKind::Assign { target, .. } = &f.kind else {
+        return false;
+    };
+    if !f.feeds || !f.lin.terms.iter().all(|t| t.divided_by.is_some()) {
+        return false;
+    }
+    let lowest = match sharding {
+        Judged::Stages(mask) => mask.trailing_zeros(),
+        Judged::Hybrid => return false,
+    };
+    let bytes: f64 = f
+        .lin
+        .terms
+        .iter()
+        .filter(|t| t.role == Role::ParamCount)
+        .map(|t| in_bytes(t.coef).abs())
+        .sum();
+    match crate::expr::part_of(target) {
+        Role::Total => false,
+        Role::Optimizer => lowest >= 1,
+        Role::Grads => lowest >= 2,
+        Role::Model => lowest >= 3,
+        _ => lowest >= 2 || (lowest == 1 && bytes > 2.5),
     }
 }
 

@@ -235,12 +235,17 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// `accelerator.sync_gradients` (or its negation): whether the test is true on the iteration
+    /// `accelerator.sync_gradients` (its negation, a conjunction holding it): whether the test is true on the iteration
     /// that syncs.
     pub(super) fn sync_test(&self, cond: Node, polarity: bool) -> Option<bool> {
         let cond = unparen(cond);
         match cond.ty() {
             "not_operator" => self.sync_test(cond.field("argument")?, !polarity),
+            // `max_norm > 0 and accelerator.sync_gradients`: the arm runs only on a sync.
+            "boolean_operator" if cond.field("operator").map(|o| self.text(o)) == Some("and") => {
+                let left = self.sync_test(cond.field("left")?, polarity);
+                left.or_else(|| self.sync_test(cond.field("right")?, polarity))
+            }
             "attribute" if self.text(cond).ends_with(".sync_gradients") => Some(polarity),
             _ => None,
         }

@@ -17,6 +17,8 @@ pub struct Deferred {
     cond_spans: Vec<(usize, Range<usize>)>,
     /// The calls of imported names: the call, the module as written and the name in it.
     calls: Vec<(Range<usize>, String, String)>,
+    /// The imported names read as numbers: where one is read, the module and the name.
+    names: Vec<(Range<usize>, String, String)>,
 }
 
 impl Deferred {
@@ -25,6 +27,7 @@ impl Deferred {
         let mut out: Vec<(String, String)> = self
             .calls
             .iter()
+            .chain(&self.names)
             .map(|(_, m, n)| (m.clone(), n.clone()))
             .collect();
         out.sort();
@@ -38,12 +41,12 @@ impl Walker<'_> {
     /// names imported from other modules in calculations about memory, keep it for
     /// [`finish_values`].
     pub(super) fn value_or_defer(&mut self) -> Option<Deferred> {
-        let calls = if self.defer {
-            self.imported_memory_calls()
+        let (calls, names) = if self.defer {
+            self.imported_in_memory()
         } else {
-            Vec::new()
+            Default::default()
         };
-        if calls.is_empty() {
+        if calls.is_empty() && names.is_empty() {
             self.value_formulas();
             return None;
         }
@@ -52,6 +55,7 @@ impl Walker<'_> {
             pending: std::mem::take(&mut self.pending),
             cond_spans: self.cond_spans.clone(),
             calls,
+            names,
         })
     }
 
@@ -60,10 +64,19 @@ impl Walker<'_> {
     /// calculation, the call's arguments or the callee's own name. The helper's module is read
     /// for those alone: a call in a calculation that shows nothing of memory (`logger =
     /// get_logger(__name__)`) leaves nothing for a memory rule whatever it returns.
-    fn imported_memory_calls(&self) -> Vec<(Range<usize>, String, String)> {
+    /// The imported names read as numbers in those calculations (`need / GIB` after `from units
+    /// import GIB`), one read of each, come second.
+    #[allow(clippy::type_complexity)]
+    fn imported_in_memory(
+        &self,
+    ) -> (
+        Vec<(Range<usize>, String, String)>,
+        Vec<(Range<usize>, String, String)>,
+    ) {
         let mut out: Vec<(Range<usize>, String, String)> = Vec::new();
+        let mut names: Vec<(Range<usize>, String, String)> = Vec::new();
         if self.pending.is_empty() {
-            return out;
+            return (out, names);
         }
         let valuer = self.program.valuer();
         let shows = |lin: &Lin| {
@@ -83,10 +96,22 @@ impl Walker<'_> {
             };
             for id in ids {
                 let calls = self.program.outside_calls_within(id);
-                if calls.is_empty() {
+                let read = self.program.unbound_names_within(id);
+                if calls.is_empty() && read.is_empty() {
                     continue;
                 }
                 let calculation = name.is_some_and(named) || shows(&valuer.lin(id, None));
+                for (local, span) in read {
+                    if names.iter().any(|(s, ..)| self.text_at(s) == local) {
+                        continue;
+                    }
+                    let Some((module, constant)) = self.imported_function(local) else {
+                        continue;
+                    };
+                    if calculation || named(last_segment(local)) {
+                        names.push((span, module, constant));
+                    }
+                }
                 for (callee, args, span) in calls {
                     if out.iter().any(|(s, ..)| *s == span) {
                         continue;
@@ -103,7 +128,11 @@ impl Walker<'_> {
                 }
             }
         }
-        out
+        (out, names)
+    }
+
+    fn text_at(&self, span: &Range<usize>) -> &str {
+        self.src.get(span.clone()).unwrap_or("")
     }
 
     /// The module (as written) and name a callee imported from another module names: `f` after
@@ -140,6 +169,15 @@ pub fn finish_values(
     found: &[((String, String), Export)],
 ) {
     let mut program = Program::resume(&deferred.kept, text);
+    for (span, module, name) in &deferred.names {
+        let export = found.iter().find(|((m, n), _)| m == module && n == name);
+        let value = export
+            .filter(|(_, e)| e.params.is_empty())
+            .and_then(|(_, e)| e.returns.folded());
+        if let (Some(value), Some(local)) = (value, text.get(span.clone())) {
+            program.bind_imported(local, value, span.clone());
+        }
+    }
     for (span, module, name) in &deferred.calls {
         if let Some((_, export)) = found.iter().find(|((m, n), _)| m == module && n == name) {
             program.import(span.clone(), export);

@@ -223,7 +223,8 @@ impl<'s> Walker<'s> {
             .collect();
         raw.sort_by_key(|(scope, _)| *scope);
         let raw: Vec<Export> = raw.into_iter().map(|(_, e)| e).collect();
-        raw.iter()
+        let mut out: Vec<Export> = raw
+            .iter()
             .filter_map(|e| {
                 let returns = e.returns.inline(e.params.len(), &raw)?;
                 Some(Export {
@@ -231,7 +232,22 @@ impl<'s> Walker<'s> {
                     ..e.clone()
                 })
             })
-            .collect()
+            .collect();
+        // The module's numbers (`GIB = 1024**3`, `GPU_GB = 80`), read where another module
+        // imports them.
+        let mut numbers: Vec<Export> = self
+            .module_numbers
+            .iter()
+            .filter(|(name, _)| !raw.iter().any(|e| e.name == **name))
+            .map(|(name, v)| Export {
+                name: name.to_string(),
+                params: Vec::new(),
+                returns: Shape::Num(*v),
+            })
+            .collect();
+        numbers.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(numbers);
+        out
     }
 }
 
@@ -345,7 +361,7 @@ async def later(b):
     }
 
     #[test]
-    fn top_level_functions_export_their_arithmetic() {
+    fn top_level_functions_and_numbers_are_exported() {
         // Read whatever else the file is parsed for.
         let none = Reads {
             loops: false,
@@ -358,7 +374,10 @@ async def later(b):
                 .iter()
                 .map(|e| e.name.as_str())
                 .collect();
-            assert_eq!(names, ["gib", "scaled", "outer"]);
+            // The functions, then the module's numbers.
+            assert_eq!(names, ["gib", "scaled", "outer", "GIB"]);
+            assert!(facts.value_exports[3].params.is_empty());
+            assert_eq!(facts.value_exports[3].returns, Shape::Num(1_073_741_824.0));
             let gib = bin("/", Shape::Param(0), Shape::Num(1_073_741_824.0));
             assert_eq!(facts.value_exports[0].returns, gib);
             assert_eq!(
