@@ -26,13 +26,14 @@ pub fn may_export(text: &str, names: &[&str]) -> bool {
                 let own = own_statements(&lines[i + 1..], *indent, inline);
                 function_may_export(&own)
             }
-            None => *indent == 0 && assigns(line, name),
+            // A module's number may be bound under `if __name__ == "__main__":` too.
+            None => assigns(line, name),
         })
     })
 }
 
-/// `line`, at the top of a module, assigns `name` (`GIB = 1024**3`, `GPU_GB: float = 80`): the
-/// walk exports it when the value is a number.
+/// `line` assigns `name` (`GIB = 1024**3`, `GPU_GB: float = 80`): the walk exports it when the
+/// module binds it to a number.
 fn assigns(line: &str, name: &str) -> bool {
     let Some(rest) = line.strip_prefix(name) else {
         return false;

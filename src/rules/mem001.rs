@@ -305,6 +305,7 @@ fn written_at(cx: &Checker<'_>, f: &Formula) -> std::ops::Range<usize> {
             .terms
             .iter()
             .all(|t| t.span.start >= g.span.start && t.span.end <= g.span.end)
+            && !super::parts::bundle(cx, g)
     };
     super::parts::same_terms(cx, f)
         .find(within)

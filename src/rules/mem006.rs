@@ -71,6 +71,10 @@ impl Rule for MissingGradientTerm {
             {
                 continue;
             }
+            // A dict of parts that a caller adds up is judged at the caller's sum.
+            if parts::bundle(cx, f) && parts::same_terms(cx, f).any(|g| !parts::bundle(cx, g)) {
+                continue;
+            }
             let Some(req) = requirement(f) else { continue };
             let Some(weights) = states_without_grads(&req.terms, &optimizers) else {
                 continue;
@@ -84,8 +88,11 @@ impl Rule for MissingGradientTerm {
             reported.push(weights.symbol_span.clone());
             // A helper that returns the total (`return n * bpp + states_bytes(n)`) states it
             // where its weights are written: reported there rather than at the call site.
-            let within =
-                |g: &&Formula| weights.span.start >= g.span.start && weights.span.end <= g.span.end;
+            let within = |g: &&Formula| {
+                weights.span.start >= g.span.start
+                    && weights.span.end <= g.span.end
+                    && !parts::bundle(cx, g)
+            };
             let at = parts::same_terms(cx, f).find(within).unwrap_or(f);
             out.push(diagnostic(cx, at, weights));
         }

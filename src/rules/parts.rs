@@ -206,6 +206,20 @@ pub fn same_terms<'a>(cx: &Checker<'a>, f: &Formula) -> impl Iterator<Item = &'a
     })
 }
 
+/// A dict of parts written as a literal (`return {"weights": w, "adam": s}`): the caller picks
+/// which parts it adds, so the dict states no total of its own, unless a key names one
+/// (`"total": w + s`).
+pub fn bundle(cx: &Checker<'_>, f: &Formula) -> bool {
+    let text = cx.file.slice(&f.span).trim_start();
+    if !text.starts_with('{') {
+        return false;
+    }
+    let keys = text.split(['"', '\'']).skip(1).step_by(2);
+    !keys
+        .into_iter()
+        .any(|k| crate::expr::role_of(k) == Role::Total)
+}
+
 /// What `f` counts is what a store outside the GPU holds: a formula named for a checkpoint or
 /// a file states the same terms (`need = sum(checkpoint_bytes(m).values())`).
 pub fn stored(cx: &Checker<'_>, f: &Formula) -> bool {
