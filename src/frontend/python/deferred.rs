@@ -16,10 +16,13 @@ pub struct Deferred {
     /// Each condition's scope and text, for what the functions with formulas test.
     cond_spans: Vec<(usize, Range<usize>)>,
     /// The calls of imported names: the call, the module as written and the name in it.
-    calls: Vec<(Range<usize>, String, String)>,
+    calls: Vec<Imported>,
     /// The imported names read as numbers: where one is read, the module and the name.
-    names: Vec<(Range<usize>, String, String)>,
+    names: Vec<Imported>,
 }
+
+/// Where an imported name is used, the module as written and the name in it.
+type Imported = (Range<usize>, String, String);
 
 impl Deferred {
     /// The imported names the file's arithmetic calls, by module as written and name.
@@ -66,15 +69,9 @@ impl Walker<'_> {
     /// get_logger(__name__)`) leaves nothing for a memory rule whatever it returns.
     /// The imported names read as numbers in those calculations (`need / GIB` after `from units
     /// import GIB`), one read of each, come second.
-    #[allow(clippy::type_complexity)]
-    fn imported_in_memory(
-        &self,
-    ) -> (
-        Vec<(Range<usize>, String, String)>,
-        Vec<(Range<usize>, String, String)>,
-    ) {
-        let mut out: Vec<(Range<usize>, String, String)> = Vec::new();
-        let mut names: Vec<(Range<usize>, String, String)> = Vec::new();
+    fn imported_in_memory(&self) -> (Vec<Imported>, Vec<Imported>) {
+        let mut out: Vec<Imported> = Vec::new();
+        let mut names: Vec<Imported> = Vec::new();
         if self.pending.is_empty() {
             return (out, names);
         }
@@ -105,7 +102,7 @@ impl Walker<'_> {
                     if names.iter().any(|(s, ..)| self.text_at(s) == local) {
                         continue;
                     }
-                    let Some((module, constant)) = self.imported_function(local) else {
+                    let Some((module, constant)) = self.imported_name(local) else {
                         continue;
                     };
                     if calculation || named(last_segment(local)) {
@@ -116,7 +113,7 @@ impl Walker<'_> {
                     if out.iter().any(|(s, ..)| *s == span) {
                         continue;
                     }
-                    let Some((module, function)) = self.imported_function(callee) else {
+                    let Some((module, function)) = self.imported_name(callee) else {
                         continue;
                     };
                     let memory = calculation
@@ -135,9 +132,9 @@ impl Walker<'_> {
         self.src.get(span.clone()).unwrap_or("")
     }
 
-    /// The module (as written) and name a callee imported from another module names: `f` after
-    /// `from m import f`, `m.f` after `import m` or `from pkg import m`.
-    fn imported_function(&self, callee: &str) -> Option<(String, String)> {
+    /// The module (as written) and name a name imported from another module stands for: `f`
+    /// after `from m import f`, `m.f` after `import m` or `from pkg import m`.
+    fn imported_name(&self, callee: &str) -> Option<(String, String)> {
         if let Some((module, Some(name))) = self.imports.get(callee) {
             return Some((module.clone(), name.clone()));
         }
