@@ -203,63 +203,16 @@ impl<'s> Program<'s> {
         self.add(node, span.clone(), scope)
     }
 
-    /// The calls written within an expression (not those of the values its names hold) of
-    /// names that are no function of the file (`gb(n)` imported from another module,
-    /// `torch.zeros(...)`): each callee as written, its arguments and the call's span.
-    pub fn outside_calls_within(&self, id: Id) -> Vec<(&'s str, Vec<Id>, Range<usize>)> {
+    /// The entries written within an expression (not those of the values its names hold),
+    /// the expression's own first.
+    fn written_within(&self, id: Id) -> Vec<&EntryOf<&'s str>> {
         let mut out = Vec::new();
         let mut stack = vec![id];
-        let mut seen = 0;
         while let Some(id) = stack.pop() {
-            seen += 1;
             let Some(e) = self
                 .entries
                 .get(id as usize)
-                .filter(|_| seen <= self.entries.len())
-            else {
-                continue;
-            };
-            match &e.node {
-                Node::Neg(a) | Node::Sum(a) | Node::Item(a, _) => stack.push(*a),
-                Node::Bin(_, a, b) | Node::Choice(a, b) | Node::Set(a, _, b) => {
-                    stack.extend([*a, *b])
-                }
-                Node::Extreme(items) | Node::Seq(items) => stack.extend(items),
-                Node::Dict(pairs) => stack.extend(pairs.iter().map(|(_, v)| *v)),
-                Node::Call {
-                    callee,
-                    args,
-                    keywords,
-                } => {
-                    let given: Vec<Id> = args
-                        .iter()
-                        .copied()
-                        .chain(keywords.iter().map(|(_, v)| *v))
-                        .collect();
-                    stack.extend(&given);
-                    if self.resolve(callee, e.scope).is_none() {
-                        out.push((*callee, given, e.span.clone()));
-                    }
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-
-    /// The names read within an expression (not through the values they hold) that nothing
-    /// in the file binds (`need / GIB` after `from units import GIB`): each as written, and
-    /// where it is read.
-    pub fn unbound_names_within(&self, id: Id) -> Vec<(&'s str, Range<usize>)> {
-        let mut out: Vec<(&'s str, Range<usize>)> = Vec::new();
-        let mut stack = vec![id];
-        let mut seen = 0;
-        while let Some(id) = stack.pop() {
-            seen += 1;
-            let Some(e) = self
-                .entries
-                .get(id as usize)
-                .filter(|_| seen <= self.entries.len())
+                .filter(|_| out.len() < self.entries.len())
             else {
                 continue;
             };
@@ -274,13 +227,47 @@ impl<'s> Program<'s> {
                     stack.extend(args);
                     stack.extend(keywords.iter().map(|(_, v)| *v));
                 }
-                Node::Name(name) if !self.binds(name, e.scope) => {
-                    out.push((*name, e.span.clone()));
-                }
                 _ => {}
             }
+            out.push(e);
         }
         out
+    }
+
+    /// The calls written within an expression of names that are no function of the file
+    /// (`gb(n)` imported from another module, `torch.zeros(...)`): each callee as written, its
+    /// arguments and the call's span.
+    pub fn outside_calls_within(&self, id: Id) -> Vec<(&'s str, Vec<Id>, Range<usize>)> {
+        self.written_within(id)
+            .into_iter()
+            .filter_map(|e| match &e.node {
+                Node::Call {
+                    callee,
+                    args,
+                    keywords,
+                } if self.resolve(callee, e.scope).is_none() => {
+                    let given = args
+                        .iter()
+                        .copied()
+                        .chain(keywords.iter().map(|(_, v)| *v))
+                        .collect();
+                    Some((*callee, given, e.span.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The names read within an expression that nothing in the file binds (`need / GIB` after
+    /// `from units import GIB`): each as written, and where it is read.
+    pub fn unbound_names_within(&self, id: Id) -> Vec<(&'s str, Range<usize>)> {
+        self.written_within(id)
+            .into_iter()
+            .filter_map(|e| match &e.node {
+                Node::Name(name) if !self.binds(name, e.scope) => Some((*name, e.span.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether `scope` or a scope around it binds `name` (or takes it as a parameter).
