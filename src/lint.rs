@@ -572,7 +572,7 @@ fn load(
 ) -> Result<Option<Linted>, Loaded> {
     let display = display_path(&c.path, cwd);
     if let Some(text) = overlay.get(&absolute(&c.path, cwd)) {
-        return load_bytes(c, text.as_bytes(), display, resolver, cwd, opts);
+        return load_bytes(c, text.as_bytes(), display, resolver, cwd, opts, overlay);
     }
     // Most files are ruled out by the prefilter once read: each thread reads into one buffer it
     // keeps, and only a file that is parsed gets a copy of its own.
@@ -580,7 +580,7 @@ fn load(
         static READ: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     READ.with_borrow_mut(|bytes| match read_bounded(&c.path, bytes) {
-        Ok(()) => load_bytes(c, bytes, display, resolver, cwd, opts),
+        Ok(()) => load_bytes(c, bytes, display, resolver, cwd, opts, overlay),
         Err(e) => Err(Loaded::Error(PathError {
             path: display,
             message: io_message(&e),
@@ -595,6 +595,7 @@ fn load_bytes(
     resolver: &Resolver,
     cwd: &Path,
     opts: LintOptions,
+    overlay: &Overlay,
 ) -> Result<Option<Linted>, Loaded> {
     let skip = |reason: &str| {
         Loaded::Skipped(Skipped {
@@ -623,7 +624,15 @@ fn load_bytes(
     let abs = absolute(&c.path, cwd);
     let wanted = settings.wanted(&abs);
     let needs = |language, text: &str| match opts.prefilter {
-        true => crate::prefilter::needs(language, text, wanted),
+        true => {
+            let needs = crate::prefilter::needs(language, text, wanted);
+            let in_project = || {
+                crate::prefilter::imported_divisors(text)
+                    .iter()
+                    .any(|(module, name)| defined_in_project(&abs, module, name, overlay))
+            };
+            needs.with_imported_divisor(needs.imported_divisor && in_project())
+        }
         false => Needs::ALL,
     };
     let (file, needs) = if c.language == Language::Notebook {
@@ -677,6 +686,22 @@ fn load_bytes(
         settings,
         deferred,
     }))
+}
+
+/// Whether `module`, imported as written by the file at `abs`, is a file of the project that
+/// may define `name` as a number (the file Python would import, as the value model finds it).
+fn defined_in_project(abs: &Path, module: &str, name: &str, overlay: &Overlay) -> bool {
+    let Some(path) = helpers::candidates(abs, module)
+        .into_iter()
+        .find(|p| overlay.contains_key(p) || p.is_file())
+    else {
+        return false;
+    };
+    let text = match overlay.get(&path) {
+        Some(text) => Some(text.clone()),
+        None => std::fs::read_to_string(&path).ok(),
+    };
+    text.is_some_and(|t| project::may_export(&t, &[name]))
 }
 
 /// Files larger than this are not analysed: a syntax tree takes tens of bytes per byte of source

@@ -13,6 +13,16 @@ use super::program::{
 use super::Role;
 use std::ops::Range;
 
+/// The module `from module import sub` names when `sub` is a module: `pkg.sub`, and `.sub`
+/// for `from . import sub` (a sibling, not a module one package up).
+pub fn submodule(module: &str, sub: &str) -> String {
+    if module.ends_with('.') {
+        format!("{module}{sub}")
+    } else {
+        format!("{module}.{sub}")
+    }
+}
+
 /// What an exported function returns, over its parameters.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Shape {

@@ -54,6 +54,8 @@ mod scan;
 mod tables;
 mod units;
 
+pub use units::imported_divisors;
+
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
 use crate::source::Language;
 use scan::{assigned_at, finder, has, identifier_at, is_ident, Scan, Word};
@@ -172,6 +174,10 @@ pub struct Needs {
     /// it and its text could hold a formula. Files parsed only for the loop and batch rules skip
     /// that part of the walk.
     pub value_model: bool,
+    /// The file may divide by a name it imports, and nothing else has its value model read: it
+    /// needs the value model, and a parse, if one of its [`imported_divisors`] is defined in
+    /// the project, which the scan cannot see.
+    pub imported_divisor: bool,
 }
 
 impl Needs {
@@ -180,12 +186,27 @@ impl Needs {
         parse: true,
         loop_model: true,
         value_model: true,
+        imported_divisor: false,
     };
     const NOTHING: Needs = Needs {
         parse: false,
         loop_model: false,
         value_model: false,
+        imported_divisor: false,
     };
+
+    /// What the file needs once it is known whether a module its divisors are imported from is
+    /// in the project.
+    pub fn with_imported_divisor(self, in_project: bool) -> Needs {
+        match self.imported_divisor && in_project {
+            true => Needs {
+                parse: true,
+                value_model: true,
+                ..self
+            },
+            false => self,
+        }
+    }
 }
 
 /// What the file needs read, from one scan. Launchers and TOML files are always read: they give
@@ -252,6 +273,12 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         parse,
         loop_model,
         value_model,
+        // A division by an imported name (`/ GIB` after `from units import GIB`): its divisor is
+        // written in another module, out of this scan's sight.
+        imported_divisor: wanted.units
+            && !value_model
+            && has!(scan.bytes, b"import")
+            && memchr::memchr(b'/', scan.bytes).is_some(),
     }
 }
 

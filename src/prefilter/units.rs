@@ -2,6 +2,7 @@
 //! binary one (2^30, 2^20) or an assigned `_gib`/`_mib` name.
 
 use super::scan::{is_ident, Scan};
+use crate::expr::imports::submodule;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use std::sync::OnceLock;
 
@@ -92,28 +93,7 @@ impl Scan<'_> {
                 return true;
             }
         }
-        (decimal && self.names_binary_unit()) || self.divides_by_imported()
-    }
-
-    /// A division by a name another module defines (`/ GIB` after `from units import GIB`,
-    /// `/ units.GB` after `import units`): its divisor is written there, out of this scan's
-    /// sight.
-    fn divides_by_imported(&self) -> bool {
-        let bytes = self.bytes;
-        if !super::scan::contains(bytes, b"import") {
-            return false;
-        }
-        let imported = imported_names(self.text);
-        memchr::memchr_iter(b'/', bytes).any(|at| {
-            let rest = self.text[at + 1..].trim_start_matches(['/', ' ', '\t', '(']);
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            let name = &rest[..end];
-            !name.is_empty()
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-                && imported.iter().any(|n| n == name)
-        })
+        decimal && self.names_binary_unit()
     }
 
     /// Whether the divisor written at `at` divides, multiplies, shifts, or is assigned to a
@@ -191,20 +171,78 @@ fn number_ends(lower: &[u8], end: usize, word: &str) -> bool {
     }
 }
 
+/// The divisors the text imports, each as the module written and the name it would define there:
+/// `("units", "GIB")` for `/ GIB` after `from units import GIB` and for `/ units.GIB` after
+/// `import units`; `("pkg.units", "GIB")` for `/ units.GIB` after `from pkg import units`.
+pub fn imported_divisors(text: &str) -> Vec<(String, String)> {
+    let imports = imports(text);
+    if imports.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for at in memchr::memchr_iter(b'/', text.as_bytes()) {
+        let rest = text[at + 1..].trim_start_matches(['/', ' ', '\t', '(']);
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(rest.len());
+        let path: Vec<&str> = rest[..end].split('.').collect();
+        let (first, last) = (path[0], path[path.len() - 1]);
+        if first.is_empty() || last.is_empty() || first.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let middle = &path[1..path.len().saturating_sub(1).max(1)];
+        for import in imports.iter().filter(|i| i.bound == first) {
+            let found = match (&import.name, path.len()) {
+                (Some(name), 1) => (import.module.clone(), name.clone()),
+                // A module imported whole: the divisor is its attribute.
+                (None, 1) => continue,
+                (Some(sub), _) => (submodule(&import.module, sub), last.to_string()),
+                (None, _) => (import.module.clone(), last.to_string()),
+            };
+            let found = match middle {
+                [] => found,
+                _ => (format!("{}.{}", found.0, middle.join(".")), found.1),
+            };
+            if !out.contains(&found) {
+                out.push(found);
+            }
+        }
+    }
+    out
+}
+
+/// One name an import statement binds: `from module import name as bound`, or
+/// `import module as bound` (no name).
+struct Import {
+    bound: String,
+    module: String,
+    name: Option<String>,
+}
+
 /// The names the import statements of `text` bind (`from m import a, b as c` binds `a` and
 /// `c`; `import pkg.m as u` binds `u`, `import m` binds `m`).
-fn imported_names(text: &str) -> Vec<String> {
+fn imports(text: &str) -> Vec<Import> {
     let mut out = Vec::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
+    // Each line that holds `import`, found without reading the others.
+    let mut next = 0;
+    for at in memchr::memmem::find_iter(text.as_bytes(), b"import") {
+        if at < next {
+            continue;
+        }
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let mut lines = text[start..].lines();
+        let Some(line) = lines.next() else {
+            continue;
+        };
+        next = start + line.len();
         let line = line.trim_start();
-        let names = if let Some(rest) = line.strip_prefix("from ") {
-            let Some((_, names)) = rest.split_once(" import ") else {
+        let (from, names) = if let Some(rest) = line.strip_prefix("from ") {
+            let Some((module, names)) = rest.split_once(" import ") else {
                 continue;
             };
-            names
+            (Some(module.trim()), names)
         } else if let Some(rest) = line.strip_prefix("import ") {
-            rest
+            (None, rest)
         } else {
             continue;
         };
@@ -220,12 +258,76 @@ fn imported_names(text: &str) -> Vec<String> {
         }
         for name in names.split([',', '(', ')']) {
             let name = name.split('#').next().unwrap_or("").trim();
-            let bound = name.rsplit(" as ").next().unwrap_or(name).trim();
-            let bound = bound.split('.').next().unwrap_or(bound);
-            if !bound.is_empty() {
-                out.push(bound.to_string());
+            let (written, bound) = match name.rsplit_once(" as ") {
+                Some((w, b)) => (w.trim(), b.trim()),
+                None => (name, name.split('.').next().unwrap_or(name)),
+            };
+            if bound.is_empty() || written.is_empty() {
+                continue;
             }
+            out.push(match from {
+                Some(module) => Import {
+                    bound: bound.to_string(),
+                    module: module.to_string(),
+                    name: Some(written.to_string()),
+                },
+                None => Import {
+                    bound: bound.to_string(),
+                    module: if name.contains(" as ") {
+                        written
+                    } else {
+                        bound
+                    }
+                    .to_string(),
+                    name: None,
+                },
+            });
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::imported_divisors;
+
+    fn pairs(text: &str) -> Vec<(&'static str, &'static str)> {
+        let found = imported_divisors(text);
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        found.into_iter().map(|(m, n)| (leak(m), leak(n))).collect()
+    }
+
+    #[test]
+    fn names_the_module_and_the_name_of_each_imported_divisor() {
+        assert_eq!(
+            pairs("from units import GIB\nx = b / GIB\n"),
+            [("units", "GIB")]
+        );
+        assert_eq!(
+            pairs("from .units import GB as G\nx = b / (G)\n"),
+            [(".units", "GB")]
+        );
+        assert_eq!(
+            pairs("import units as u\nx = b / u.GIB\n"),
+            [("units", "GIB")]
+        );
+        assert_eq!(
+            pairs("from pkg import units\nx = b // units.GIB\n"),
+            [("pkg.units", "GIB")]
+        );
+        assert_eq!(
+            pairs("from . import (\n    units,\n)\nx = b / units.GIB\n"),
+            [(".units", "GIB")]
+        );
+        assert_eq!(
+            pairs("import pkg.units\nx = b / pkg.units.GIB\n"),
+            [("pkg.units", "GIB")]
+        );
+        // A library's attribute is named too; whether it is in the project is the loader's
+        // question. A module imported whole is never a divisor, nor a name not imported.
+        assert_eq!(pairs("import math\nx = b / math.pi\n"), [("math", "pi")]);
+        assert!(pairs("import units\nx = b / units\n").is_empty());
+        assert!(pairs("from units import GIB\nx = b / gib / 2\n").is_empty());
+        assert!(pairs("x = b / GIB\n").is_empty());
+    }
 }

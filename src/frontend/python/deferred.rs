@@ -6,7 +6,7 @@
 
 use super::valuing::value_pending;
 use super::*;
-use crate::expr::imports::{Export, Kept};
+use crate::expr::imports::{submodule, Export, Kept};
 use crate::expr::sizes_memory;
 
 /// What valuing a file's memory arithmetic needs once its walk is over.
@@ -144,16 +144,6 @@ impl Walker<'_> {
             (module, None) => module.clone(),
         };
         Some((module, name.to_string()))
-    }
-}
-
-/// The module `from module import sub` names when `sub` is a module: `pkg.sub`, and `.sub`
-/// for `from . import sub` (a sibling, not a module one package up).
-pub(super) fn submodule(module: &str, sub: &str) -> String {
-    if module.ends_with('.') {
-        format!("{module}{sub}")
-    } else {
-        format!("{module}.{sub}")
     }
 }
 

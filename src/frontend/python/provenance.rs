@@ -398,7 +398,7 @@ impl<'s> Walker<'s> {
         let (alias, name) = callee.rsplit_once('.')?;
         let (module, sub) = self.imports.get(alias)?;
         let module = match sub {
-            Some(sub) => super::deferred::submodule(module, sub),
+            Some(sub) => crate::expr::imports::submodule(module, sub),
             None => module.clone(),
         };
         Some((module, name.to_string()))
