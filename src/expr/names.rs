@@ -502,6 +502,33 @@ pub fn names_a_count(name: &str) -> bool {
     )
 }
 
+/// The least a number must be to count a model's parameters by its use alone (the smallest
+/// models trained with memory estimates are this size).
+const COUNT_BY_USE_MIN: f64 = 5e7;
+
+/// Whether `name`, holding `value`, may be a parameter count known by its use (multiplied by
+/// bytes per parameter): a whole number of a model's size, under a name that says nothing
+/// else of it (`largest_layer_params`, `train_tokens` count something else; `n_total` a total
+/// of something, in no unit of memory). A unit (`GB =
+/// 1e9`, `GIB = 2**30`) is a power of 1000 or 1024, never a count.
+pub fn may_count_by_use(name: &str, value: f64) -> bool {
+    const ELSE: [&str; 10] = [
+        "param", "layer", "token", "sample", "step", "flop", "elem", "vocab", "seq", "row",
+    ];
+    let lower = name.to_ascii_lowercase();
+    let unit_power = [1000.0_f64, 1024.0].iter().any(|base| {
+        let k = value.ln() / base.ln();
+        (k - k.round()).abs() < 1e-9
+    });
+    value >= COUNT_BY_USE_MIN
+        && value.fract() == 0.0
+        && !unit_power
+        // `n_total`: a total of something that is no memory unit.
+        && matches!(role_of(name), Role::Unknown | Role::Total)
+        && !is_memory_name(name)
+        && !ELSE.iter().any(|w| lower.contains(w))
+}
+
 /// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,
 /// `params`, `num_parameters`).
 pub fn counts_parameters(name: &str) -> bool {

@@ -4,7 +4,9 @@
 
 use super::scan::{assigned_at, contains, finder, has, identifier_at, is_ident, Scan, Word};
 use crate::config::parse_number;
-use crate::expr::{counts_parameters, is_memory_name, names_a_count, role_of, sizes_memory, Role};
+use crate::expr::{
+    counts_parameters, is_memory_name, may_count_by_use, names_a_count, role_of, sizes_memory, Role,
+};
 use crate::frontend::python_config::{BATCH_KEY_NAMES, BATCH_KEY_PARTS};
 use crate::project::{params_from_name, MODEL_KEYS};
 use aho_corasick::AhoCorasick;
@@ -204,9 +206,15 @@ impl Scan<'_> {
                 .rposition(|b| *b != b' ')
                 .map_or(0, |i| i + 1);
             let (start, end) = identifier_at(lower, name_end, false);
-            let name = self.text.get(start..end).unwrap_or("");
+            let mut name = self.text.get(start..end).unwrap_or("");
             if end != name_end {
                 return false;
+            }
+            // `total: int = 3_000_000_000`: the name before the annotation.
+            let annotated = lower[..start].trim_ascii_end().strip_suffix(b":");
+            if let Some(before) = annotated {
+                let (s, e) = identifier_at(lower, before.trim_ascii_end().len(), false);
+                name = self.text.get(s..e).unwrap_or("");
             }
             // `N, GPU_GB = 13e9, 80`: one of the names an unpacking sets (`f(x, n=7e9)` is a
             // keyword, read below).
@@ -216,7 +224,10 @@ impl Scan<'_> {
             {
                 return true;
             }
-            if !may_name_a_count(name) || !names_a_count(name) {
+            // A count's name, or any name whose number a use may show counts parameters
+            // (`N_BASE = 3_212_749_824` ... `N_BASE * 8`).
+            let by_name = may_name_a_count(name) && names_a_count(name);
+            if !by_name && !may_count_by_use(name, COUNT_SIZED) {
                 return false;
             }
             // A keyword's value ends at the next argument (`Planner(n=7_241_732_096, gpu=80)`).
@@ -229,11 +240,18 @@ impl Scan<'_> {
             let literal = value.bytes().all(|c| {
                 c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'*' | b' ' | b'e' | b'+')
             });
-            let large = value.contains('*') || parse_number(value).is_some_and(|v| v >= 1e6);
+            let large = value.contains('*')
+                || parse_number(value).is_some_and(|v| {
+                    if by_name {
+                        v >= 1e6
+                    } else {
+                        may_count_by_use(name, v)
+                    }
+                });
             if !literal || !large {
                 return false;
             }
-            role_of(name) == Role::Unknown && self.counts_memory_near(eq)
+            (!by_name || role_of(name) == Role::Unknown) && self.counts_memory_near(eq)
         })
     }
 
@@ -576,6 +594,9 @@ fn may_size_memory(lower_name: &[u8]) -> bool {
 }
 
 /// A gate for [`names_a_count`], true wherever it is, without allocating.
+/// A number [`may_count_by_use`] accepts, to ask it about a name alone.
+const COUNT_SIZED: f64 = 7e9 + 1.0;
+
 fn may_name_a_count(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name);
     [

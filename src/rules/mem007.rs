@@ -67,13 +67,13 @@ impl Rule for LoraFullMultiplier {
                         .as_ref()
                         .is_some_and(|l| l.start >= span.start && l.end <= span.end)
             });
+            // Or a helper's return holds the whole term (`return self.n * (w + g + s)`).
             let own = within(f)
                 || helper_writes
-                || cx
-                    .facts
-                    .formulas
-                    .iter()
-                    .any(|g| g.scope == f.scope && within(g));
+                || cx.facts.formulas.iter().any(|g| {
+                    within(g)
+                        && (g.scope == f.scope || matches!(g.kind, FormulaKind::Return { .. }))
+                });
             let span = if own { span } else { f.span.clone() };
             // A name read in the sum (`grads_gib` in `w + grads_gib + s`) is charged where the
             // same function assigns it (`grads_gib = weights_gib`).
@@ -141,8 +141,9 @@ fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>
     if per_param > WEIGHT_BYTES_MAX * 1.05 {
         // On the one count beyond the weights, when one term carries them.
         let beyond: Vec<&&Counted> = counts.iter().filter(|c| c.part != Part::Weights).collect();
+        // Or on the one count that carries them all, where it is written (a helper's return).
         let at = match beyond.as_slice() {
-            [c] if labelled => c.term.span.clone(),
+            [c] if labelled || counts.len() == 1 => c.term.span.clone(),
             _ => f.span.clone(),
         };
         return Some((

@@ -41,8 +41,13 @@ impl Valuer<'_, '_> {
 
     #[inline(never)]
     fn attribute_called(&self, value: Id, as_bound: Value) -> Value {
+        // A term with no known value (a parameter, even one named for what it holds) takes
+        // what the calls hand over.
         let open = match &as_bound {
-            Value::Scalar(l) => l.terms.iter().any(|t| t.opaque || t.role == Role::Unknown),
+            Value::Scalar(l) => l
+                .terms
+                .iter()
+                .any(|t| t.opaque || t.role == Role::Unknown || t.value.is_none()),
             _ => false,
         };
         let Some(method) = self.p.entries.get(value as usize).map(|e| e.scope) else {

@@ -12,6 +12,7 @@
 
 mod calls;
 
+use super::names::may_count_by_use;
 use super::names::{count_scale, is_node_count, names_a_count};
 use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
 use std::cell::OnceCell;
@@ -147,6 +148,9 @@ pub struct Program<'s> {
 
 /// The least a number a count's name holds must be to count a model's parameters.
 pub const PARAM_COUNT_MIN: f64 = 1e6;
+/// The most bytes a parameter takes in any regime the knowledge lists (fp32 Adam with master
+/// weights and extra states stays below it).
+const MAX_BYTES_PER_PARAM: f64 = 40.0;
 /// How many helpers deep valuing follows calls.
 const MAX_CALL_DEPTH: u8 = 3;
 /// How many call sites of one helper its formulas are valued for.
@@ -638,6 +642,10 @@ impl Valuer<'_, '_> {
                 None => opaque(text, span),
             },
             Node::Bin(op, a, b) => match (scalar(*a), scalar(*b)) {
+                (Some(x), Some(y)) if *op == "*" => {
+                    let (cx, cy) = (self.counted(*a, &x, &y), self.counted(*b, &y, &x));
+                    binary(op, cx.unwrap_or(x), cy.unwrap_or(y), text, span)
+                }
                 (Some(x), Some(y)) => binary(op, x, y, text, span),
                 _ => opaque(text, span),
             },
@@ -862,6 +870,34 @@ impl Valuer<'_, '_> {
         Value::Scalar(read)
     }
 
+    /// A number read through a name that says nothing of it (`N_BASE = 3_212_749_824`), times
+    /// bytes for each parameter (`N_BASE * 8`): a parameter count, known by its use (see
+    /// [`may_count_by_use`]).
+    fn counted(&self, id: Id, lin: &Lin, other: &Lin) -> Option<Lin> {
+        if !other.is_constant() || !(1.0..=MAX_BYTES_PER_PARAM).contains(&other.constant) {
+            return None;
+        }
+        // A number folded in under its name, or one kept as a known symbol (`n_total`, a
+        // total of something).
+        let (name, count) = match lin.terms.as_slice() {
+            // One number as written: a product of dimensions (`152_064 * 5_120`) is a
+            // tensor's size, not a model's.
+            [] if lin
+                .const_literal
+                .as_ref()
+                .is_some_and(|l| is_number(self.p.text(l))) =>
+            {
+                (lin.const_name.as_deref()?, lin.constant)
+            }
+            [t] if t.coef == 1.0 && lin.constant == 0.0 && !t.opaque => {
+                (t.symbol.as_str(), t.value?)
+            }
+            _ => return None,
+        };
+        may_count_by_use(name, count)
+            .then(|| Lin::known(name, self.p.span(id), count).with_role(Role::ParamCount))
+    }
+
     /// A name with no known value: its role from what a statement said of it, else its words.
     fn symbol(&self, name: &str, span: Range<usize>, scope: usize) -> Lin {
         let mut lin = Lin::symbol(name, span);
@@ -888,6 +924,11 @@ impl Valuer<'_, '_> {
             }
         }
     }
+}
+
+/// One number as written (`3_212_749_824`, `8e9`).
+fn is_number(text: &str) -> bool {
+    crate::config::parse_number(text.trim()).is_some()
 }
 
 /// Whether arms (paths relative to where they branch off) leave no path that sets none of them:
