@@ -124,10 +124,40 @@ impl Valuer<'_, '_> {
             return Value::Scalar(opaque(text, span));
         };
         let inner = self.frame(function, args, keywords, frame, depth + 1, span.clone());
+        self.returns_through(function, callee, &inner, text, span)
+    }
+
+    /// What a property returns where it is read (`self.w_gb`): its method, called with no
+    /// arguments.
+    pub(super) fn returned(
+        &self,
+        function: usize,
+        name: &str,
+        span: Range<usize>,
+        frame: Option<&Frame>,
+    ) -> Value {
+        let text = self.p.text(&span);
+        let depth = frame.map_or(0, |f| f.depth);
+        if depth >= MAX_CALL_DEPTH {
+            return Value::Scalar(opaque(text, span));
+        }
+        let inner = self.frame(function, &[], &[], frame, depth + 1, span.clone());
+        self.returns_through(function, name, &inner, text, span)
+    }
+
+    /// The one value `function`'s returns agree on in `inner`, labelled by `callee`'s name.
+    fn returns_through(
+        &self,
+        function: usize,
+        callee: &str,
+        inner: &Frame,
+        text: &str,
+        span: Range<usize>,
+    ) -> Value {
         let returns = &self.p.scopes[function].returns;
         // A helper that returns different things on different paths has no one value here;
         // each of its returns is judged where it is written.
-        let values = returns.iter().map(|r| Some(self.value(*r, Some(&inner))));
+        let values = returns.iter().map(|r| Some(self.value(*r, Some(inner))));
         let Some(Some(first)) = agreed(values) else {
             return Value::Scalar(opaque(text, span));
         };

@@ -330,7 +330,10 @@ impl<'s> Program<'s> {
             return self.methods.get(&(class, method)).copied();
         }
         if callee.contains('.') {
-            return None;
+            // `plan.fits()` on an instance of a class of the file.
+            let (object, method) = callee.split_once('.')?;
+            let class = self.instance_class(object, scope)?;
+            return self.methods.get(&(class, method)).copied();
         }
         self.nearest(self.functions.get(callee)?, scope)
     }
@@ -361,6 +364,23 @@ impl<'s> Program<'s> {
 
     fn class_of(&self, scope: usize) -> Option<usize> {
         self.scopes.get(scope).and_then(|s| s.class)
+    }
+
+    /// The class of the file `object` is an instance of where `scope` reads it: the name is
+    /// bound, last, to a construction of that class (`plan = DevicePlan(...)`).
+    pub(super) fn instance_class(&self, object: &str, scope: usize) -> Option<usize> {
+        let mut cur = Some(scope);
+        while let Some(s) = cur {
+            if let Some(list) = self.bindings.get(&(s, object)) {
+                let bound = list.last()?;
+                return match &self.entries.get(bound.value as usize)?.node {
+                    Node::Call { callee, .. } => self.nearest(self.classes.get(callee)?, s),
+                    _ => None,
+                };
+            }
+            cur = self.scopes.get(s).and_then(|d| d.parent);
+        }
+        None
     }
 
     /// The function of the file an expression calls, when it is such a call.
@@ -756,15 +776,33 @@ impl Valuer<'_, '_> {
     ) -> Value {
         let p = self.p;
         let at = span.start;
-        if let Some(field) = name.strip_prefix("self.") {
-            let class = p.class_of(scope);
-            if let Some(list) = class.and_then(|class| p.bindings.get(&(class, name))) {
-                let chosen = list.iter().rev().find(|b| b.at <= at).or(list.last());
+        // An attribute of `self`, or of an instance of a class of the file (`cfg.n_params`
+        // after `cfg = MemCfg()`).
+        let member = match name.split_once('.') {
+            Some(("self", field)) => Some((p.class_of(scope), field)),
+            Some((object, field)) if !field.contains('.') => p
+                .instance_class(object, scope)
+                .map(|class| (Some(class), field)),
+            _ => None,
+        };
+        if let Some((class, field)) = member {
+            let key = format!("self.{field}");
+            if let Some(list) = class.and_then(|class| p.bindings.get(&(class, key.as_str()))) {
+                let chosen = match name.starts_with("self.") {
+                    true => list.iter().rev().find(|b| b.at <= at).or(list.last()),
+                    false => list.last(),
+                };
                 if let Some(b) = chosen {
                     return self.read(name, span, scope, self.attribute(b.value));
                 }
             }
             if let Some(value) = class.and_then(|class| self.field(class, field)) {
+                return self.read(name, span, scope, value);
+            }
+            // A property (`self.w_gb`, `fp.total_gib`): what its method returns, read as a
+            // name bound to it.
+            if let Some(method) = class.and_then(|class| p.methods.get(&(class, field))) {
+                let value = self.returned(*method, name, span.clone(), frame);
                 return self.read(name, span, scope, value);
             }
             return Value::Scalar(self.symbol(name, span, scope));
