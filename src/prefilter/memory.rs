@@ -290,7 +290,7 @@ impl Scan<'_> {
                     || finder!(b"parameters(").find(lines).is_some()
             });
         // The words that derive a count: `num_parameters`, `get_num_params`, `num_params(`,
-        // `get_nb_trainable`, `get_memory_footprint`, `billion`. The first three are found
+        // `get_nb_trainable`, `get_memory_footprint`, `billion`, `7b params`. The first three are found
         // through `num_param` and `billion` through `illion`, one pass for each group.
         let starts = |at: usize, word: &[u8]| lower[at..].starts_with(word);
         let num_param = finder!(b"num_param").find_iter(lower).flat_map(move |at| {
@@ -301,6 +301,8 @@ impl Scan<'_> {
         });
         let named = num_param
             .chain(finder!(b"get_nb_trainable").find_iter(lower))
+            // A comment giving a number in billions: `nb = 1.3  # 1.3B params`.
+            .chain(finder!(b"b param").find_iter(lower))
             .chain(finder!(b"get_memory_footprint").find_iter(lower));
         // A name ending in `_b`, `_bn`, `_m`, `_mn` or `illion` whose words count parameters
         // in billions or millions (`count_scale`); `billion` anywhere is a word above.

@@ -135,6 +135,9 @@ pub struct Program<'s> {
     /// bf16` makes `n_b` a parameter count there): the role, and the coefficient one unit of
     /// the name carries in that role.
     pub(super) roles: HashMap<(usize, &'s str), (Role, f64)>,
+    /// Numbers a comment says count parameters in billions or millions (`nb = 1.3  #
+    /// billions of parameters`): the scale, by scope and name.
+    scales: HashMap<(usize, &'s str), f64>,
     /// Functions by name (not methods), classes by name, and methods by class and name.
     functions: HashMap<&'s str, Vec<usize>>,
     classes: HashMap<&'s str, Vec<usize>>,
@@ -266,6 +269,27 @@ impl<'s> Program<'s> {
     /// What `name` holds in `scope`, read from a statement that does not bind it.
     pub fn name_role(&mut self, scope: usize, name: &'s str, role: Role, coef: f64) {
         self.roles.insert((scope, name), (role, coef));
+    }
+
+    /// `name`, bound in `scope` to a number, counts parameters in units of `scale` (its
+    /// comment says so).
+    pub fn counts_in(&mut self, scope: usize, name: &'s str, scale: f64) {
+        self.scales.insert((scope, name), scale);
+    }
+
+    /// The scale a comment gave the number `name` holds where `scope` reads it.
+    fn scale_in(&self, scope: usize, name: &str) -> Option<f64> {
+        let mut cur = Some(scope);
+        while let Some(s) = cur {
+            if let Some(scale) = self.scales.get(&(s, name)) {
+                return Some(*scale);
+            }
+            if self.bindings.contains_key(&(s, name)) || self.is_param(s, name) {
+                return None;
+            }
+            cur = self.scopes.get(s).and_then(|d| d.parent);
+        }
+        None
     }
 
     /// What a statement said `name` holds, in `scope` or the nearest enclosing scope that said
@@ -891,7 +915,8 @@ impl Valuer<'_, '_> {
             let known = Lin::known(name, span, lin.constant).with_role(Role::ParamCount);
             return Value::Scalar(known);
         }
-        if let (true, Some(scale)) = (lin.is_constant(), count_scale(name)) {
+        let scale = count_scale(name).or_else(|| self.p.scale_in(scope, name));
+        if let (true, Some(scale)) = (lin.is_constant(), scale) {
             // `ADAPTER_PARAMS_B = 0.02`: the parameters that train, in billions.
             let role = match role_of(name) {
                 Role::Trainable => Role::Trainable,

@@ -100,6 +100,21 @@ impl<'s> Walker<'s> {
         if left.ty() == "subscript" {
             self.note_item(left, right);
         }
+        // `nb = 1.3  # billions of parameters`: the comment gives the number its scale, when
+        // the name says nothing else (`model_size_gb = 13.5  # 6.7B params x 2` is a size).
+        if left.ty() == "identifier"
+            && matches!(right.ty(), "integer" | "float")
+            && role_of(self.text(left)) == Role::Unknown
+            && !crate::expr::is_memory_name(self.text(left))
+        {
+            let rest = &self.src[node.end_byte()..];
+            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
+            if let Some(scale) = line.trim_start().strip_prefix('#').and_then(comment_scale) {
+                let name = self.text(left);
+                let scope = scope_of_name(self, name);
+                self.program.counts_in(scope, name, scale);
+            }
+        }
         // Evidence in assignments.
         let rtext = self.text(right);
         if simple_target && is_literal(right) {
@@ -542,4 +557,18 @@ impl<'s> Walker<'s> {
 /// A number, a boolean or a plain string.
 fn is_literal(n: Node) -> bool {
     matches!(n.ty(), "integer" | "float" | "true" | "false" | "string")
+}
+
+/// The scale a comment says a number counts parameters in: `billions of parameters`, `1.3B
+/// params` (the prefilter reads both words as a derived count).
+fn comment_scale(comment: &str) -> Option<f64> {
+    let c = comment.to_ascii_lowercase();
+    if c.contains("billion") && !c.contains("token") {
+        return Some(1e9);
+    }
+    // `7B params`, `1.3B parameters`.
+    let b = c.find("b param")?;
+    c[..b]
+        .ends_with(|ch: char| ch.is_ascii_digit())
+        .then_some(1e9)
 }

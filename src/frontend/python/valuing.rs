@@ -115,10 +115,12 @@ fn settle(
             );
             FormulaKind::Return {
                 function: function.clone(),
+                // A function named for the GPU that adds up what the model needs
+                // (`gpu_bytes()`) returns a requirement, as a name assigned one holds.
                 role: if bundle {
                     Role::Total
                 } else {
-                    role_of(function)
+                    lin.assigned_role(function)
                 },
             }
         }
