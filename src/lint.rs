@@ -699,7 +699,10 @@ fn defined_in_project(abs: &Path, module: &str, name: &str, overlay: &Overlay) -
     };
     let text = match overlay.get(&path) {
         Some(text) => Some(text.clone()),
-        None => std::fs::read_to_string(&path).ok(),
+        None => std::fs::metadata(&path)
+            .ok()
+            .filter(|m| m.len() <= MAX_CONTEXT_FILE)
+            .and_then(|_| std::fs::read_to_string(&path).ok()),
     };
     text.is_some_and(|t| project::may_export(&t, &[name]))
 }

@@ -12,8 +12,7 @@
 
 mod calls;
 
-use super::names::may_count_by_use;
-use super::names::{count_scale, is_node_count, names_a_count};
+use super::names::{count_scale, is_node_count, may_count_by_use, names_a_count};
 use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
 use std::cell::OnceCell;
 use std::cell::{Cell, RefCell};
@@ -135,8 +134,8 @@ pub struct Program<'s> {
     /// bf16` makes `n_b` a parameter count there): the role, and the coefficient one unit of
     /// the name carries in that role.
     pub(super) roles: HashMap<(usize, &'s str), (Role, f64)>,
-    /// Numbers a comment says count parameters in billions or millions (`nb = 1.3  #
-    /// billions of parameters`): the scale, by scope and name.
+    /// Numbers a comment says count parameters in billions (`nb = 1.3  # billions of
+    /// parameters`): the scale, by scope and name.
     scales: HashMap<(usize, &'s str), f64>,
     /// Functions by name (not methods), classes by name, and methods by class and name.
     functions: HashMap<&'s str, Vec<usize>>,

@@ -107,7 +107,7 @@ impl<'s> Walker<'s> {
             && role_of(self.text(left)) == Role::Unknown
             && !crate::expr::is_memory_name(self.text(left))
         {
-            let rest = &self.src[node.end_byte()..];
+            let rest = self.src.get(node.end_byte()..).unwrap_or("");
             let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
             if let Some(scale) = line.trim_start().strip_prefix('#').and_then(comment_scale) {
                 let name = self.text(left);
