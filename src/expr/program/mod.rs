@@ -685,10 +685,7 @@ impl Valuer<'_, '_> {
                 None => opaque(text, span),
             },
             Node::Bin(op, a, b) => match (scalar(*a), scalar(*b)) {
-                (Some(x), Some(y)) if *op == "*" => {
-                    let (cx, cy) = (self.counted(*a, &x, &y), self.counted(*b, &y, &x));
-                    binary(op, cx.unwrap_or(x), cy.unwrap_or(y), text, span)
-                }
+                (Some(x), Some(y)) if *op == "*" => self.product(*a, *b, x, y, text, span),
                 (Some(x), Some(y)) => binary(op, x, y, text, span),
                 _ => opaque(text, span),
             },
@@ -799,36 +796,8 @@ impl Valuer<'_, '_> {
     ) -> Value {
         let p = self.p;
         let at = span.start;
-        // An attribute of `self`, or of an instance of a class of the file (`cfg.n_params`
-        // after `cfg = MemCfg()`).
-        let member = match name.split_once('.') {
-            Some(("self", field)) => Some((p.class_of(scope), field)),
-            Some((object, field)) if !field.contains('.') => p
-                .instance_class(object, scope)
-                .map(|class| (Some(class), field)),
-            _ => None,
-        };
-        if let Some((class, field)) = member {
-            let key = format!("self.{field}");
-            if let Some(list) = class.and_then(|class| p.bindings.get(&(class, key.as_str()))) {
-                let chosen = match name.starts_with("self.") {
-                    true => list.iter().rev().find(|b| b.at <= at).or(list.last()),
-                    false => list.last(),
-                };
-                if let Some(b) = chosen {
-                    return self.read(name, span, scope, self.attribute(b.value));
-                }
-            }
-            if let Some(value) = class.and_then(|class| self.field(class, field)) {
-                return self.read(name, span, scope, value);
-            }
-            // A property (`self.w_gb`, `fp.total_gib`): what its method returns, read as a
-            // name bound to it.
-            if let Some(method) = class.and_then(|class| p.methods.get(&(class, field))) {
-                let value = self.returned(*method, name, span.clone(), frame);
-                return self.read(name, span, scope, value);
-            }
-            return Value::Scalar(self.symbol(name, span, scope));
+        if let Some(value) = self.member(name, span.clone(), scope, frame) {
+            return value;
         }
         let mut cur = Some(scope);
         let mut own = true;
@@ -873,6 +842,48 @@ impl Valuer<'_, '_> {
             }
         }
         Value::Scalar(self.symbol(name, span, scope))
+    }
+
+    /// An attribute of `self`, or of an instance of a class of the file (`cfg.n_params`
+    /// after `cfg = MemCfg()`): what the class binds to it, its field, or its property's
+    /// return. Out of line: valuing recurses through `name`, whose frame must stay small.
+    #[inline(never)]
+    fn member(
+        &self,
+        name: &str,
+        span: Range<usize>,
+        scope: usize,
+        frame: Option<&Frame>,
+    ) -> Option<Value> {
+        let p = self.p;
+        let at = span.start;
+        let (class, field) = match name.split_once('.') {
+            Some(("self", field)) => (p.class_of(scope), field),
+            Some((object, field)) if !field.contains('.') => {
+                (Some(p.instance_class(object, scope)?), field)
+            }
+            _ => return None,
+        };
+        let key = format!("self.{field}");
+        if let Some(list) = class.and_then(|class| p.bindings.get(&(class, key.as_str()))) {
+            let chosen = match name.starts_with("self.") {
+                true => list.iter().rev().find(|b| b.at <= at).or(list.last()),
+                false => list.last(),
+            };
+            if let Some(b) = chosen {
+                return Some(self.read(name, span, scope, self.attribute(b.value)));
+            }
+        }
+        if let Some(value) = class.and_then(|class| self.field(class, field)) {
+            return Some(self.read(name, span, scope, value));
+        }
+        // A property (`self.w_gb`, `fp.total_gib`): what its method returns, read as a name
+        // bound to it.
+        if let Some(method) = class.and_then(|class| p.methods.get(&(class, field))) {
+            let value = self.returned(*method, name, span.clone(), frame);
+            return Some(self.read(name, span, scope, value));
+        }
+        Some(Value::Scalar(self.symbol(name, span, scope)))
     }
 
     /// What reading `name` gives once its value is known.
@@ -930,6 +941,14 @@ impl Valuer<'_, '_> {
         let mut read = Lin::read(name, span, Some(&lin));
         self.apply_role(name, scope, &mut read);
         Value::Scalar(read)
+    }
+
+    /// `x * y`, with a count known by its use read as one (see [`Valuer::counted`]). Out of
+    /// line: valuing recurses through `compute`, whose frame must stay small.
+    #[inline(never)]
+    fn product(&self, a: Id, b: Id, x: Lin, y: Lin, text: &str, span: Range<usize>) -> Lin {
+        let (cx, cy) = (self.counted(a, &x, &y), self.counted(b, &y, &x));
+        binary("*", cx.unwrap_or(x), cy.unwrap_or(y), text, span)
     }
 
     /// A number read through a name that says nothing of it (`N_BASE = 3_212_749_824`), times
