@@ -749,9 +749,12 @@ impl<'s> Walker<'s> {
 
     /// The name the loader built by `call` is assigned to.
     fn loader_name(&self, call: &Range<usize>) -> Option<&str> {
-        self.assigned_text.iter().find_map(|(name, rhs)| {
-            (offset_in(self.src, rhs) == Some(call.start)).then_some(name.as_str())
-        })
+        // `a = b = DataLoader(...)` binds two names: the first by name, whatever the map's order.
+        self.assigned_text
+            .iter()
+            .filter(|(_, rhs)| offset_in(self.src, rhs) == Some(call.start))
+            .map(|(name, _)| name.as_str())
+            .min()
     }
 
     /// The loader built by `call` is iterated by a loop that trains (it calls `backward`).

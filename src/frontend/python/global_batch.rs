@@ -118,17 +118,23 @@ impl<'s> Walker<'s> {
             } else {
                 continue;
             };
-            // Read by a count of steps or a learning rate.
-            let Some((user, _)) = self.assigned_text.iter().find(|(name, text)| {
-                let n = name.to_ascii_lowercase();
-                **name != p.name
-                    && ["step", "warmup", "iters", "lr", "learning_rate"]
-                        .iter()
-                        .any(|k| n.contains(k))
-                    && text
-                        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-                        .any(|w| w == p.name)
-            }) else {
+            // Read by a count of steps or a learning rate: the first such assignment in the
+            // file (the map of assignments has no order of its own).
+            let Some((user, _)) = self
+                .assigned_text
+                .iter()
+                .filter(|(name, text)| {
+                    let n = name.to_ascii_lowercase();
+                    **name != p.name
+                        && ["step", "warmup", "iters", "lr", "learning_rate"]
+                            .iter()
+                            .any(|k| n.contains(k))
+                        && text
+                            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                            .any(|w| w == p.name)
+                })
+                .min_by_key(|(name, text)| (super::batch_model::offset_in(self.src, text), *name))
+            else {
                 continue;
             };
             out.push(GlobalBatch {
