@@ -395,6 +395,8 @@ impl<S> NodeOf<S> {
             },
             NodeOf::Extreme(a) => NodeOf::Extreme(a.clone()),
             NodeOf::Item(base, key) => NodeOf::Item(*base, key.map(f)),
+            NodeOf::ItemAt(base, key) => NodeOf::ItemAt(*base, *key),
+            NodeOf::Str(text) => NodeOf::Str(f(text)),
             NodeOf::Dict(pairs) => NodeOf::Dict(pairs.iter().map(|(k, v)| (f(k), *v)).collect()),
             NodeOf::Seq(items) => NodeOf::Seq(items.clone()),
             NodeOf::Choice(a, b) => NodeOf::Choice(*a, *b),

@@ -269,9 +269,16 @@ fn role_of_segment(name: &str) -> Role {
     if has(&["need", "required", "requirement", "fixed", "footprint"]) {
         return Role::Total;
     }
+    // `act` and `acts` as whole segments of a memory name (`act_budget_gb`, `acts_gib`).
+    let acts = || {
+        names_memory_unit(n)
+            && n.split('_')
+                .any(|seg| seg.eq_ignore_ascii_case("act") || seg.eq_ignore_ascii_case("acts"))
+    };
     if has(&[
         "activ", "batch", "sample", "token", "seq", "act_mem", "act_gb", "logit",
-    ]) {
+    ]) || acts()
+    {
         return Role::Activations;
     }
     if has(&[

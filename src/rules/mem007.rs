@@ -49,8 +49,10 @@ impl Rule for LoraFullMultiplier {
             {
                 continue;
             }
-            let Some(req) = requirement(f) else { continue };
-            let Some((span, what)) = judge(cx, f, &req.terms) else {
+            let Some(terms) = requirement(f).map(|r| r.terms).or_else(|| shown_part(f)) else {
+                continue;
+            };
+            let Some((span, what)) = judge(cx, f, &terms) else {
                 continue;
             };
             // On the term where it is written: in the formula, in a part of it the same
@@ -60,7 +62,7 @@ impl Rule for LoraFullMultiplier {
             let within = |g: &Formula| span.start >= g.span.start && span.end <= g.span.end;
             // A helper of this file writes the bytes beside the count.
             let written = cx.facts.formulas.iter().flat_map(|g| &g.lin.terms);
-            let helper_writes = req.terms.iter().copied().chain(written).any(|t| {
+            let helper_writes = terms.iter().copied().chain(written).any(|t| {
                 t.span == span
                     && cx.file.slice(&t.symbol_span) == t.symbol
                     && t.literal
@@ -97,6 +99,21 @@ impl Rule for LoraFullMultiplier {
 }
 
 /// What a requirement charges to every parameter of the model beyond its weights, and where.
+/// The gradients or the optimizer states estimated alone and shown to the user, feeding no
+/// total (`states_gb = n_total * 8 / 1e9`, then printed): charged to the whole model, the
+/// estimate is wrong whatever total it would have joined.
+fn shown_part(f: &Formula) -> Option<Vec<&Term>> {
+    let FormulaKind::Assign { target, .. } = &f.kind else {
+        return None;
+    };
+    let part = crate::expr::part_of(target);
+    // One count times bytes: a sum over several counts (`frozen * 2 + adapters * 12`) adds
+    // up the model's states, whatever its name calls them.
+    let one_count = f.lin.terms.len() == 1;
+    (f.shown && !f.feeds && one_count && matches!(part, Role::Grads | Role::Optimizer))
+        .then(|| f.lin.terms.iter().collect())
+}
+
 fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>, String)> {
     // Embeddings and heads that train in full (`modules_to_save`) carry full states; a share
     // per device is MEM008's.

@@ -44,7 +44,7 @@ impl Valuer<'_, '_> {
         // A term with no known value (a parameter, even one named for what it holds) takes
         // what the calls hand over.
         let open = match &as_bound {
-            Value::Scalar(l) => l
+            Value::Scalar(l) | Value::Text(_, l) => l
                 .terms
                 .iter()
                 .any(|t| t.opaque || t.role == Role::Unknown || t.value.is_none()),

@@ -11,6 +11,7 @@
 //!   words of its name.
 
 mod calls;
+mod items;
 
 use super::names::{count_scale, is_node_count, may_count_by_use, names_a_count};
 use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
@@ -66,6 +67,11 @@ pub enum NodeOf<S> {
     /// `min(...)`, `max(...)`: the one argument that is not a constant, when there is one.
     Extreme(Vec<Id>),
     Item(Id, KeyOf<S>),
+    /// `table[key]` with a key that is itself a value (`BYTES[dtype]`, `dtype` a parameter
+    /// whose default or argument is a string).
+    ItemAt(Id, Id),
+    /// A string literal: a key a table may be indexed by.
+    Str(S),
     Dict(Vec<(S, Id)>),
     /// A dict with one key set (`parts["grads"] = g` after `parts = {}`).
     Set(Id, S, Id),
@@ -163,6 +169,13 @@ const MAX_TERMS: usize = 64;
 const MAX_DEPTH: usize = 192;
 
 impl<'s> Program<'s> {
+    /// Whether the value is a calculation (`a op b`), not a name or a number read as it is.
+    pub fn is_arithmetic(&self, id: Id) -> bool {
+        self.entries
+            .get(id as usize)
+            .is_some_and(|e| matches!(e.node, Node::Bin(..)))
+    }
+
     pub fn new(src: &'s str) -> Self {
         Program {
             src,
@@ -441,21 +454,32 @@ pub enum Value {
     Bundle(Vec<(String, Value)>),
     /// A tuple or a list.
     Seq(Vec<Value>),
+    /// A string, with the number it reads as anywhere but as a table's key (what it read as
+    /// before strings were values: a symbol of the name holding it, or an opaque literal).
+    Text(String, Lin),
 }
 
 impl Value {
     /// As one number: a bundle of components is their total (or the entry named for the total).
     pub fn lin(self, text: &str, span: Range<usize>) -> Lin {
         match self {
-            Value::Scalar(l) => l,
+            Value::Scalar(l) | Value::Text(_, l) => l,
             Value::Bundle(entries) => bundle_total(entries).unwrap_or_else(|| opaque(text, span)),
             Value::Seq(_) => opaque(text, span),
         }
     }
 
+    /// The value held in a container: a string there reads as a number, as it always did.
+    fn held(self) -> Value {
+        match self {
+            Value::Text(_, l) => Value::Scalar(l),
+            other => other,
+        }
+    }
+
     fn scalar(self) -> Option<Lin> {
         match self {
-            Value::Scalar(l) => Some(l),
+            Value::Scalar(l) | Value::Text(_, l) => Some(l),
             _ => None,
         }
     }
@@ -581,32 +605,6 @@ impl Valuer<'_, '_> {
         v
     }
 
-    /// `base` with `key` set to `v`. Out of [`Valuer::compute`], whose frame every level of a
-    /// nested value pays for.
-    #[inline(never)]
-    fn set(
-        &self,
-        base: Id,
-        key: &str,
-        v: Id,
-        frame: Option<&Frame>,
-        text: &str,
-        span: Range<usize>,
-    ) -> Value {
-        match self.value(base, frame) {
-            Value::Bundle(mut entries) => {
-                let value = match self.value(v, frame) {
-                    Value::Scalar(l) => Value::Scalar(l.through(part_of(key))),
-                    other => other,
-                };
-                entries.retain(|(k, _)| k != key);
-                entries.push((key.to_string(), value));
-                Value::Bundle(entries)
-            }
-            _ => Value::Scalar(opaque(text, span)),
-        }
-    }
-
     /// [`Valuer::value`] as one number.
     pub fn lin(&self, id: Id, frame: Option<&Frame>) -> Lin {
         let span = self.p.span(id);
@@ -702,35 +700,15 @@ impl Valuer<'_, '_> {
                 args,
                 keywords,
             } => return self.call(callee, args, keywords, e, frame),
-            Node::Item(base, key) => {
-                return match (self.value(*base, frame), key) {
-                    (Value::Bundle(entries), Key::Str(k)) => entries
-                        .into_iter()
-                        .find(|(name, _)| name == k)
-                        .map(|(_, v)| v)
-                        .unwrap_or_else(|| Value::Scalar(opaque(text, span))),
-                    // `cfg["gpu_memory_gb"]` of a config read at run time: the key names the
-                    // value, as an attribute's name does (`args.gpu_memory_gb`).
-                    (Value::Scalar(base), Key::Str(k)) if names_a_container(&base) => {
-                        Value::Scalar(Lin::symbol(text, span).with_role(item_role(&base, k)))
-                    }
-                    (Value::Seq(items), Key::Index(i)) => {
-                        let n = items.len() as i64;
-                        let at = if *i < 0 { n + i } else { *i };
-                        usize::try_from(at)
-                            .ok()
-                            .and_then(|at| items.into_iter().nth(at))
-                            .unwrap_or_else(|| Value::Scalar(opaque(text, span)))
-                    }
-                    _ => Value::Scalar(opaque(text, span)),
-                };
-            }
+            Node::Item(base, key) => return self.item(self.value(*base, frame), key, text, span),
+            Node::ItemAt(base, key) => return self.item_at(*base, *key, frame, text, span),
+            Node::Str(s) => return Value::Text(s.to_string(), opaque(text, span)),
             Node::Dict(pairs) => {
                 return Value::Bundle(
                     pairs
                         .iter()
                         .map(|(k, v)| {
-                            let value = match self.value(*v, frame) {
+                            let value = match self.value(*v, frame).held() {
                                 Value::Scalar(l) => Value::Scalar(l.through(part_of(k))),
                                 other => other,
                             };
@@ -740,7 +718,7 @@ impl Valuer<'_, '_> {
                 )
             }
             Node::Seq(items) => {
-                return Value::Seq(items.iter().map(|i| self.value(*i, frame)).collect())
+                return Value::Seq(items.iter().map(|i| self.value(*i, frame).held()).collect())
             }
             // Only a dict whose every entry is known grows: a key set on anything else leaves
             // the rest of its entries unknown.
@@ -757,7 +735,7 @@ impl Valuer<'_, '_> {
                         .into_iter()
                         .filter_map(|(_, v)| v.scalar())
                         .collect(),
-                    Value::Scalar(_) => Vec::new(),
+                    Value::Scalar(_) | Value::Text(..) => Vec::new(),
                 };
                 let mut items = items.into_iter();
                 match items.next() {
@@ -826,10 +804,15 @@ impl Valuer<'_, '_> {
                 }
                 // What the function uses when called without it.
                 if let Some(d) = default {
-                    if let Value::Scalar(l) = self.value(*d, None) {
-                        if l.is_constant() {
+                    match self.value(*d, None) {
+                        Value::Scalar(l) if l.is_constant() => {
                             return self.read(name, span, scope, Value::Scalar(l));
                         }
+                        Value::Text(s, _) => {
+                            let symbol = self.symbol(name, span, scope);
+                            return Value::Text(s, symbol);
+                        }
+                        _ => {}
                     }
                 }
                 return Value::Scalar(self.symbol(name, span, scope));
@@ -890,6 +873,13 @@ impl Valuer<'_, '_> {
     fn read(&self, name: &str, span: Range<usize>, scope: usize, value: Value) -> Value {
         let lin = match value {
             Value::Scalar(l) => l,
+            // A string keeps its text for the tables it indexes, and reads as it always did.
+            Value::Text(s, l) => {
+                return match self.read(name, span, scope, Value::Scalar(l)) {
+                    Value::Scalar(x) => Value::Text(s, x),
+                    other => other,
+                }
+            }
             bundle => return bundle,
         };
         if !lin.is_bindable() {

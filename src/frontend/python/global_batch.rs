@@ -149,3 +149,24 @@ impl<'s> Walker<'s> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::frontend::python::extract;
+
+    #[test]
+    fn a_global_batch_is_said_to_be_read_by_its_first_reader() {
+        // Several readers: the message names the first in the file on every run, whatever the
+        // order of the map the walk keeps assignments in.
+        let src = "import torch.distributed as dist\ndist.init_process_group('nccl')\nworld = dist.get_world_size()\nfor step, b in enumerate(loader):\n    loss = model(b)\n    loss.backward()\n    if (step + 1) % accum == 0:\n        opt.step()\nglobal_batch = micro_batch * world\nlr = base_lr * global_batch / 256\nwarmup_steps = 1000 * global_batch\ntotal_steps = n // global_batch\nmax_iters = n // global_batch\n";
+        for _ in 0..8 {
+            let facts = extract(src).expect("parses");
+            let users: Vec<&str> = facts
+                .global_batches
+                .iter()
+                .map(|g| g.used_by.as_str())
+                .collect();
+            assert_eq!(users, ["lr"]);
+        }
+    }
+}

@@ -79,6 +79,11 @@ impl<'s> Walker<'s> {
                 None => V::Opaque,
             },
             "identifier" => V::Name(self.text(node)),
+            // A plain string literal (no prefix, so no f-string): a key tables are indexed by.
+            "string" => match self.text(node) {
+                t if t.starts_with(['"', '\'']) => V::Str(t.trim_matches(['"', '\''])),
+                _ => V::Opaque,
+            },
             "attribute" => {
                 let text = self.text(node);
                 if reads_device_memory(text) && text.contains('(') {
@@ -463,7 +468,11 @@ impl<'s> Walker<'s> {
                 Ok(i) => Key::Index(i),
                 Err(_) => return V::Opaque,
             },
-            _ => return V::Opaque,
+            // `BYTES[dtype]`: the key is a value, known when it is a string.
+            _ => {
+                let base = self.value_of(base, depth + 1);
+                return V::ItemAt(base, self.value_of(key, depth + 1));
+            }
         };
         V::Item(self.value_of(base, depth + 1), key)
     }
@@ -494,10 +503,16 @@ impl<'s> Walker<'s> {
                     _ => (None, None),
                 };
                 let Some(name) = name else { continue };
-                let default = default
-                    .filter(|d| matches!(d.ty(), "integer" | "float"))
-                    .and_then(|d| parse_number(self.text(d)))
-                    .map(|v| self.program.add(V::Num(v), p.byte_range(), parent));
+                let default = default.and_then(|d| {
+                    let v = match d.ty() {
+                        "integer" | "float" => V::Num(parse_number(self.text(d))?),
+                        "string" if self.text(d).starts_with(['"', '\'']) => {
+                            V::Str(self.text(d).trim_matches(['"', '\'']))
+                        }
+                        _ => return None,
+                    };
+                    Some(self.program.add(v, p.byte_range(), parent))
+                });
                 params.push((self.text(name), default));
             }
             if params

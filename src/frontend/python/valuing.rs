@@ -48,7 +48,8 @@ pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut 
         .collect();
     for p in pending {
         judge_units(facts, p, program, &valuer);
-        if matches!(p.kind, PendingKind::Printed { .. }) {
+        if let PendingKind::Printed { figures } = &p.kind {
+            printed_figures(facts, p, figures, program, &valuer);
             continue;
         }
         let later = |inside: &dyn Fn(usize) -> bool| match &p.kind {
@@ -81,6 +82,31 @@ pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut 
         let valued = valuer.valuations(p.value, p.scope, per_call);
         for (lin, frame) in valued {
             settle(facts, p, lin, &valuer, frame.as_ref(), (feeds, shown));
+        }
+    }
+}
+
+/// The figures an f-string prints with a unit of memory that are calculations of their own
+/// (`f"{n * 8 / 1e9:.1f} GB"`; a name printed so is judged where it is assigned): what the
+/// code states memory takes, shown to the user.
+fn printed_figures(
+    facts: &mut Facts,
+    p: &Pending,
+    figures: &[(crate::expr::program::Id, Option<Unit>, Range<usize>)],
+    program: &Program,
+    valuer: &crate::expr::program::Valuer,
+) {
+    for (id, unit, span) in figures {
+        if unit.is_none() || !program.is_arithmetic(*id) {
+            continue;
+        }
+        for (lin, _) in valuer.valuations(*id, p.scope, false) {
+            let n = facts.formulas.len();
+            push_formula(facts, FormulaKind::Expr, lin, p, (false, true));
+            // At the figure, not the whole f-string.
+            if let Some(f) = facts.formulas.get_mut(n) {
+                f.span = span.clone();
+            }
         }
     }
 }
