@@ -166,10 +166,13 @@ fn judge_bytes(
             .iter()
             .find(|t| t.part == Role::Model)
             .is_some_and(|t| (in_bytes(t.coef).abs() - 4.0).abs() < 1e-9);
-    // Under mixed precision the states' dtype is MEM009's to judge: 16 bits is the least here.
+    // Under mixed precision the states' dtype is MEM009's to judge: 16 bits is the least here,
+    // unless the formula itself counts the weights at 4 bytes (fp32 master weights, whose
+    // states are fp32 too).
+    let mixed = cx.training.precision.contains(&Precision::Amp);
     let fp32 = (!cx.training.precision.is_empty()
         && cx.training.precision.iter().all(|p| *p == Precision::Fp32))
-        || (cx.training.precision.is_empty() && weights_fp32);
+        || ((cx.training.precision.is_empty() || mixed) && weights_fp32);
     let (element, state_bytes) = if fp32 {
         (4.0, opt.row.bytes_per_param_fp32)
     } else {

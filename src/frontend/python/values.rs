@@ -363,7 +363,10 @@ impl<'s> Walker<'s> {
     fn sum_value(&mut self, arg: Node, depth: usize) -> V<'s> {
         let text = self.text(arg);
         if matches!(arg.ty(), "generator_expression" | "list_comprehension") {
-            let counts = text.contains("numel") && text.contains("parameters");
+            // Over the parameters, or over a name bound to them (`params =
+            // list(enc.parameters()) + list(head.parameters())`).
+            let counts = text.contains("numel")
+                && (text.contains("parameters") || self.iterates_bound_parameters(arg));
             if !counts {
                 return match self.keyed_items(arg, depth) {
                     Some(items) => V::Sum(self.program.add(items, arg.byte_range(), self.scope())),
@@ -409,6 +412,22 @@ impl<'s> Walker<'s> {
             }
         }
         V::Sum(self.value_of(arg, depth + 1))
+    }
+
+    /// The generator iterates a name whose value lists parameters.
+    fn iterates_bound_parameters(&self, generator: Node) -> bool {
+        let mut c = generator.walk();
+        let clauses: Vec<Node> = generator
+            .named_children(&mut c)
+            .filter(|n| n.ty() == "for_in_clause")
+            .collect();
+        clauses.iter().any(|clause| {
+            clause
+                .field("right")
+                .filter(|r| r.ty() == "identifier")
+                .and_then(|r| self.assigned_text.get(self.text(r)))
+                .is_some_and(|bound| bound.contains(".parameters()"))
+        })
     }
 
     /// `parts[k] for k in ("weights", "grads")`: the items of a bundle read by the keys
