@@ -98,7 +98,6 @@ impl Rule for LoraFullMultiplier {
     }
 }
 
-/// What a requirement charges to every parameter of the model beyond its weights, and where.
 /// The gradients or the optimizer states estimated alone and shown to the user, feeding no
 /// total (`states_gb = n_total * 8 / 1e9`, then printed): charged to the whole model, the
 /// estimate is wrong whatever total it would have joined.
@@ -114,6 +113,7 @@ fn shown_part(f: &Formula) -> Option<Vec<&Term>> {
         .then(|| f.lin.terms.iter().collect())
 }
 
+/// What a requirement charges to every parameter of the model beyond its weights, and where.
 fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>, String)> {
     // Embeddings and heads that train in full (`modules_to_save`) carry full states; a share
     // per device is MEM008's.
