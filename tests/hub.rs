@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,15 +47,30 @@ struct Route {
 struct Standin {
     endpoint: String,
     log: Arc<Mutex<Vec<Seen>>>,
+    /// Connections accepted and not yet logged: a client can read its answer and exit before
+    /// the stand-in logs the request.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Standin {
     fn requests(&self) -> Vec<Seen> {
+        self.settle();
         self.log.lock().expect("log").clone()
     }
 
     fn clear(&self) {
+        self.settle();
         self.log.lock().expect("log").clear();
+    }
+
+    /// Wait (a few seconds at most) until every connection accepted is logged.
+    fn settle(&self) {
+        let started = std::time::Instant::now();
+        while self.in_flight.load(Ordering::SeqCst) > 0
+            && started.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -72,14 +88,21 @@ fn standin(routes: Vec<Route>, ranges: bool) -> Standin {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
     let log = Arc::new(Mutex::new(Vec::new()));
-    let shared = Arc::clone(&log);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let (shared, serving) = (Arc::clone(&log), Arc::clone(&in_flight));
     std::thread::spawn(move || {
         for stream in listener.incoming().take(400) {
             let Ok(stream) = stream else { continue };
+            serving.fetch_add(1, Ordering::SeqCst);
             serve(stream, &routes, ranges, &shared);
+            serving.fetch_sub(1, Ordering::SeqCst);
         }
     });
-    Standin { endpoint, log }
+    Standin {
+        endpoint,
+        log,
+        in_flight,
+    }
 }
 
 fn serve(mut stream: TcpStream, routes: &[Route], ranges: bool, log: &Mutex<Vec<Seen>>) {
@@ -697,6 +720,7 @@ fn an_unreachable_hub_is_a_network_error() {
     let hub = Standin {
         endpoint: format!("http://127.0.0.1:{port}"),
         log: Arc::new(Mutex::new(Vec::new())),
+        in_flight: Arc::new(AtomicUsize::new(0)),
     };
     let home = tempfile::tempdir().expect("home");
     let (code, _, err) = run(&hub, home.path(), &["--model", "acme/far-away"], &[]);
