@@ -269,15 +269,10 @@ fn role_of_segment(name: &str) -> Role {
     if has(&["need", "required", "requirement", "fixed", "footprint"]) {
         return Role::Total;
     }
-    // `act` and `acts` as whole segments of a memory name (`act_budget_gb`, `acts_gib`).
-    let acts = || {
-        names_memory_unit(n)
-            && n.split('_')
-                .any(|seg| seg.eq_ignore_ascii_case("act") || seg.eq_ignore_ascii_case("acts"))
-    };
+    // `act` and `acts` in a memory name (`act_budget_gb`, `acts_gib`).
     if has(&[
         "activ", "batch", "sample", "token", "seq", "act_mem", "act_gb", "logit",
-    ]) || acts()
+    ]) || (names_memory_unit(n) && has_act_segment(n))
     {
         return Role::Activations;
     }
@@ -387,16 +382,19 @@ pub fn is_memory_name(name: &str) -> bool {
             .windows(w.len())
             .any(|win| win.eq_ignore_ascii_case(w.as_bytes()))
     };
-    // `act` and `acts` say activations only as whole segments (`act_mem_gb`, not `exact_gb`).
-    let acts = n
-        .split('_')
-        .any(|seg| seg.eq_ignore_ascii_case("act") || seg.eq_ignore_ascii_case("acts"));
-    unit && (acts
+    unit && (has_act_segment(n)
         || [
             "activ", "optim", "grad", "adam", "state", "moment", "model", "weight", "param",
         ]
         .iter()
         .any(|w| has(w)))
+}
+
+/// `act` and `acts` say activations only as whole segments of a name (`act_mem_gb`, not
+/// `exact_gb`).
+fn has_act_segment(name: &str) -> bool {
+    name.split('_')
+        .any(|seg| seg.eq_ignore_ascii_case("act") || seg.eq_ignore_ascii_case("acts"))
 }
 
 /// A name for a count in billions (`PARAMS_B`, `n_params_b`, `model_size_bn`, `billions`): one

@@ -595,10 +595,10 @@ fn may_size_memory(lower_name: &[u8]) -> bool {
     })
 }
 
-/// A gate for [`names_a_count`], true wherever it is, without allocating.
 /// A number [`may_count_by_use`] accepts, to ask it about a name alone.
 const COUNT_SIZED: f64 = 7e9 + 1.0;
 
+/// A gate for [`names_a_count`], true wherever it is, without allocating.
 fn may_name_a_count(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name);
     [

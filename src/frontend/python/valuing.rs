@@ -101,12 +101,8 @@ fn printed_figures(
             continue;
         }
         for (lin, _) in valuer.valuations(*id, p.scope, false) {
-            let n = facts.formulas.len();
-            push_formula(facts, FormulaKind::Expr, lin, p, (false, true));
             // At the figure, not the whole f-string.
-            if let Some(f) = facts.formulas.get_mut(n) {
-                f.span = span.clone();
-            }
+            push_formula(facts, FormulaKind::Expr, lin, p, span, (false, true));
         }
     }
 }
@@ -130,6 +126,7 @@ fn settle(
                 },
                 lin.assigned_to(target),
                 p,
+                &p.span,
                 used,
             );
             return;
@@ -180,15 +177,17 @@ fn settle(
             return;
         }
     };
-    push_formula(facts, kind, lin, p, (false, false));
+    push_formula(facts, kind, lin, p, &p.span, (false, false));
 }
 
 /// `used`: whether a later line reads the value again, and whether it prints it as memory.
+/// `span`: where the formula is written (the pending's, or a part of it).
 fn push_formula(
     facts: &mut Facts,
     kind: FormulaKind,
     lin: Lin,
     p: &Pending,
+    span: &Range<usize>,
     (feeds, shown): (bool, bool),
 ) {
     // A count of the parameters that train (`if p.requires_grad`) sizes a formula too.
@@ -199,7 +198,7 @@ fn push_formula(
     facts.formulas.push(Formula {
         kind,
         lin,
-        span: p.span.clone(),
+        span: span.clone(),
         scope: p.scope,
         guard: p.guard,
         inference: p.inference,
