@@ -178,6 +178,14 @@ pub fn lint_candidates(
                     .binary_search(&absolute(&c.path, &cwd))
                     .is_ok()
             });
+    // A config the prefilter ruled out holds no key a reader of configs looks at (a tokenizer's
+    // vocabulary, a dataset): read whole, it gives no fact, and a diagnostic only where a run
+    // reaches it and it does not parse (ML001). Only those that may not parse are read whole.
+    let reached: Vec<&Candidate> = reached
+        .into_par_iter()
+        .filter(|c| !surely_parses(c, &absolute(&c.path, &cwd), overlay))
+        .collect();
+    ruled_out.retain(|c| !matches!(c.language, Language::Yaml | Language::Json));
     if !reached.is_empty() {
         got.load(&reached, resolver, &cwd, whole, &mut context);
         contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
@@ -269,6 +277,17 @@ pub fn lint_candidates(
         errors,
         skipped,
         warnings,
+    }
+}
+
+/// Whether the file is a config that surely parses ([`config::surely_parses`]).
+fn surely_parses(c: &Candidate, abs: &Path, overlay: &Overlay) -> bool {
+    if c.language != Language::Json {
+        return false;
+    }
+    match overlay.get(abs) {
+        Some(t) => config::surely_parses(c.language, t),
+        None => std::fs::read_to_string(abs).is_ok_and(|t| config::surely_parses(c.language, &t)),
     }
 }
 
@@ -754,24 +773,7 @@ fn analyse_with(file: &SourceFile, reads: python::Reads) -> Result<Facts, String
         },
         Language::Yaml | Language::Json | Language::Toml => {
             match config::parse(file.language, &file.text) {
-                Ok(doc) => {
-                    let evidence = crate::frontend::config::evidence(&doc);
-                    let is_pyproject = file.language == Language::Toml
-                        && file.path.file_name().is_some_and(|n| n == "pyproject.toml");
-                    let pins = match doc.roots.first() {
-                        Some(root) if is_pyproject => {
-                            crate::frontend::pins::pyproject(root, &file.text)
-                        }
-                        _ => Vec::new(),
-                    };
-                    Facts {
-                        evidence,
-                        tables: crate::frontend::config::tables(&doc),
-                        config: Some(doc),
-                        pins,
-                        ..Facts::default()
-                    }
-                }
+                Ok(doc) => config_facts(file, doc),
                 Err(e) => {
                     let p = file.position(e.offset);
                     return Err(format!(
@@ -785,6 +787,24 @@ fn analyse_with(file: &SourceFile, reads: python::Reads) -> Result<Facts, String
             }
         }
     })
+}
+
+/// What a config's document says.
+fn config_facts(file: &SourceFile, doc: config::ConfigDoc) -> Facts {
+    let evidence = crate::frontend::config::evidence(&doc);
+    let is_pyproject = file.language == Language::Toml
+        && file.path.file_name().is_some_and(|n| n == "pyproject.toml");
+    let pins = match doc.roots.first() {
+        Some(root) if is_pyproject => crate::frontend::pins::pyproject(root, &file.text),
+        _ => Vec::new(),
+    };
+    Facts {
+        evidence,
+        tables: crate::frontend::config::tables(&doc),
+        config: Some(doc),
+        pins,
+        ..Facts::default()
+    }
 }
 
 /// Join each file's evidence with its launchers' and configs', and give each file the view of
@@ -931,8 +951,17 @@ fn load_for_context(path: &Path, cwd: &Path, overlay: &Overlay) -> Option<Contex
         return None;
     }
     let text = String::from_utf8(bytes).ok()?;
+    // A JSON file a run names that holds no key a reader looks at (a tokenizer's vocabulary)
+    // gives what its empty document gives.
+    let skeleton = match crate::prefilter::config_holds_known_key(language, &text) {
+        true => None,
+        false => config::skeleton(language, &text),
+    };
     let file = SourceFile::new(path.to_path_buf(), display_path(path, cwd), language, text);
-    let facts = analyse(&file).ok()?;
+    let facts = match skeleton {
+        Some(doc) => config_facts(&file, doc),
+        None => analyse(&file).ok()?,
+    };
     Some(ContextFile { file, facts })
 }
 

@@ -114,6 +114,35 @@ fn a_config_nothing_reaches_stays_a_warning() {
     );
 }
 
+/// A JSON file a run names that holds no key a reader of configs looks at (a vocabulary, with
+/// `noqa` among its words) is not read whole; one of them that does not parse is still ML001.
+#[test]
+fn a_data_file_a_run_names_is_ml001_only_when_it_does_not_parse() {
+    let launch =
+        "#!/bin/bash\ndeepspeed train.py --deepspeed data/ds.json --vocab data/vocab.json\n";
+    let vocab = "{\"the\": 1, \"noqa\": 2, \"memlint\": 3}\n";
+    let dir = project(&[
+        ("launch.sh", launch),
+        ("train.py", "import torch\n"),
+        ("data/vocab.json", vocab),
+        ("data/ds.json", "{\"hello\": 1,,}\n"),
+    ]);
+    let (code, out, err) = run(memlint(dir.path()).args(["--output-format", "concise", "."]));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err, "");
+    assert_eq!(
+        out,
+        "data/ds.json:1:13: ML001 invalid JSON (expected a string): a run of this project reads this config and fails to load it\n\
+         Found 1 diagnostic.\n"
+    );
+    std::fs::write(dir.path().join("data/ds.json"), "{\"hello\": 1}\n").unwrap();
+    let (code, out, err) = run(memlint(dir.path()).args(["--output-format", "concise", "."]));
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (0, "All checks passed!\n", "")
+    );
+}
+
 #[test]
 fn a_reached_config_outside_the_files_linted_is_a_warning_naming_it() {
     let dir = project(&[

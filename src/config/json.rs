@@ -45,6 +45,85 @@ pub fn parse_doc(text: &str) -> Result<ConfigDoc, ConfigError> {
     })
 }
 
+/// Whether [`parse_doc`] surely accepts `text`, found without building its nodes: strict JSON
+/// (serde_json's grammar, a subset of this reader's) whose numbers are all finite (this reader
+/// refuses `1e400`). `false` says nothing: the text may still parse here (comments, trailing
+/// commas, `NaN`).
+pub fn surely_parses(text: &str) -> bool {
+    serde_json::from_str::<Strict>(text).is_ok()
+}
+
+/// The document with its root emptied, when [`surely_parses`] and the root is an object or an
+/// array: what a file that holds no key anyone reads gives, found without its nodes.
+pub fn skeleton(text: &str) -> Option<ConfigDoc> {
+    if !surely_parses(text) {
+        return None;
+    }
+    // Strict JSON: only these four bytes are whitespace around the value.
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let bytes = text.as_bytes();
+    let start = bytes.iter().position(|b| !ws(b))?;
+    let end = bytes.len() - bytes.iter().rev().position(|b| !ws(b))?;
+    let value = match bytes[start] {
+        b'{' => Value::Map(Vec::new()),
+        b'[' => Value::List(Vec::new()),
+        _ => return None,
+    };
+    Some(ConfigDoc {
+        roots: vec![Node {
+            value,
+            span: start..end,
+        }],
+        repeated: Vec::new(),
+    })
+}
+
+/// Any strict JSON value whose numbers are finite (see [`surely_parses`]).
+struct Strict;
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Strict)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict {
+    type Value = Strict;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value with finite numbers")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Strict, E> {
+        match v.is_finite() {
+            true => Ok(Strict),
+            false => Err(E::custom("a number out of range")),
+        }
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_unit<E>(self) -> Result<Strict, E> {
+        Ok(Strict)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+        while seq.next_element::<Strict>()?.is_some() {}
+        Ok(Strict)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, Strict>()?.is_some() {}
+        Ok(Strict)
+    }
+}
+
 struct Reader<'a> {
     s: &'a [u8],
     text: &'a str,
@@ -264,6 +343,40 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn surely_parses_only_what_the_reader_accepts() {
+        let texts = [
+            "{\"a\": [1, 2.5, -3e5, true, null, \"\\u00e9\"]}",
+            "[12345678901234567890123, -0.0e-400]",
+            "[1e400]",
+            "{\"a\": -1e309}",
+            "{\"a\": 1,}",
+            "// a comment\n{\"a\": 1}",
+            "{\"a\": NaN}",
+            "",
+            "{\"a\": 1}\n{\"a\": 2}\n",
+            "{\"a\": }",
+        ];
+        for text in texts {
+            if surely_parses(text) {
+                assert!(parse_doc(text).is_ok(), "{text}");
+            }
+        }
+        assert!(surely_parses(texts[0]) && surely_parses(texts[1]));
+        assert!(!surely_parses(texts[2]) && !surely_parses(texts[3]));
+        let doc = skeleton(" {\"a\": [1, {\"b\": 2}]}\n").unwrap();
+        assert_eq!(doc.roots.len(), 1);
+        assert_eq!(doc.roots[0].span, 1..21);
+        assert_eq!(
+            doc.roots[0].span,
+            parse(" {\"a\": [1, {\"b\": 2}]}\n").unwrap().span
+        );
+        assert!(matches!(&doc.roots[0].value, Value::Map(e) if e.is_empty()));
+        assert!(skeleton("12").is_none() && skeleton("{\"a\": NaN}").is_none());
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        assert!(!surely_parses(&deep) && parse_doc(&deep).is_err());
+    }
 
     #[test]
     fn spans_and_values() {

@@ -93,6 +93,21 @@ pub struct ConfigError {
     pub offset: usize,
 }
 
+/// Whether [`parse`] surely accepts `text`, found fast and without spans (JSON only; `false`
+/// says nothing).
+pub fn surely_parses(language: Language, text: &str) -> bool {
+    language == Language::Json && json::surely_parses(text)
+}
+
+/// The document with its root emptied, found without reading it whole (JSON only, see
+/// [`json::skeleton`]): for a config that holds no key a reader looks at.
+pub fn skeleton(language: Language, text: &str) -> Option<ConfigDoc> {
+    match language {
+        Language::Json => json::skeleton(text),
+        _ => None,
+    }
+}
+
 pub fn parse(language: Language, text: &str) -> Result<ConfigDoc, ConfigError> {
     match language {
         // An empty file holds no config (and is not worth a warning).

@@ -13,6 +13,7 @@
 //! run names is read whole whatever this scan says.
 
 use super::scan::contains;
+use crate::source::Language;
 
 /// Keys that matter wherever a part of them is written: the families the readers look at.
 const PARTS: &[&str] = &[
@@ -100,10 +101,11 @@ const WHOLE: &[&str] = &[
 /// tokenizer's vocabulary holds every short word as a key).
 const MAX_KEYS: usize = 10_000;
 
-/// Whether the config's text holds a key some reader looks at, or a directive.
-pub(super) fn holds_known_key(text: &str) -> bool {
+/// Whether the config's text holds a key some reader looks at, or a directive (in YAML: JSON
+/// has no comments to hold one, and a vocabulary may hold `noqa` as a word).
+pub(super) fn holds_known_key(text: &str, language: Language) -> bool {
     let bytes = text.as_bytes();
-    if contains(bytes, b"memlint") || contains(bytes, b"noqa") {
+    if language != Language::Json && (contains(bytes, b"memlint") || contains(bytes, b"noqa")) {
         return true;
     }
     if memchr::memchr_iter(b':', bytes).nth(MAX_KEYS).is_some() {
@@ -164,7 +166,7 @@ mod tests {
     use super::*;
 
     fn holds(text: &str) -> bool {
-        holds_known_key(text)
+        holds_known_key(text, Language::Yaml)
     }
 
     #[test]
@@ -176,6 +178,10 @@ mod tests {
         // A vocabulary holds every short word, and more keys than any config.
         let vocab: String = (0..20_000).map(|i| format!("\"w{i}\": {i}, ")).collect();
         assert!(!holds(&format!("{{\"lr\": 0, \"model\": 1, {vocab}}}")));
+        // A vocabulary with `noqa` among its words: JSON has no comment to hold a directive.
+        let words = "{\"the\": 1, \"noqa\": 2, \"memlint\": 3}";
+        assert!(!holds_known_key(words, Language::Json));
+        assert!(holds_known_key("# noqa\nx: 1\n", Language::Yaml));
     }
 
     #[test]

@@ -222,7 +222,7 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
         };
     }
     if matches!(language, Language::Yaml | Language::Json) && !wanted.repeated_keys {
-        return match wanted.unknown || configs::holds_known_key(text) {
+        return match wanted.unknown || configs::holds_known_key(text, language) {
             true => Needs::ALL,
             false => Needs::NOTHING,
         };
@@ -280,6 +280,12 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
             && has!(scan.bytes, b"import")
             && memchr::memchr(b'/', scan.bytes).is_some(),
     }
+}
+
+/// Whether a YAML or JSON config holds a key some reader of configs looks at, or a directive:
+/// without one, the file gives no fact whatever its values.
+pub fn config_holds_known_key(language: Language, text: &str) -> bool {
+    configs::holds_known_key(text, language)
 }
 
 /// Whether the file must be parsed (see [`needs`]).
