@@ -58,6 +58,17 @@ impl<'s> Walker<'s> {
         };
         self.bind_name(target, id, node.end_byte(), local);
         self.note_unit(target, value);
+        if !append && self.guard().checkpointing && crate::expr::is_memory_name(target) {
+            let factor = rescaled_by(self.text(value), target);
+            self.pend(
+                PendingKind::Checkpointed {
+                    target: target.to_string(),
+                    factor,
+                },
+                id,
+                node.byte_range(),
+            );
+        }
         // What is computed here (not a copy of a name or a number) is a formula of its own.
         let computed = match value.kind() {
             "arithmetic_expansion" => value.named_child(0).map(|e| e.byte_range()),
@@ -310,5 +321,25 @@ impl<'s> Walker<'s> {
         self.facts
             .tables
             .extend(tables.into_iter().filter(|t| t.entries.len() >= 2));
+    }
+}
+
+/// What `$((NAME * k))` or `$((NAME / k))` scales `NAME`'s own value by.
+fn rescaled_by(value: &str, name: &str) -> Option<f64> {
+    let inner = value
+        .trim_matches('"')
+        .strip_prefix("$((")?
+        .strip_suffix("))")?
+        .replace(' ', "");
+    let rest = inner.strip_prefix('$').unwrap_or(&inner);
+    let rest = match rest.strip_prefix('{') {
+        Some(braced) => braced.strip_prefix(name)?.strip_prefix('}')?,
+        None => rest.strip_prefix(name)?,
+    };
+    let k = crate::frontend::parse_number(rest.get(1..)?)?;
+    match rest.as_bytes().first()? {
+        b'*' => Some(k),
+        b'/' if k != 0.0 => Some(1.0 / k),
+        _ => None,
     }
 }

@@ -12,7 +12,7 @@ use super::arith;
 use super::Walker;
 use crate::expr::program::{Id, Key, Node as V, Path, ScopeDef, Source};
 use crate::expr::{role_of, Lin, Role};
-use crate::facts::{Formula, FormulaKind, ScopeFacts, Topics};
+use crate::facts::{CheckpointedValue, Formula, FormulaKind, ScopeFacts, Topics};
 use crate::frontend::fields::ShField;
 use crate::frontend::{parse_number, MAX_EXPR_DEPTH};
 use std::ops::Range;
@@ -45,6 +45,12 @@ pub(super) enum PendingKind {
         other: Id,
     },
     Expr,
+    /// A memory value set under a test of gradient checkpointing (`ACT_GB=0`), and what the
+    /// assignment scales the name's own value by (`OPT_GB=$((OPT_GB / 2))`).
+    Checkpointed {
+        target: String,
+        factor: Option<f64>,
+    },
 }
 
 /// A shell function, as valuing sees it.
@@ -616,6 +622,18 @@ impl<'s> Walker<'s> {
                         other: valuer.lin(*other, frame.as_ref()),
                     },
                     PendingKind::Expr => FormulaKind::Expr,
+                    PendingKind::Checkpointed { target, factor } => {
+                        self.facts.checkpointed.push(CheckpointedValue {
+                            target: target.clone(),
+                            role: role_of(target),
+                            lin,
+                            factor: *factor,
+                            span: p.span.clone(),
+                            offloaded: p.guard.offload,
+                            returned: false,
+                        });
+                        continue;
+                    }
                 };
                 self.push_formula(kind, lin, p, false);
             }
