@@ -105,7 +105,13 @@ impl Located {
     }
 
     pub fn from_file(file: &SourceFile, facts: &Facts) -> Self {
+        Located::from_file_where(file, facts, |_| true)
+    }
+
+    /// [`Located::from_file`], with only the file's own mentions that start where `keep` says.
+    pub fn from_file_where(file: &SourceFile, facts: &Facts, keep: impl Fn(usize) -> bool) -> Self {
         let mut evidence = facts.evidence.clone();
+        retain_at(&mut evidence, keep);
         // How the file's own configs (a DeepSpeed dict, argparse defaults) train, split and
         // place the states holds for the file whether or not a run names them.
         for inline in &facts.inline_configs {
@@ -581,4 +587,24 @@ impl ProjectView {
             .filter(move |u| u.config == config)
             .map(|u| &u.run)
     }
+}
+
+/// Keep the mentions of `ev` that start where `keep` says.
+fn retain_at(ev: &mut Evidence, keep: impl Fn(usize) -> bool) {
+    ev.optimizers.retain(|m| keep(m.span.start));
+    for spans in [
+        &mut ev.trains,
+        &mut ev.inference,
+        &mut ev.lora,
+        &mut ev.frozen,
+        &mut ev.sharding,
+    ] {
+        spans.retain(|r| keep(r.start));
+    }
+    ev.shards.retain(|m| keep(m.span.start));
+    ev.offload.retain(|m| keep(m.span.start));
+    ev.checkpointing.retain(|m| keep(m.span.start));
+    ev.model_parallel.retain(|m| keep(m.span.start));
+    ev.precision.retain(|m| keep(m.span.start));
+    ev.frameworks.retain(|m| keep(m.span.start));
 }

@@ -305,9 +305,14 @@ impl Lin {
                 .all(|t| t.role == Role::ParamCount && t.coef == 1.0)
     }
 
-    /// Every term reached through a named value of role `part` counts as that component.
+    /// Every term reached through a named value of role `part` counts as that component, unless
+    /// the value is charged to the trainable parameters and to all of them (`total * 2 +
+    /// trainable * 16`): that is several parts whatever its name (weights are whole, gradients
+    /// and optimizer states trainable).
     pub fn through(mut self, name_role: Role) -> Lin {
-        if name_role.is_component() {
+        let has = |role| self.terms.iter().any(|t| t.role == role);
+        let several = has(Role::Trainable) && has(Role::ParamCount);
+        if name_role.is_component() && !several {
             for t in &mut self.terms {
                 t.part = name_role;
             }

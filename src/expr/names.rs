@@ -513,12 +513,14 @@ const COUNT_BY_USE_MIN: f64 = 5e7;
 
 /// Whether `name`, holding `value`, may be a parameter count known by its use (multiplied by
 /// bytes per parameter): a whole number of a model's size, under a name that says nothing
-/// else of it (`largest_layer_params` and `train_tokens` count something else; `n_total` is a
+/// else of it (`largest_layer_params`, `LARGEST` and `train_tokens` count something else; `n_total` is a
 /// total of something, in no unit of memory). A unit (`GB = 1e9`, `GIB = 2**30`) is a power
 /// of 1000 or 1024, never a count.
 pub fn may_count_by_use(name: &str, value: f64) -> bool {
-    const ELSE: [&str; 10] = [
+    // (`largest`: the largest layer or tensor, a part of the model.)
+    const ELSE: [&str; 11] = [
         "param", "layer", "token", "sample", "step", "flop", "elem", "vocab", "seq", "row",
+        "largest",
     ];
     let lower = name.to_ascii_lowercase();
     let unit_power = [1000.0_f64, 1024.0].iter().any(|base| {

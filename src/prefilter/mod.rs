@@ -580,6 +580,11 @@ mod tests {
         assert!(!yes("if dtype == torch.float16:\n    eps = 1e-4\nelif dtype == torch.float32:\n    eps = 1e-8\nx = 1e9\n"));
         assert!(yes("f(n, dtype=\"bf16\", bytes_per_param=4)\n"));
         assert!(!yes("run(dtype=\"bf16\", steps=4)\n"));
+        // Annotated defaults of a helper's parameters.
+        assert!(yes(
+            "def f(n: int, dtype: str = \"fp16\", bytes_per_elem: int = 4) -> int:\n    return n * bytes_per_elem\n"
+        ));
+        assert!(!yes("if dtype == \"fp16\":\n    print(bytes_seen)\n"));
         assert!(yes("SIZES = {np.float64: 4, np.int8: 1}\n"));
         assert!(yes("SIZES = {torch.bfloat16: 4}\n"));
         // Identity tests of dtypes whose arms give bytes, in a file that counts MiB.

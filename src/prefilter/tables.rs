@@ -77,9 +77,18 @@ impl Scan<'_> {
         (compares_known_key(lower, &quoted)
             && ((named && number_near_key(lower, &quoted, 1, &|_| true)) || unnamed()))
             || (named
-                // A keyword argument or default, written without spaces (`dtype="bf16"`).
+                // A keyword argument or default, or an annotated one (`dtype="bf16"`,
+                // `dtype: str = "fp16"`), not a comparison.
                 && quoted.iter().any(|&(open, _)| {
-                    open >= 2 && lower[open - 1] == b'=' && is_ident(lower[open - 2])
+                    if open >= 2 && lower[open - 1] == b'=' && is_ident(lower[open - 2]) {
+                        return true;
+                    }
+                    let Some(typed) = lower[..open].trim_ascii_end().strip_suffix(b"=") else {
+                        return false;
+                    };
+                    let typed = typed.trim_ascii_end();
+                    let ty = typed.iter().rev().take_while(|b| is_ident(**b)).count();
+                    ty > 0 && typed[..typed.len() - ty].trim_ascii_end().last() == Some(&b':')
                 }))
     }
 }
@@ -470,6 +479,16 @@ fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
         while lower.get(j).is_some_and(|b| *b == b' ' || *b == b'\t') {
             j += 1;
         }
+        // An annotation (`bytes_per_param: int = 4`, a parameter's default).
+        let annotated = lower.get(j) == Some(&b':');
+        if annotated {
+            j += 1;
+            while lower.get(j).is_some_and(|b| {
+                is_ident(*b) || matches!(b, b' ' | b'\t' | b'.' | b'[' | b']' | b'|')
+            }) {
+                j += 1;
+            }
+        }
         if lower.get(j) != Some(&b'=') || lower.get(j + 1) == Some(&b'=') {
             return false;
         }
@@ -485,8 +504,9 @@ fn assigns_number(lower: &[u8], word: &[u8]) -> bool {
             .iter()
             .take_while(|b| b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'e'))
             .count();
+        // (An annotated name is a parameter or a declaration: a comma ends its default.)
         digits > 0
             && lower[j].is_ascii_digit() | (lower[j] == b'.')
-            && lower[j + digits..].trim_ascii_start().first() != Some(&b',')
+            && (annotated || lower[j + digits..].trim_ascii_start().first() != Some(&b','))
     })
 }

@@ -36,13 +36,37 @@ pub fn may_export(text: &str, names: &[&str]) -> bool {
 /// module binds it to a number.
 fn assigns(line: &str, name: &str) -> bool {
     let Some(rest) = line.strip_prefix(name) else {
-        return false;
+        return chained_target(line, name);
     };
     let rest = match rest.trim_start().strip_prefix(':') {
         Some(annotated) => annotated.split_once('=').map_or("", |(_, v)| v),
         None => rest.trim_start().strip_prefix('=').unwrap_or(""),
     };
     !rest.is_empty() && !rest.starts_with('=') && !rest.trim_start().starts_with("lambda")
+}
+
+/// `name` is a later target of a chained assignment (`weights_gb = grads_gb = n * 2 / 1e9`).
+fn chained_target(line: &str, name: &str) -> bool {
+    let mut rest = line;
+    loop {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(rest.len());
+        if end == 0 {
+            return false;
+        }
+        let (target, after) = rest.split_at(end);
+        let Some(value) = after.trim_start().strip_prefix('=') else {
+            return false;
+        };
+        if value.starts_with('=') {
+            return false;
+        }
+        if target == name {
+            return !value.trim().is_empty();
+        }
+        rest = value.trim_start();
+    }
 }
 
 enum Defined<'a> {
@@ -494,5 +518,8 @@ of_model = lambda m: m.num_parameters()
             assert!(!may_export(MODULE, &[name]), "{name} is let through");
         }
         assert!(may_export(MODULE, &["get_logger", "gib"]));
+        let chained = "weights_gb = grads_gb = 7e9 * 2 / 1e9\nok = a == b\n";
+        assert!(may_export(chained, &["grads_gb"]) && may_export(chained, &["weights_gb"]));
+        assert!(!may_export(chained, &["b"]));
     }
 }

@@ -67,11 +67,33 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         })
         .collect();
     let lone = lone_accelerate_config(&mut files, units.len(), &runs);
+    // A launcher that checks memory before its one command (a shell pre-flight) checks the run
+    // that command starts: its formulas read the configs the command is given.
+    for (u, own) in joined.iter_mut().enumerate() {
+        let mut launched = runs
+            .iter()
+            .filter(|r| r.origin == Fid::Unit(u) && r.invocation.is_some());
+        let (Some(run), None) = (launched.next(), launched.next()) else {
+            continue;
+        };
+        if units[u].facts.formulas.is_empty() {
+            continue;
+        }
+        for (f, c) in &run.configs {
+            if Some(*f) != run.script && *f != run.origin {
+                let route = route(&mut files, run, *f);
+                own.join(&located(&files, *f, Some(*c)).via(&route));
+            }
+        }
+    }
     for run in &runs {
         // The script's context: the launcher's evidence (`--optim adamw`) and the configs'.
         if let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) {
             if Fid::Unit(s) != run.origin {
-                joined[s].join(&located(&files, run.origin, None));
+                let trains = units[s].facts.evidence.trains.len()
+                    + units[s].facts.evidence.optimizers.len()
+                    > 0;
+                joined[s].join(&launcher_located(&files, run, trains));
                 for (f, c) in &run.configs {
                     if *f != run.script.unwrap_or(run.origin) {
                         let route = route(&mut files, run, *f);
@@ -196,6 +218,22 @@ fn route(files: &mut Files, run: &Run, config: Fid) -> String {
         }
     }
     String::new()
+}
+
+/// What the launcher of `run` says about it. A script that trains (`trains`) is the run of its
+/// own command: it sees that command's words and what the launcher says outside every command
+/// (an `export`, a variable the commands read), not the flags of its other commands, which
+/// start other runs. A script that does not train (a pre-flight check) sees the whole launcher.
+fn launcher_located(files: &Files, run: &Run, trains: bool) -> Located {
+    let facts = files.facts(run.origin);
+    let invocations = &facts.invocations;
+    let own = run.invocation.and_then(|k| invocations.get(k));
+    let keep = |at: usize| {
+        !trains
+            || own.is_some_and(|i| i.span.contains(&at))
+            || !invocations.iter().any(|i| i.span.contains(&at))
+    };
+    Located::from_file_where(files.file(run.origin), facts, keep)
 }
 
 /// A launcher that runs a pre-flight script beside the training command

@@ -82,6 +82,11 @@ pub(super) fn memory_case(
     for (f, node) in nodes {
         scan_quantities(files, f, node, "", &mut params, &mut gpus, 0);
     }
+    // A count written as a number states it; one read from a model's name (`pythia-6.9b` for
+    // 6,857,302,016) is nominal, and only read where no number is written.
+    if params.iter().any(|x| !x.nominal) {
+        params.retain(|x| !x.nominal);
+    }
     // One value each, or nothing is asserted.
     let distinct = |v: &[Found]| {
         let first = v.first()?;

@@ -33,7 +33,12 @@ impl Rule for MissingOptimizerState {
         // With nothing frozen and no adapter (both ruled out above), the parameters that
         // require gradients are all of them.
         let partial = super::parts::trainable_fraction(cx).is_some();
-        for f in &cx.facts.formulas {
+        // A part of a formula before the formula (`gpu_gb - resident` before the batch size
+        // `int((gpu_gb - resident) / per_image_gb)` that scales it): the budget as written
+        // states the multiplier, and a formula built on it is judged there.
+        let mut formulas: Vec<&Formula> = cx.facts.formulas.iter().collect();
+        formulas.sort_by_key(|f| (f.span.end, std::cmp::Reverse(f.span.start)));
+        for f in formulas {
             if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
                 continue;
             }
