@@ -69,7 +69,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
     let lone = lone_accelerate_config(&mut files, units.len(), &runs);
     // A launcher that checks memory before its one command (a shell pre-flight) checks the run
     // that command starts: its formulas read the configs the command is given.
-    for (u, own) in joined.iter_mut().enumerate() {
+    for (u, evidence) in joined.iter_mut().enumerate() {
         let mut launched = runs
             .iter()
             .filter(|r| r.origin == Fid::Unit(u) && r.invocation.is_some());
@@ -82,7 +82,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         for (f, c) in &run.configs {
             if Some(*f) != run.script && *f != run.origin {
                 let route = route(&mut files, run, *f);
-                own.join(&located(&files, *f, Some(*c)).via(&route));
+                evidence.join(&located(&files, *f, Some(*c)).via(&route));
             }
         }
     }
@@ -90,9 +90,8 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         // The script's context: the launcher's evidence (`--optim adamw`) and the configs'.
         if let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) {
             if Fid::Unit(s) != run.origin {
-                let trains = units[s].facts.evidence.trains.len()
-                    + units[s].facts.evidence.optimizers.len()
-                    > 0;
+                let ev = &units[s].facts.evidence;
+                let trains = !ev.trains.is_empty() || !ev.optimizers.is_empty();
                 joined[s].join(&launcher_located(&files, run, trains));
                 for (f, c) in &run.configs {
                     if *f != run.script.unwrap_or(run.origin) {
