@@ -873,12 +873,47 @@ impl<'s> Walker<'s> {
                 let name = flag.trim_start_matches('-').replace('-', "_");
                 let lin = crate::expr::Lin::constant(v, None);
                 self.facts.note_value(&name, &lin, d.byte_range(), true);
+                self.count_flag(&name, v);
             }
         }
     }
 }
 
 impl<'s> Walker<'s> {
+    /// `--params 70e9`: a flag whose name is nothing but a count's, given a model's number of
+    /// parameters, makes what the parsed arguments hold under it (`args.params`) a parameter
+    /// count wherever the file reads it. It stays a name: a launch may give another count.
+    fn count_flag(&mut self, dest: &str, default: f64) {
+        if default < crate::expr::PARAM_COUNT_MIN
+            || !crate::expr::names_a_count(dest)
+            || role_of(dest) != Role::Unknown
+        {
+            return;
+        }
+        let src = self.src;
+        let field = format!(".{dest}");
+        let mut reads: Vec<&'s str> = memchr::memmem::find_iter(src.as_bytes(), field.as_bytes())
+            .filter_map(|at| {
+                let end = at + field.len();
+                let after = src.as_bytes().get(end).copied();
+                if after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'(') {
+                    return None;
+                }
+                let base = src[..at]
+                    .bytes()
+                    .rev()
+                    .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                    .count();
+                (base > 0).then(|| &src[at - base..end])
+            })
+            .collect();
+        reads.sort_unstable();
+        reads.dedup();
+        for read in reads {
+            self.program.name_role(0, read, Role::ParamCount, 1.0);
+        }
+    }
+
     /// `print("need", (w + g + o) / 2**30)`, `print(f"need {(w + g + o) / 2**30:.1f} GiB")`:
     /// an arithmetic argument or interpolation of a printout states what it prints, as an
     /// assigned total would.
