@@ -282,25 +282,27 @@ pub fn lint_candidates(
 
 /// Whether the file is a config that surely parses ([`config::surely_parses`]).
 fn surely_parses(c: &Candidate, abs: &Path, overlay: &Overlay) -> bool {
-    if c.language != Language::Json {
-        return false;
-    }
-    match overlay.get(abs) {
-        Some(t) => config::surely_parses(c.language, t),
-        None => std::fs::read_to_string(abs).is_ok_and(|t| config::surely_parses(c.language, &t)),
-    }
+    c.language == Language::Json
+        && text_says(abs, overlay, |bytes| {
+            std::str::from_utf8(bytes).is_ok_and(|t| config::surely_parses(c.language, t))
+        })
 }
 
 /// Whether the file's text holds one of `names` (the file names of configs that do not parse).
 fn names_any(abs: &Path, overlay: &Overlay, names: &[String]) -> bool {
-    let has = |bytes: &[u8]| {
+    text_says(abs, overlay, |bytes| {
         names
             .iter()
             .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some())
-    };
+    })
+}
+
+/// What `test` says of the file's text, from the overlay or the disk (false when it cannot be
+/// read): for the files a pass ruled out, whose text is not kept.
+fn text_says(abs: &Path, overlay: &Overlay, test: impl Fn(&[u8]) -> bool) -> bool {
     match overlay.get(abs) {
-        Some(t) => has(t.as_bytes()),
-        None => std::fs::read(abs).is_ok_and(|bytes| has(&bytes)),
+        Some(t) => test(t.as_bytes()),
+        None => std::fs::read(abs).is_ok_and(|bytes| test(&bytes)),
     }
 }
 
@@ -425,10 +427,7 @@ fn invalid_config(
 /// Whether a file the prefilter ruled out could show the project of a pin something
 /// ([`pins::could_show`]).
 fn shows_pinned_project(abs: &Path, overlay: &Overlay) -> bool {
-    match overlay.get(abs) {
-        Some(t) => pins::could_show(t.as_bytes()),
-        None => std::fs::read(abs).is_ok_and(|bytes| pins::could_show(&bytes)),
-    }
+    text_says(abs, overlay, pins::could_show)
 }
 
 /// Candidates loaded so far, sorted by outcome.
