@@ -514,7 +514,7 @@ const COUNT_BY_USE_MIN: f64 = 5e7;
 /// Whether `name`, holding `value`, may be a parameter count known by its use (multiplied by
 /// bytes per parameter): a whole number of a model's size, under a name that says nothing
 /// else of it (`largest_layer_params`, `LARGEST` and `train_tokens` count something else; `n_total` is a
-/// total of something, in no unit of memory). A unit (`GB = 1e9`, `GIB = 2**30`) is a power
+/// total of something, in no unit of memory; `scratch_bytes` is an amount of memory). A unit (`GB = 1e9`, `GIB = 2**30`) is a power
 /// of 1000 or 1024, never a count.
 pub fn may_count_by_use(name: &str, value: f64) -> bool {
     // (`largest`: the largest layer or tensor, a part of the model.)
@@ -532,7 +532,8 @@ pub fn may_count_by_use(name: &str, value: f64) -> bool {
         && !unit_power
         // `n_total`: a total of something that is no memory unit.
         && matches!(role_of(name), Role::Unknown | Role::Total)
-        && !is_memory_name(name)
+        // `_MAX_IMAGE_BYTES`, `scratch_mb`: an amount of memory, whatever it sizes.
+        && !names_memory_unit(name)
         && !ELSE.iter().any(|w| lower.contains(w))
 }
 

@@ -2,7 +2,7 @@
 //! role is a model size or a parameter count; MEM005 also reads a parameter count from a model
 //! name in a config written in Python.
 
-use super::scan::{assigned_at, contains, finder, has, identifier_at, is_ident, Scan, Word};
+use super::scan::{assigned_at, finder, has, identifier_at, is_ident, Scan, Word};
 use crate::config::parse_number;
 use crate::expr::{
     counts_parameters, is_memory_name, may_count_by_use, names_a_count, role_of, sizes_memory, Role,
@@ -240,14 +240,18 @@ impl Scan<'_> {
             let literal = value.bytes().all(|c| {
                 c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'*' | b' ' | b'e' | b'+')
             });
-            let large = value.contains('*')
-                || parse_number(value).is_some_and(|v| {
-                    if by_name {
-                        v >= 1e6
-                    } else {
-                        may_count_by_use(name, v)
-                    }
-                });
+            // A product of literals is a count by its use only if its value may be one (a
+            // unit's power, `1024 * 1024`, never is): the frontend asks the same of it.
+            let large = match (by_name, literal_product(value)) {
+                (false, Some(v)) => may_count_by_use(name, v),
+                _ => {
+                    value.contains('*')
+                        || parse_number(value).is_some_and(|v| match by_name {
+                            true => v >= 1e6,
+                            false => may_count_by_use(name, v),
+                        })
+                }
+            };
             if !literal || !large {
                 return false;
             }
@@ -350,10 +354,15 @@ impl Scan<'_> {
     /// Gradient checkpointing misattributed (MEM011) needs a test of checkpointing and a memory
     /// name ([`is_memory_name`]) assigned (`=`, `*=`, an annotation) under it.
     pub(super) fn checkpointed_memory(&self) -> bool {
-        // Every word a test of checkpointing is read by (see `Topics::of`) holds one of these.
-        let tests = ["checkpoint", "ckpt", "recompute"]
+        // Every test of checkpointing (see `Topics::of`) has a word that starts with one of
+        // these, its words split at every byte that is not a letter or a digit (`use_ckpt`, not
+        // `precomputed`).
+        let tests = ["checkpoint", "ckpt", "recompute", "remat"]
             .iter()
-            .any(|w| contains(self.lower, w.as_bytes()));
+            .any(|w| {
+                memchr::memmem::find_iter(self.lower, w.as_bytes())
+                    .any(|at| at == 0 || !self.lower[at - 1].is_ascii_alphanumeric())
+            });
         if !tests {
             return false;
         }
@@ -748,4 +757,36 @@ fn sized_name_in(text: &str, start: usize, end: usize) -> bool {
 
 fn sized_name(name: &str) -> bool {
     matches!(role_of(name), Role::Model | Role::ParamCount)
+}
+
+/// The value of a product of number literals (`2 * 1024 ** 3`, `7_000_000_000`), `None` for
+/// anything else.
+fn literal_product(value: &str) -> Option<f64> {
+    let powers = value.replace("**", "^");
+    powers.split('*').try_fold(1.0, |product, factor| {
+        // `a ^ b ^ c` is `a ^ (b ^ c)`.
+        let power = factor
+            .rsplit('^')
+            .try_fold(None::<f64>, |exponent, base| {
+                let base = parse_number(base.trim())?;
+                Some(Some(exponent.map_or(base, |e| base.powf(e))))
+            })??;
+        Some(product * power).filter(|p| p.is_finite())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::literal_product;
+
+    #[test]
+    fn a_product_of_literals_is_valued_with_its_powers() {
+        assert_eq!(literal_product("1024 * 1024"), Some(1048576.0));
+        assert_eq!(literal_product("2 * 1024 ** 3"), Some(2147483648.0));
+        assert_eq!(literal_product("2**2**3"), Some(256.0));
+        assert_eq!(literal_product("7_000_000_000"), Some(7e9));
+        assert_eq!(literal_product("13e9"), Some(13e9));
+        assert_eq!(literal_product("n * 4"), None);
+        assert_eq!(literal_product("4 *"), None);
+    }
 }

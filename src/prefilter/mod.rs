@@ -282,6 +282,41 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     }
 }
 
+/// Which of the scan's checks hold for a Python text, by name: why the prefilter keeps a file
+/// (a profiling aid; `examples/why_parse.rs`).
+pub fn reasons(text: &str) -> Vec<&'static str> {
+    let mut lower = Vec::new();
+    let scan = Scan::new(text, &mut lower);
+    let training_loop = scan.training_loop();
+    let checks: [(&'static str, &dyn Fn() -> bool); 18] = [
+        ("training_loop", &|| training_loop),
+        ("global_batch", &|| scan.global_batch()),
+        ("sample_schedule", &|| scan.sample_schedule()),
+        ("batch_count", &|| scan.batch_count(training_loop)),
+        ("training_loader", &|| scan.training_loader()),
+        ("mixed_units", &|| scan.mixed_units()),
+        ("table", &|| scan.table()),
+        ("sized_name", &|| scan.sized_name(true)),
+        ("derived_size", &|| scan.derived_size()),
+        ("memory_function", &|| scan.memory_function()),
+        ("count_constant", &|| scan.count_constant()),
+        ("checkpointed_memory", &|| scan.checkpointed_memory()),
+        ("names_a_sized_model", &|| scan.names_a_sized_model()),
+        ("directive", &|| scan.directive()),
+        ("batch_key", &|| scan.batch_key()),
+        ("trainer_loss", &|| scan.trainer_loss()),
+        ("data_parallel", &|| scan.data_parallel()),
+        ("distributed_sampler", &|| {
+            scan.has(Word::DistributedSampler)
+        }),
+    ];
+    checks
+        .into_iter()
+        .filter(|(_, holds)| holds())
+        .map(|(name, _)| name)
+        .collect()
+}
+
 /// Whether a YAML or JSON config holds a key some reader of configs looks at, or a directive:
 /// without one, the file gives no fact whatever its values.
 pub fn config_holds_known_key(language: Language, text: &str) -> bool {
