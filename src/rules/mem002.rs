@@ -64,7 +64,7 @@ const PRODUCT_UNITS: &[Unit] = &[Unit {
 }];
 
 /// The rows a key may mean: `sgd` may have momentum, `adafactor` a first moment, `rmsprop`
-/// momentum or centering.
+/// momentum or centering, `lion` lion-pytorch's class (state allocated like the parameter).
 fn candidates(key: &str) -> Vec<&'static OptimizerRow> {
     let k = knowledge();
     let Some(row) = k.optimizer(key) else {
@@ -75,6 +75,8 @@ fn candidates(key: &str) -> Vec<&'static OptimizerRow> {
     }
     let variants: &[&str] = match row.id.as_str() {
         "sgd" => &["sgd-momentum"],
+        // `lion32bit`, `paged_lion` name bitsandbytes' classes.
+        "lion" if crate::knowledge::normalize(key) == "lion" => &["lion-param"],
         "adafactor" => &["adafactor-beta1"],
         "rmsprop" => &[
             "rmsprop-momentum",
