@@ -226,7 +226,9 @@ impl Scan<'_> {
             }
             // A count's name, or any name whose number a use may show counts parameters
             // (`N_BASE = 3_212_749_824` ... `N_BASE * 8`).
-            let by_name = may_name_a_count(name) && names_a_count(name);
+            // A flag's default (`add_argument("--params", default=7e9)`): what the parsed
+            // arguments hold under a flag named for a count is one (the frontend's `count_flag`).
+            let by_name = name == "default" || (may_name_a_count(name) && names_a_count(name));
             if !by_name && !may_count_by_use(name, COUNT_SIZED) {
                 return false;
             }
@@ -255,7 +257,35 @@ impl Scan<'_> {
             if !literal || !large {
                 return false;
             }
-            (!by_name || role_of(name) == Role::Unknown) && self.counts_memory_near(eq)
+            // A count known by its use only: the name must be multiplied somewhere (the
+            // frontend reads the number as a count where it is, `N_BASE * 8`).
+            let used = by_name || (!name.is_empty() && self.multiplied(name));
+            used && (!by_name || role_of(name) == Role::Unknown) && self.counts_memory_near(eq)
+        })
+    }
+
+    /// Whether `name` is written as a factor of a product (`name * 8`, `8 * (name)`, `name *=
+    /// 2`), not of a power.
+    fn multiplied(&self, name: &str) -> bool {
+        let bytes = self.bytes;
+        memchr::memmem::find_iter(bytes, name.as_bytes()).any(|at| {
+            let end = at + name.len();
+            let ident =
+                |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(|b| is_ident(*b));
+            let whole = !ident(at.checked_sub(1)) && !ident(Some(end));
+            let star = |b: &[u8]| b.first() == Some(&b'*') && b.get(1) != Some(&b'*');
+            let after = bytes[end..]
+                .iter()
+                .position(|b| !matches!(b, b' ' | b'\t' | b')'))
+                .map_or(&[][..], |i| &bytes[end + i..]);
+            let before: Vec<u8> = bytes[..at]
+                .iter()
+                .rev()
+                .skip_while(|b| matches!(b, b' ' | b'\t' | b'('))
+                .take(2)
+                .copied()
+                .collect();
+            whole && (star(after) || star(&before))
         })
     }
 
