@@ -148,7 +148,16 @@ impl<'s> Walker<'s> {
         if fp32 {
             self.note_fp32_cast(node, func);
         }
+        // torchvision's and timm's constructors build weights in torch's default dtype, fp32;
+        // a cast or a dtype given elsewhere is evidence of its own.
+        let vision = self.builds_vision_model(callee);
         let ev = &mut self.facts.evidence;
+        if vision && !args.is_some_and(|a| t(a).contains("dtype")) {
+            ev.precision.push(Mention {
+                value: Precision::Fp32,
+                span: span.clone(),
+            });
+        }
 
         if OPTIMIZER_CLASSES.contains(&lower.as_str()) && starts_upper(last) {
             let mut m = OptimizerMention {
@@ -880,6 +889,29 @@ impl<'s> Walker<'s> {
 }
 
 impl<'s> Walker<'s> {
+    /// A torchvision or timm model constructor, as written or imported (`resnet50` after `from
+    /// torchvision.models import resnet50`, `models.vit_b_16` after `from torchvision import
+    /// models`).
+    fn builds_vision_model(&self, callee: &str) -> bool {
+        let vision = |q: &str| q.starts_with("torchvision.models.") || q == "timm.create_model";
+        if vision(callee) {
+            return true;
+        }
+        let (first, rest) = callee.split_once('.').unwrap_or((callee, ""));
+        match self.imports.get(first) {
+            Some((module, name)) if module.starts_with("torchvision") || module == "timm" => {
+                let parts = [Some(module.as_str()), name.as_deref(), Some(rest)];
+                let q: Vec<&str> = parts
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                vision(&q.join("."))
+            }
+            _ => false,
+        }
+    }
+
     /// `--params 70e9`: a flag whose name is nothing but a count's, given a model's number of
     /// parameters, makes what the parsed arguments hold under it (`args.params`) a parameter
     /// count wherever the file reads it. It stays a name: a launch may give another count.
