@@ -176,6 +176,19 @@ impl<'s> Program<'s> {
             .is_some_and(|e| matches!(e.node, Node::Bin(..)))
     }
 
+    /// Whether the arithmetic at `id` adds or subtracts terms (`(w + g + s) / 2**30`), not only
+    /// scales one (`need / 2**30`).
+    pub fn adds_terms(&self, id: Id) -> bool {
+        match self.entries.get(id as usize).map(|e| &e.node) {
+            Some(Node::Bin(op, a, b)) => match *op {
+                "+" | "-" => true,
+                "*" | "/" | "//" => self.adds_terms(*a) || self.adds_terms(*b),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     pub fn new(src: &'s str) -> Self {
         Program {
             src,

@@ -23,11 +23,17 @@ impl Walker<'_> {
 pub(super) fn value_pending(pending: &[Pending], program: &Program, facts: &mut Facts) {
     let valuer = program.valuer();
     let reads = program.reads();
-    // A value printed is reported, not added into a larger sum: it still states a total.
+    // A value printed is reported, not added into a larger sum: it still states a total. One
+    // printed within a sum (`f"{(w + g + st) / 2**30} GiB"`) is a part of that sum.
     let printed: Vec<Range<usize>> = pending
         .iter()
         .filter_map(|p| match &p.kind {
-            PendingKind::Printed { figures } => Some(figures.iter().map(|f| f.2.clone())),
+            PendingKind::Printed { figures } => Some(
+                figures
+                    .iter()
+                    .filter(|f| !program.adds_terms(f.0))
+                    .map(|f| f.2.clone()),
+            ),
             _ => None,
         })
         .flatten()
