@@ -211,10 +211,20 @@ impl Scan<'_> {
                 return false;
             }
             // `total: int = 3_000_000_000`: the name before the annotation.
-            let annotated = lower[..start].trim_ascii_end().strip_suffix(b":");
+            // On the same line: a `:` ending the line before opens a block.
+            let annotated = lower[..start]
+                .trim_ascii_end()
+                .strip_suffix(b":")
+                .filter(|b| !lower[b.len()..start].contains(&b'\n'));
             if let Some(before) = annotated {
                 let (s, e) = identifier_at(lower, before.trim_ascii_end().len(), false);
                 name = self.text.get(s..e).unwrap_or("");
+            }
+            // `cfg["n_params"] = 7e9`: an item is read under its key.
+            if start == end {
+                if let Some(key) = quoted_item_key(self.text, start) {
+                    name = key;
+                }
             }
             // `N, GPU_GB = 13e9, 80`: one of the names an unpacking sets (`f(x, n=7e9)` is a
             // keyword, read below).
@@ -787,6 +797,16 @@ fn sized_name_in(text: &str, start: usize, end: usize) -> bool {
 
 fn sized_name(name: &str) -> bool {
     matches!(role_of(name), Role::Model | Role::ParamCount)
+}
+
+/// The quoted key of the item whose `]` ends at `end` (`cfg["n_params"]`).
+fn quoted_item_key(text: &str, end: usize) -> Option<&str> {
+    let inner = text.get(..end)?.strip_suffix(']')?;
+    let quote = inner.chars().last().filter(|c| matches!(c, '"' | '\''))?;
+    let inner = &inner[..inner.len() - 1];
+    let open = inner.rfind(quote)?;
+    let key = &inner[open + 1..];
+    (inner[..open].ends_with('[') && !key.is_empty() && key.bytes().all(is_ident)).then_some(key)
 }
 
 /// The value of a product of number literals (`2 * 1024 ** 3`, `7_000_000_000`), `None` for
