@@ -513,9 +513,9 @@ const COUNT_BY_USE_MIN: f64 = 5e7;
 
 /// Whether `name`, holding `value`, may be a parameter count known by its use (multiplied by
 /// bytes per parameter): a whole number of a model's size, under a name that says nothing
-/// else of it (`largest_layer_params`, `LARGEST` and `train_tokens` count something else; `n_total` is a
-/// total of something, in no unit of memory; `scratch_bytes` is an amount of memory). A unit (`GB = 1e9`, `GIB = 2**30`) is a power
-/// of 1000 or 1024, never a count.
+/// else of it (`largest_layer_params`, `LARGEST` and `train_tokens` count something else;
+/// `n_total` is a total of something, in no unit of memory; `scratch_bytes` is an amount of
+/// memory). A unit (`GB = 1e9`, `GIB = 2**30`) is a power of 1000 or 1024, never a count.
 pub fn may_count_by_use(name: &str, value: f64) -> bool {
     // (`largest`: the largest layer or tensor, a part of the model.)
     const ELSE: [&str; 11] = [
