@@ -121,6 +121,15 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// A divisor: a constant, or a variable that holds a unit of a million bytes or more on
+    /// every path (`GB=1000000000`, then `/ GB`).
+    fn divisor(&self, node: Node) -> Option<f64> {
+        self.constant(node, 0).or_else(|| {
+            let held = self.vars.int(self.variable_of(node)?)? as f64;
+            steps(held).is_some_and(|s| s.power >= 2).then_some(held)
+        })
+    }
+
     /// The name a word reads (`x`, `$x`, `${x}`, `"$x"`), if it is one variable.
     fn variable_of(&self, node: Node) -> Option<&'s str> {
         match node.kind() {
@@ -233,7 +242,7 @@ impl<'s> Walker<'s> {
 
     /// `l / r`, with `r` a constant: the unit `l` divided by it is in.
     fn divided(&self, node: Node, l: Node, r: Node, depth: usize) -> Option<Scaled> {
-        let by = steps(self.constant(r, 0)?)?;
+        let by = steps(self.divisor(r)?)?;
         let before = self.scale_of(l, depth + 1);
         let from = match &before {
             Some(s) => s.scale,
