@@ -79,12 +79,9 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         if units[u].facts.formulas.is_empty() {
             continue;
         }
-        for (f, c) in &run.configs {
-            if Some(*f) != run.script && *f != run.origin {
-                let route = route(&mut files, run, *f);
-                evidence.join(&located(&files, *f, Some(*c)).via(&route));
-            }
-        }
+        join_configs(evidence, &mut files, run, |f| {
+            Some(f) == run.script || f == run.origin
+        });
     }
     for run in &runs {
         // The script's context: the launcher's evidence (`--optim adamw`) and the configs'.
@@ -93,12 +90,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 let ev = &units[s].facts.evidence;
                 let trains = !ev.trains.is_empty() || !ev.optimizers.is_empty();
                 joined[s].join(&launcher_located(&files, run, trains));
-                for (f, c) in &run.configs {
-                    if *f != run.script.unwrap_or(run.origin) {
-                        let route = route(&mut files, run, *f);
-                        joined[s].join(&located(&files, *f, Some(*c)).via(&route));
-                    }
-                }
+                join_configs(&mut joined[s], &mut files, run, |f| f == Fid::Unit(s));
             }
         }
         if let (Some(Fid::Unit(s)), Some(_)) = (run.script, run.invocation) {
@@ -108,12 +100,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         }
         // A file run on its own reads the configs it opens by a literal path.
         if let (Fid::Unit(u), None, None) = (run.origin, run.invocation, run.recipe) {
-            for (f, c) in &run.configs {
-                if *f != run.origin {
-                    let route = route(&mut files, run, *f);
-                    joined[u].join(&located(&files, *f, Some(*c)).via(&route));
-                }
-            }
+            join_configs(&mut joined[u], &mut files, run, |f| f == run.origin);
             views[u].own_run = Some(run.info.clone());
         }
         for (f, c) in &run.configs {
@@ -217,6 +204,17 @@ fn route(files: &mut Files, run: &Run, config: Fid) -> String {
         }
     }
     String::new()
+}
+
+/// Join into `into` what each config `run` is given says, by the route that reaches it, all but
+/// the files `skip` names (the script or launcher joining them).
+fn join_configs(into: &mut Located, files: &mut Files, run: &Run, skip: impl Fn(Fid) -> bool) {
+    for (f, c) in &run.configs {
+        if !skip(*f) {
+            let route = route(files, run, *f);
+            into.join(&located(files, *f, Some(*c)).via(&route));
+        }
+    }
 }
 
 /// What the launcher of `run` says about it. A script that trains (`trains`) is the run of its
