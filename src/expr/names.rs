@@ -522,19 +522,21 @@ pub fn may_count_by_use(name: &str, value: f64) -> bool {
         "param", "layer", "token", "sample", "step", "flop", "elem", "vocab", "seq", "row",
         "largest",
     ];
-    let lower = name.to_ascii_lowercase();
-    let unit_power = [1000.0_f64, 1024.0].iter().any(|base| {
-        let k = value.ln() / base.ln();
-        (k - k.round()).abs() < 1e-9
-    });
+    let unit_power = || {
+        [1000.0_f64, 1024.0].iter().any(|base| {
+            let k = value.ln() / base.ln();
+            (k - k.round()).abs() < 1e-9
+        })
+    };
+    // Cheapest first: the scan asks this of every large number a name is given.
     value >= COUNT_BY_USE_MIN
         && value.fract() == 0.0
-        && !unit_power
-        // `n_total`: a total of something that is no memory unit.
-        && matches!(role_of(name), Role::Unknown | Role::Total)
+        && !unit_power()
         // `_MAX_IMAGE_BYTES`, `scratch_mb`: an amount of memory, whatever it sizes.
         && !names_memory_unit(name)
-        && !ELSE.iter().any(|w| lower.contains(w))
+        && !ELSE.iter().any(|w| name.to_ascii_lowercase().contains(w))
+        // `n_total`: a total of something that is no memory unit.
+        && matches!(role_of(name), Role::Unknown | Role::Total)
 }
 
 /// A parameter name that holds a count when a memory function multiplies it (`n`, `psi`,

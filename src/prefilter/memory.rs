@@ -234,14 +234,6 @@ impl Scan<'_> {
             {
                 return true;
             }
-            // A count's name, or any name whose number a use may show counts parameters
-            // (`N_BASE = 3_212_749_824` ... `N_BASE * 8`).
-            // A flag's default (`add_argument("--params", default=7e9)`): what the parsed
-            // arguments hold under a flag named for a count is one (the frontend's `count_flag`).
-            let by_name = name == "default" || (may_name_a_count(name) && names_a_count(name));
-            if !by_name && !may_count_by_use(name, COUNT_SIZED) {
-                return false;
-            }
             // A keyword's value ends at the next argument (`Planner(n=7_241_732_096, gpu=80)`).
             let end = after
                 .iter()
@@ -252,6 +244,21 @@ impl Scan<'_> {
             let literal = value.bytes().all(|c| {
                 c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'*' | b' ' | b'e' | b'+')
             });
+            // The number first: nearly every number assigned is small, and the name's role
+            // costs more to ask. A count is at least 1e6 by its name, more by its use.
+            let may_be_large =
+                value.contains('*') || parse_number(value).is_some_and(|v| v >= COUNT_NUMBER_MIN);
+            if !literal || !may_be_large {
+                return false;
+            }
+            // A count's name, or any name whose number a use may show counts parameters
+            // (`N_BASE = 3_212_749_824` ... `N_BASE * 8`).
+            // A flag's default (`add_argument("--params", default=7e9)`): what the parsed
+            // arguments hold under a flag named for a count is one (the frontend's `count_flag`).
+            let by_name = name == "default" || (may_name_a_count(name) && names_a_count(name));
+            if !by_name && !may_count_by_use(name, COUNT_SIZED) {
+                return false;
+            }
             // A product of literals is a count by its use only if its value may be one (a
             // unit's power, `1024 * 1024`, never is): the frontend asks the same of it.
             let large = match (by_name, literal_product(value)) {
@@ -647,6 +654,10 @@ fn may_size_memory(lower_name: &[u8]) -> bool {
 /// A number [`may_count_by_use`] accepts, to ask it about a name alone.
 const COUNT_SIZED: f64 = 7e9 + 1.0;
 
+/// The least number a count's name is given as a count (`>= 1e6`), below the least a use shows
+/// one ([`may_count_by_use`]'s minimum, 5e7).
+const COUNT_NUMBER_MIN: f64 = 1e6;
+
 /// A gate for [`names_a_count`], true wherever it is, without allocating.
 fn may_name_a_count(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name);
@@ -827,7 +838,19 @@ fn literal_product(value: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::literal_product;
+    use super::{literal_product, COUNT_NUMBER_MIN};
+    use crate::expr::may_count_by_use;
+
+    /// The scan rules out an assigned number below `COUNT_NUMBER_MIN` before asking about its
+    /// name: no name may count parameters by its use with a smaller one.
+    #[test]
+    fn no_use_counts_a_number_below_the_least_count() {
+        for name in ["N_BASE", "total", "x", "big_number"] {
+            assert!(!may_count_by_use(name, COUNT_NUMBER_MIN - 1.0));
+            assert!(!may_count_by_use(name, 999_999.0));
+        }
+        assert!(may_count_by_use("N_BASE", 3_212_749_824.0));
+    }
 
     #[test]
     fn a_product_of_literals_is_valued_with_its_powers() {
