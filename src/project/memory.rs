@@ -139,7 +139,7 @@ pub(super) fn memory_case(
         let Some(root) = files.config(*f, *c) else {
             continue;
         };
-        if let Some(m) = ds_memory(files, *f, root) {
+        if let Some(m) = ds_memory(files, *f, root, &run.flags) {
             deepspeed = Some(m);
         }
         if let Value::Map(entries) = &root.value {
@@ -266,6 +266,25 @@ fn passes(flags: &Node, name: &str) -> bool {
         .any(|(k, _)| k.name.trim_start_matches('-').replace('-', "_") == name)
 }
 
+/// Whether a launch turns a boolean flag on: `--bf16`, `--bf16 true`, `--bf16=1`.
+fn flag_on(flags: &Node, name: &str) -> bool {
+    let Value::Map(entries) = &flags.value else {
+        return false;
+    };
+    entries.iter().any(|(k, v)| {
+        k.name.trim_start_matches('-').replace('-', "_") == name
+            && match &v.value {
+                Value::Bool(b) => *b,
+                Value::Null => true,
+                Value::Number(n) => *n != 0.0,
+                Value::String(s) => {
+                    matches!(s.to_ascii_lowercase().as_str(), "" | "true" | "1" | "yes")
+                }
+                _ => false,
+            }
+    })
+}
+
 fn scan_quantities(
     files: &Files,
     f: Fid,
@@ -347,7 +366,7 @@ fn stated(key: &str, parent: &str, value: &Value) -> Option<Stated> {
     }
 }
 
-fn ds_memory(files: &Files, f: Fid, root: &Node) -> Option<DeepSpeedMemory> {
+fn ds_memory(files: &Files, f: Fid, root: &Node, flags: &Node) -> Option<DeepSpeedMemory> {
     let zero = root.get("zero_optimization");
     let looks_ds = zero.is_some()
         || root.get("train_micro_batch_size_per_gpu").is_some()
@@ -383,12 +402,19 @@ fn ds_memory(files: &Files, f: Fid, root: &Node) -> Option<DeepSpeedMemory> {
             None => false,
         })
     });
-    let enabled = |k: &str| {
+    // `"auto"` takes the Trainer's flag (`--bf16`, `--fp16`), as transformers fills it in.
+    let enabled = |k: &str, flag: &str| {
         root.get(k)
             .and_then(|n| n.get("enabled"))
-            .is_some_and(|e| e.value == Value::Bool(true))
+            .is_some_and(|e| match &e.value {
+                Value::Bool(b) => *b,
+                Value::String(s) | Value::Unknown(s) if s.eq_ignore_ascii_case("auto") => {
+                    flag_on(flags, flag)
+                }
+                _ => false,
+            })
     };
-    let mixed = enabled("bf16") || enabled("fp16") || enabled("bfloat16");
+    let mixed = enabled("bf16", "bf16") || enabled("fp16", "fp16") || enabled("bfloat16", "bf16");
     Some(DeepSpeedMemory {
         stage,
         offload,

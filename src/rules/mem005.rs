@@ -58,15 +58,9 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
     let precision = |p: Precision| t.precision.iter().position(|x| *x == p);
     let site = |i: usize| case.precision_sites.get(i).cloned().unwrap_or_default();
     let ds = case.deepspeed.as_ref();
-    let regime = if let Some(i) = precision(Precision::Pure16) {
-        Priced {
-            weights: 2.0,
-            grads: 2.0,
-            states: row.bytes_per_param_bf16,
-            label: format!("16-bit weights (at {})", site(i)),
-            at_least: false,
-        }
-    } else if let Some(d) = ds.filter(|d| d.mixed) {
+    // DeepSpeed's 16-bit modes keep fp32 master weights and states whatever dtype the model
+    // is loaded in (it casts the model itself).
+    let regime = if let Some(d) = ds.filter(|d| d.mixed) {
         Priced {
             weights: 2.0,
             grads: 2.0,
@@ -75,6 +69,14 @@ fn judge(case: &MemoryCase) -> Option<Diagnostic> {
                 "DeepSpeed mixed precision (at {}): 16-bit weights and gradients, fp32 master weights kept with the states",
                 d.why
             ),
+            at_least: false,
+        }
+    } else if let Some(i) = precision(Precision::Pure16) {
+        Priced {
+            weights: 2.0,
+            grads: 2.0,
+            states: row.bytes_per_param_bf16,
+            label: format!("16-bit weights (at {})", site(i)),
             at_least: false,
         }
     } else if let Some(i) = precision(Precision::Fp32) {
