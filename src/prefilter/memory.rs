@@ -66,6 +66,20 @@ fn memory_marks() -> Option<&'static AhoCorasick> {
         .as_ref()
 }
 
+/// Whether memory is counted in `window` (lowercase): one of [`memory_marks`].
+fn counts_memory(window: &[u8]) -> bool {
+    memory_marks().is_none_or(|m| {
+        m.find_iter(window).any(|found| {
+            // `1e9` and `2.5e+9` are numbers; `e9` inside a word or a hash is not.
+            window[found.start()] != b'e'
+                || found
+                    .start()
+                    .checked_sub(1)
+                    .is_some_and(|i| window[i].is_ascii_digit() || window[i] == b'.')
+        })
+    })
+}
+
 /// Parts of a name that may hold a model size or a parameter count.
 const SIZED: &[&str] = &["model", "param", "weight"];
 
@@ -104,6 +118,36 @@ impl Scan<'_> {
     /// ([`Scan::counts_memory`]): library code counts parameters for many other reasons.
     pub(super) fn derived_size(&self) -> bool {
         self.derived_sizes().any(|at| self.counts_memory_near(at))
+            || (self.model_count_entry() && counts_memory(self.lower))
+    }
+
+    /// An entry of a table from models' names to their parameter counts (`"Llama-3-8B":
+    /// 8.03e9`): looked up by a key known only at run time, the table gives a count (the
+    /// frontend asks the same of every entry). The lookup may sit anywhere in the file.
+    fn model_count_entry(&self) -> bool {
+        let bytes = self.bytes;
+        let entry = |colon: usize| {
+            let quote = bytes[colon - 1];
+            let Some(open) = bytes[..colon - 1].iter().rposition(|b| *b == quote) else {
+                return false;
+            };
+            let value = self.text[colon + 1..].trim_start_matches([' ', '\t']);
+            let len = value
+                .bytes()
+                .take_while(|b| b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'e' | b'+'))
+                .count();
+            let (Some(count), Some(key)) = (
+                parse_number(&value[..len]),
+                self.text.get(open + 1..colon - 1),
+            ) else {
+                return false;
+            };
+            count >= 1e6
+                && params_from_name(key).is_some_and(|named| (0.5..=2.0).contains(&(count / named)))
+        };
+        [finder!(b"\":"), finder!(b"':")]
+            .iter()
+            .any(|f| f.find_iter(bytes).any(|at| entry(at + 1)))
     }
 
     /// Whether memory is counted within [`NEAR`] bytes of `at`: a large library file that
@@ -112,17 +156,7 @@ impl Scan<'_> {
         let lower = self.lower;
         let start = at.saturating_sub(NEAR);
         let end = lower.len().min(at + NEAR);
-        let window = &lower[start..end];
-        memory_marks().is_none_or(|m| {
-            m.find_iter(window).any(|found| {
-                // `1e9` and `2.5e+9` are numbers; `e9` inside a word or a hash is not.
-                window[found.start()] != b'e'
-                    || found
-                        .start()
-                        .checked_sub(1)
-                        .is_some_and(|i| window[i].is_ascii_digit() || window[i] == b'.')
-            })
-        })
+        counts_memory(&lower[start..end])
     }
 
     /// A function named for memory whose parameter has a count's name (`def train_mem_gb(P,

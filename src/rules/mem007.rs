@@ -153,7 +153,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, terms: &[&Term]) -> Option<(Range<usize>
     let copies: f64 = parts
         .iter()
         .filter(|c| c.part == Part::Weights && c.term.role == Role::Model && !c.term.opaque)
-        .map(|c| c.term.coef.abs())
+        .map(|c| parts::copies(c.term))
         .sum();
     if per_param > WEIGHT_BYTES_MAX * 1.05 {
         // On the one count beyond the weights, when one term carries them.

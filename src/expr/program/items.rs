@@ -43,7 +43,14 @@ impl Valuer<'_, '_> {
     ) -> Value {
         match self.value(key, frame) {
             Value::Text(k, _) => self.item(self.value(base, frame), &Key::Str(&k), text, span),
-            _ => Value::Scalar(opaque(text, span)),
+            // A key known only at run time (`COUNTS[cfg["model"]]`) picks one entry: of a table
+            // of models' parameter counts, a parameter count whichever it picks.
+            _ => match self.value(base, frame) {
+                Value::Bundle(entries) if counts_by_model(&entries) => {
+                    Value::Scalar(Lin::derived(text, span, Role::ParamCount))
+                }
+                _ => Value::Scalar(opaque(text, span)),
+            },
         }
     }
 
@@ -72,4 +79,17 @@ impl Valuer<'_, '_> {
             _ => Value::Scalar(opaque(text, span)),
         }
     }
+}
+
+/// A table from models' names to their parameter counts: every key names a model with its size
+/// (`"meta-llama/Meta-Llama-3-8B"`) and every value is a count near that size (within 2x).
+fn counts_by_model(entries: &[(String, Value)]) -> bool {
+    !entries.is_empty()
+        && entries.iter().all(|(key, value)| {
+            let count = match value {
+                Value::Scalar(l) if l.is_constant() => l.constant,
+                _ => return false,
+            };
+            params_from_name(key).is_some_and(|named| (0.5..=2.0).contains(&(count / named)))
+        })
 }

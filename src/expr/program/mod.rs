@@ -13,7 +13,7 @@
 mod calls;
 mod items;
 
-use super::names::{count_scale, is_node_count, may_count_by_use, names_a_count};
+use super::names::{count_scale, is_node_count, may_count_by_use, names_a_count, params_from_name};
 use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
 use std::cell::OnceCell;
 use std::cell::{Cell, RefCell};
