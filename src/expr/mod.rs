@@ -307,11 +307,19 @@ impl Lin {
 
     /// Every term reached through a named value of role `part` counts as that component, unless
     /// the value is charged to the trainable parameters and to all of them (`total * 2 +
-    /// trainable * 16`): that is several parts whatever its name (weights are whole, gradients
-    /// and optimizer states trainable).
+    /// trainable * 16`), or sums terms that already count different components (`states_gb =
+    /// weights_gb + grads_gb + adam_gb`, ZeRO's "model states"): that is several parts whatever
+    /// its name (weights are whole, gradients and optimizer states trainable).
     pub fn through(mut self, name_role: Role) -> Lin {
         let has = |role| self.terms.iter().any(|t| t.role == role);
-        let several = has(Role::Trainable) && has(Role::ParamCount);
+        let mut parts = self
+            .terms
+            .iter()
+            .map(|t| t.part)
+            .filter(|p| p.is_component());
+        let first = parts.next();
+        let mixed = parts.any(|p| Some(p) != first);
+        let several = (has(Role::Trainable) && has(Role::ParamCount)) || mixed;
         if name_role.is_component() && !several {
             for t in &mut self.terms {
                 t.part = name_role;
