@@ -9,7 +9,7 @@ use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
 use crate::expr::{DeviceCount, Role, Term};
-use crate::facts::{Formula, FormulaKind, Sharding};
+use crate::facts::{Formula, FormulaKind, Framework, Precision, Sharding};
 use crate::knowledge::{knowledge, StageRow};
 use std::ops::Range;
 
@@ -339,7 +339,7 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
         .map(|t| t.coef > 0.0)
         .collect();
     if whole_signs.contains(&true) && whole_signs.contains(&false) {
-        return judge_bytes(f, &rows, why);
+        return judge_bytes(f, &rows, why, deepspeed_16bit(cx));
     }
     // A whole term over another count than the divided ones (`4 * largest_layer_params`
     // beside `18 * total_params / n`: ZeRO-3's gathered layer) is a buffer, no model state,
@@ -389,12 +389,27 @@ fn judge(cx: &Checker<'_>, f: &Formula, judged: Judged, why: &str) -> Option<Dia
         };
         return Some(Diagnostic::new("MEM008", at, message).with_help(help(row)));
     }
-    judge_bytes(f, &rows, why)
+    judge_bytes(f, &rows, why, deepspeed_16bit(cx))
+}
+
+/// DeepSpeed trains in 16 bits (`bf16.enabled`, `fp16.enabled`, or a 16-bit model): the weights
+/// it keeps on every GPU take 2 bytes each, its fp32 master copy sits with the states.
+fn deepspeed_16bit(cx: &Checker<'_>) -> bool {
+    let t = cx.training;
+    t.frameworks.contains(&Framework::DeepSpeed)
+        && t.precision
+            .iter()
+            .any(|p| matches!(p, Precision::Amp | Precision::Pure16))
 }
 
 /// A parameter count times bytes: what stays whole must be what the stages keep whole, no more
 /// (states counted on every GPU) and no less (the weights of stages 1 and 2 divided too).
-fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic> {
+fn judge_bytes(
+    f: &Formula,
+    rows: &[&StageRow],
+    why: &str,
+    deepspeed_16bit: bool,
+) -> Option<Diagnostic> {
     // One named state on its own (`states = states / world`) is not all a GPU keeps.
     let mut parts: Vec<Component> = f
         .lin
@@ -457,7 +472,7 @@ fn judge_bytes(f: &Formula, rows: &[&StageRow], why: &str) -> Option<Diagnostic>
     let sixteen_bit = f.lin.terms.iter().any(|t| {
         t.role == Role::ParamCount && !is_sharded(t) && (in_bytes(t.coef).abs() - 2.0).abs() < 0.01
     });
-    let weight_bytes = if whole + shared > FP32_TOTAL * 1.05 || sixteen_bit {
+    let weight_bytes = if whole + shared > FP32_TOTAL * 1.05 || sixteen_bit || deepspeed_16bit {
         2.0
     } else {
         4.0
