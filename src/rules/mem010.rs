@@ -3,9 +3,7 @@
 //! memory the offload needs. Documentation: `rules/MEM010.toml`.
 
 use super::requirement::requirement;
-use super::states::{
-    bytes_per_param, component, in_bytes, says_upper_bound, scope, target, Component, Reported,
-};
+use super::states::{component, in_bytes, says_upper_bound, scope, target, Component, Reported};
 use super::{fmt_num, Checker, Rule};
 use crate::context::Seen;
 use crate::diagnostic::Diagnostic;
@@ -236,10 +234,7 @@ fn judge_states(
         Some(req) => req.terms,
         None => f.lin.terms.iter().filter(|t| t.coef > 0.0).collect(),
     };
-    if let Some(t) = charged
-        .into_iter()
-        .find(|t| component(t) == Component::States)
-    {
+    if let Some(t) = charged.iter().find(|t| component(t) == Component::States) {
         // The states are right where they are computed; counting them in this GPU estimate
         // is the mistake: on the estimate, unless the term is written in it.
         let within = t.span.start >= f.span.start && t.span.end <= f.span.end;
@@ -256,7 +251,12 @@ fn judge_states(
             .with_help("move the optimizer-state term to a host-memory estimate; the GPU keeps the 16-bit weights (and, at ZeRO-3 with parameter offload, only the largest layer)"),
         );
     }
-    let b = bytes_per_param(f, false) + bytes_per_param(f, true);
+    // Bytes per parameter charged, whether a total adds them or a budget takes them away.
+    let b: f64 = charged
+        .iter()
+        .filter(|t| component(t) == Component::PerParam)
+        .map(|t| in_bytes(t.coef).abs())
+        .sum();
     if b > WEIGHTS_MAX * 1.05 && !params_offloaded {
         return Some(
             Diagnostic::new(

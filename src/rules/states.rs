@@ -60,17 +60,6 @@ pub fn per_device(f: &Formula) -> bool {
     f.lin.terms.iter().any(sharded)
 }
 
-/// The sum of bytes per parameter over a formula's parameter-count terms, undivided or divided
-/// by a device count.
-pub fn bytes_per_param(f: &Formula, divided: bool) -> f64 {
-    f.lin
-        .terms
-        .iter()
-        .filter(|t| component(t) == Component::PerParam && sharded(t) == divided)
-        .map(|t| in_bytes(t.coef))
-        .sum()
-}
-
 /// A count's coefficient in bytes per parameter: `n_params * 16 / 1e9` (GB) or `/ 2**30` (GiB)
 /// carries the unit in its coefficient. The unit is the one that leaves a plausible size (at
 /// most 64 bytes), the roundest when two do.
