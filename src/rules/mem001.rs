@@ -1,18 +1,22 @@
 //! MEM001 missing-optimizer-state: a training-memory formula whose model-size terms add up to less
 //! than params + grads + the optimizer's states. Documentation: `rules/MEM001.toml`.
 
+use super::parts;
 use super::requirement::requirement;
 use super::states::in_bytes;
 use super::{fmt_num, Checker, Rule};
 use crate::context::OptimizerChoice;
 use crate::diagnostic::{Applicability, Diagnostic, Edit, Fix};
 use crate::expr::{Role, Term};
-use crate::facts::{Formula, Precision};
+use crate::facts::{Formula, FormulaKind, Precision};
 
 pub struct MissingOptimizerState;
 
 /// Relative slack before a formula counts as short of the minimum.
 pub const TOLERANCE: f64 = 0.05;
+/// The most bytes one weight takes (fp32): a size derived as more per parameter holds more than
+/// the weights.
+const FP32_BYTES: f64 = 4.0;
 
 impl Rule for MissingOptimizerState {
     fn code(&self) -> &'static str {
@@ -39,7 +43,11 @@ impl Rule for MissingOptimizerState {
         let mut formulas: Vec<&Formula> = cx.facts.formulas.iter().collect();
         formulas.sort_by_key(|f| (f.span.end, std::cmp::Reverse(f.span.start)));
         for f in formulas {
-            if f.inference || f.lin.saw(Role::KvCache) || f.lin.saw(Role::Optimizer) {
+            if f.inference
+                || f.lin.saw(Role::KvCache)
+                || f.lin.saw(Role::Optimizer)
+                || continued(cx, f)
+            {
                 continue;
             }
             let whole;
@@ -88,7 +96,16 @@ impl Rule for MissingOptimizerState {
                 continue;
             };
             let several = optimizers.len() > 1;
-            if !per_param.is_empty() {
+            // A size derived as more bytes per parameter than any weight takes (`model_bytes =
+            // n * 16`) counts the states beside the weights, whatever its name calls it.
+            let beyond_weights = |t: &&&Term| {
+                t.per_param
+                    .is_some_and(|p| in_bytes(p).abs() > FP32_BYTES * (1.0 + TOLERANCE))
+            };
+            let derived = !counted.is_empty()
+                && counted.iter().all(|t| t.per_param.is_some())
+                && counted.iter().any(beyond_weights);
+            if !per_param.is_empty() || derived {
                 // Sizes and bytes per parameter in one sum add up only where each size is known
                 // per parameter (`params_gb = n * 4 / 1e9` beside `grads_gb` read as `n * 4 / 1e9`).
                 let sizes: Option<Vec<PerParam>> = counted
@@ -121,7 +138,7 @@ impl Rule for MissingOptimizerState {
                 }
                 continue;
             }
-            let k: f64 = counted.iter().map(|t| t.coef.abs()).sum();
+            let k: f64 = counted.iter().map(|t| parts::copies(t)).sum();
             if k <= 0.0 || (req.loose() && k <= 1.0 + TOLERANCE) {
                 continue;
             }
@@ -243,6 +260,27 @@ fn judge_bytes(
             .with_help(help)
             .with_fix(fix),
     )
+}
+
+/// A step of an augmented budget that a later step continues (`budget -= params_gib`, then
+/// `budget -= grads_gib` in the same function): it states only part of what the budget takes,
+/// and the budget is judged whole at its last step.
+fn continued(cx: &Checker<'_>, f: &Formula) -> bool {
+    let target = |g: &Formula| {
+        if !matches!(g.kind, FormulaKind::Expr) {
+            return None;
+        }
+        let text = cx.file.slice(&g.span);
+        let (name, _) = text.split_once("-=").or_else(|| text.split_once("+="))?;
+        Some(name.trim())
+    };
+    let Some(name) = target(f) else {
+        return false;
+    };
+    cx.facts
+        .formulas
+        .iter()
+        .any(|g| g.scope == f.scope && g.span.start >= f.span.end && target(g) == Some(name))
 }
 
 fn diagnostic(
