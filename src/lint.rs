@@ -228,12 +228,50 @@ pub fn lint_candidates(
             .chain(stating)
             .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
             .collect();
-        let naming: Vec<&Candidate> = ruled_out
+        let naming: Vec<&Candidate>;
+        (naming, ruled_out) = ruled_out
             .into_iter()
-            .filter(|c| names_any(&absolute(&c.path, &cwd), overlay, &names))
-            .collect();
+            .partition(|c| names_any(&absolute(&c.path, &cwd), overlay, &names));
         if !naming.is_empty() {
             got.load(&naming, resolver, &cwd, whole, &mut context);
+            contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
+        }
+    }
+    // A module of helpers beside the scripts is judged with the optimizer of the scripts that
+    // import its functions (the join): those the prefilter ruled out are analysed whole.
+    let modules: Vec<(PathBuf, Vec<String>)> = got
+        .units
+        .iter()
+        .filter_map(|l| {
+            let functions = helpers::helper_module(&l.unit)?;
+            Some((
+                l.unit.abs.clone(),
+                functions.into_iter().map(str::to_string).collect(),
+            ))
+        })
+        .collect();
+    if !modules.is_empty() {
+        let importing: Vec<&Candidate> = ruled_out
+            .into_par_iter()
+            .filter(|c| c.language == Language::Python)
+            .filter(|c| {
+                let abs = absolute(&c.path, &cwd);
+                let near: Vec<&(PathBuf, Vec<String>)> = modules
+                    .iter()
+                    .filter(|(module, _)| helpers::may_import(&abs, module))
+                    .collect();
+                !near.is_empty()
+                    && text_says(&abs, overlay, |text| {
+                        near.iter().any(|(module, functions)| {
+                            let functions: Vec<&str> =
+                                functions.iter().map(String::as_str).collect();
+                            helpers::imports_any(&abs, text, module, &functions)
+                        })
+                    })
+            })
+            .collect();
+        if !importing.is_empty() {
+            got.load(&importing, resolver, &cwd, whole, &mut context);
             contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
         }
     }

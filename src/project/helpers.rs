@@ -14,6 +14,7 @@ use super::Unit;
 use crate::context::ImportedReturns;
 use crate::expr::imports::Found;
 use crate::facts::{Facts, Scaling};
+use crate::source::Language;
 use std::path::{Path, PathBuf};
 
 /// How many folders above the importing file an absolute import is looked for.
@@ -71,6 +72,121 @@ pub fn candidates(file: &Path, module: &str) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// A module of helpers beside the scripts (its folder is no package) that counts memory and
+/// builds no optimizer itself: the names of its functions that hold its formulas, which scripts
+/// importing them may call. Its formulas are judged with what those scripts train with (the
+/// join); library packages are not.
+pub fn helper_module(unit: &Unit) -> Option<Vec<&str>> {
+    let facts = &unit.facts;
+    let ev = &facts.evidence;
+    if unit.file.language != Language::Python || !ev.optimizers.is_empty() || !ev.trains.is_empty()
+    {
+        return None;
+    }
+    let mut functions: Vec<&str> = facts
+        .formulas
+        .iter()
+        .filter(|f| f.scope != 0)
+        .filter_map(|f| Some(facts.scopes.get(f.scope)?.name.as_str()))
+        .collect();
+    functions.sort_unstable();
+    functions.dedup();
+    let in_package = || {
+        unit.abs
+            .parent()
+            .is_some_and(|d| d.join("__init__.py").is_file())
+    };
+    (!functions.is_empty() && !in_package()).then_some(functions)
+}
+
+/// Whether a script at `importer` may import the module of helpers at `module`: it sits in the
+/// module's folder or the folder above, as `from helpers import f` or `from scripts.helpers
+/// import f` finds it.
+pub fn may_import(importer: &Path, module: &Path) -> bool {
+    let dir = module.parent();
+    let base = dir.and_then(Path::parent).or(dir);
+    base.is_some_and(|b| importer.starts_with(b))
+}
+
+/// Whether a Python file at `importer` with `text` imports one of `functions` from the module at
+/// `module`.
+pub fn imports_any(importer: &Path, text: &[u8], module: &Path, functions: &[&str]) -> bool {
+    // Most files import nothing of it: only a text naming a function is read for its imports.
+    let named = functions
+        .iter()
+        .any(|f| memchr::memmem::find(text, f.as_bytes()).is_some());
+    if !named || !may_import(importer, module) {
+        return false;
+    }
+    let text = String::from_utf8_lossy(text);
+    imports(&text).iter().any(|imp| {
+        functions
+            .iter()
+            .any(|f| imp.reaches(importer, &text, module, f))
+    })
+}
+
+/// What a Python text imports: each module with the names it takes from it (`from m import a,
+/// b`), or with the name it binds the module to (`import m as x`, read as `x.a`).
+fn imports(text: &str) -> Vec<Import> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("from ") {
+            let Some((module, names)) = rest.split_once(" import ") else {
+                continue;
+            };
+            let mut names = names.trim().to_string();
+            // `from m import (\n a,\n b,\n)`
+            if names.starts_with('(') {
+                while !names.contains(')') {
+                    let Some(next) = lines.next() else { break };
+                    names.push_str(next);
+                }
+            }
+            let names = names
+                .trim_matches(|c| matches!(c, '(' | ')' | ' '))
+                .split(',')
+                .filter_map(|n| n.split_whitespace().next())
+                .map(|n| n.trim_matches(|c| matches!(c, '(' | ')')).to_string())
+                .filter(|n| !n.is_empty() && !n.starts_with('#'))
+                .collect();
+            out.push(Import::Names(module.trim().to_string(), names));
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            for part in rest.split('#').next().unwrap_or("").split(',') {
+                let mut words = part.split_whitespace();
+                let Some(module) = words.next() else { continue };
+                let alias = match (words.next(), words.next()) {
+                    (Some("as"), Some(alias)) => alias,
+                    _ => module,
+                };
+                out.push(Import::Module(module.to_string(), alias.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// One import statement's module and what the importing file calls it by.
+#[derive(Debug, PartialEq)]
+enum Import {
+    Names(String, Vec<String>),
+    Module(String, String),
+}
+
+impl Import {
+    /// Whether the import reaches `function` of the module at `path` from `importer` (in whose
+    /// `text` a module import's calls are looked for).
+    fn reaches(&self, importer: &Path, text: &str, path: &Path, function: &str) -> bool {
+        let (module, named) = match self {
+            Import::Names(m, names) => (m, names.iter().any(|n| n == function)),
+            Import::Module(m, alias) => (m, text.contains(&format!("{alias}.{function}("))),
+        };
+        named && candidates(importer, module).iter().any(|c| c == path)
+    }
 }
 
 /// The helpers a file gives its model to, where a gradient hook they register would matter

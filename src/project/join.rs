@@ -3,6 +3,7 @@
 
 use super::estimate::run_inputs;
 use super::files::{located, ContextFiles, Fid, Files, Unit};
+use super::helpers;
 use super::lookup::follow_nested;
 use super::memory::memory_case;
 use super::pins::{old_transformers, pinned_project, project_root};
@@ -10,6 +11,7 @@ use super::runs::{launch_run, recipe_run, standalone_run, Run};
 use crate::context::{
     ConfigRef, ConfigUse, ExternalConfig, LaunchView, Located, ProjectView, RunEstimate,
 };
+use crate::source::Language;
 use std::path::{Path, PathBuf};
 
 /// Join the units of one lint run, reading only what is loaded: the units, and the files read
@@ -153,6 +155,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         }
     }
     join_siblings(&mut files, &runs, &mut joined);
+    join_importers(units, &own, &mut joined);
     join_lone_accelerate_config(&files, units, &lone, &mut joined);
     for (u, unit) in units.iter().enumerate() {
         if old_transformers(&unit.facts).is_some() {
@@ -166,6 +169,33 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         views,
         outside: files.reached.into_iter().collect(),
     })
+}
+
+/// A module of helpers beside the scripts that counts memory for the scripts importing it (`from
+/// mem_budget import fits`; [`helpers::helper_module`]): its formulas are judged with what the
+/// scripts that import its functions train with. The pipeline analyses those scripts whole.
+fn join_importers(units: &[&Unit], own: &[Located], joined: &mut [Located]) {
+    let trainers: Vec<usize> = (0..units.len())
+        .filter(|&i| {
+            units[i].file.language == Language::Python
+                && !units[i].facts.evidence.optimizers.is_empty()
+        })
+        .collect();
+    if trainers.is_empty() {
+        return;
+    }
+    for (h, helper) in units.iter().enumerate() {
+        let Some(functions) = helpers::helper_module(helper) else {
+            continue;
+        };
+        for &i in &trainers {
+            let importer = units[i];
+            let text = importer.file.text.as_bytes();
+            if helpers::imports_any(&importer.abs, text, &helper.abs, &functions) {
+                joined[h].join(&own[i]);
+            }
+        }
+    }
 }
 
 /// What joining the units gives.
