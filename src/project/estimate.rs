@@ -4,7 +4,7 @@
 //! with where it was written.
 
 use super::files::{located, Fid, Files};
-use super::names::{is_gpu_memory_name, params_from_name, MODEL_KEYS, PARAM_KEYS};
+use super::names::{is_gpu_memory_name, names_model, params_from_name, PARAM_KEYS};
 use super::runs::Run;
 use crate::config::{Node, Value};
 use crate::context::{Located, Origin, TrainingContext};
@@ -98,8 +98,7 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
             continue;
         };
         let name = name.as_str();
-        let model_key =
-            MODEL_KEYS.contains(&k.key.as_str()) || (k.key == "_component_" && k.parent == "model");
+        let model_key = names_model(&k.key, &k.parent);
         if !model_key {
             continue;
         }

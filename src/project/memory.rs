@@ -3,7 +3,7 @@
 //! count in a linted file.
 
 use super::files::{located, Fid, Files};
-use super::names::{is_gpu_memory_name, params_from_name, MODEL_KEYS, PARAM_KEYS};
+use super::names::{is_gpu_memory_name, names_model, params_from_name, PARAM_KEYS};
 use super::runs::Run;
 use crate::config::{Node, Value};
 use crate::context::{ConfigRef, DeepSpeedMemory, Located, MemoryCase, Quantity, TrainingContext};
@@ -357,9 +357,7 @@ fn stated(key: &str, parent: &str, value: &Value) -> Option<Stated> {
             named: false,
         }),
         Value::Number(n) if is_gpu_memory_name(key) && *n > 0.0 => Some(Stated::Gpu(*n)),
-        Value::String(s)
-            if MODEL_KEYS.contains(&key) || (key == "_component_" && parent == "model") =>
-        {
+        Value::String(s) if names_model(key, parent) => {
             params_from_name(s).map(|value| Stated::Params { value, named: true })
         }
         _ => None,

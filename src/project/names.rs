@@ -28,6 +28,13 @@ pub const MODEL_KEYS: &[&str] = &[
     "model",
 ];
 
+/// Whether a config key names the model: one of [`MODEL_KEYS`], or a key under a `model`
+/// section that names it there (torchtune's `_component_`, `[model] name = "Qwen/Qwen2.5-14B"`).
+pub fn names_model(key: &str, parent: &str) -> bool {
+    const UNDER_MODEL: &[&str] = &["_component_", "name", "name_or_path", "path", "id"];
+    MODEL_KEYS.contains(&key) || (parent == "model" && UNDER_MODEL.contains(&key))
+}
+
 /// A name that states a GPU's memory in GB: `gpu_memory_gb`, `GPU_MEM_GB`, `vram_gb`.
 pub fn is_gpu_memory_name(name: &str) -> bool {
     let n = name
