@@ -143,6 +143,9 @@ impl Rule for WrongOptimizerMultiplier {
                         check_product(table, counts, out)
                     }
                 }
+                // A table named for a count of state tensors (`state_tensors_per_param`)
+                // counts them, where its numbers would also fit multiples of the weights.
+                None if names_state_count(table) => check_table(table, None, &UNITS[..1], out),
                 None => check_table(table, None, UNITS, out),
             }
         }
@@ -241,6 +244,17 @@ fn agrees_with_states(t: &Table) -> usize {
         .iter()
         .filter(|e| candidates(&e.key).iter().any(|r| r.states == e.value))
         .count()
+}
+
+/// Whether a table's name says it counts state tensors: `stateTensorsPerParam`, `num_states`,
+/// `STATE_COUNT`, never a size (`state_bytes`, `state_multiplier`, `state_gb`).
+fn names_state_count(table: &Table) -> bool {
+    let name = table.name.as_deref().unwrap_or("").to_ascii_lowercase();
+    let counts = ["tensor", "count", "num_"].iter().any(|w| name.contains(w));
+    let sized = ["byte", "multiplier", "size", "mem", "gb", "mult"]
+        .iter()
+        .any(|w| name.contains(w));
+    name.contains("state") && counts && !sized
 }
 
 /// A table of bytes per state, judged through its count of states.
