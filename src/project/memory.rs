@@ -258,31 +258,30 @@ fn located_all(files: &Files, f: Fid) -> Located {
 
 /// Whether a launch's flags give `name` (`--gpu-memory-gb` for `gpu_memory_gb`).
 fn passes(flags: &Node, name: &str) -> bool {
-    let Value::Map(entries) = &flags.value else {
-        return false;
-    };
-    entries
-        .iter()
-        .any(|(k, _)| k.name.trim_start_matches('-').replace('-', "_") == name)
+    given(flags, name).next().is_some()
 }
 
 /// Whether a launch turns a boolean flag on: `--bf16`, `--bf16 true`, `--bf16=1`.
 fn flag_on(flags: &Node, name: &str) -> bool {
-    let Value::Map(entries) = &flags.value else {
-        return false;
-    };
-    entries.iter().any(|(k, v)| {
-        k.name.trim_start_matches('-').replace('-', "_") == name
-            && match &v.value {
-                Value::Bool(b) => *b,
-                Value::Null => true,
-                Value::Number(n) => *n != 0.0,
-                Value::String(s) => {
-                    matches!(s.to_ascii_lowercase().as_str(), "" | "true" | "1" | "yes")
-                }
-                _ => false,
-            }
+    given(flags, name).any(|v| match &v.value {
+        Value::Bool(b) => *b,
+        Value::Null => true,
+        Value::Number(n) => *n != 0.0,
+        Value::String(s) => matches!(s.to_ascii_lowercase().as_str(), "" | "true" | "1" | "yes"),
+        _ => false,
     })
+}
+
+/// The values a launch's flags give `name` (`--gpu-memory-gb` for `gpu_memory_gb`).
+fn given<'a>(flags: &'a Node, name: &'a str) -> impl Iterator<Item = &'a Node> + 'a {
+    let entries = match &flags.value {
+        Value::Map(entries) => entries.as_slice(),
+        _ => &[],
+    };
+    entries
+        .iter()
+        .filter(move |(k, _)| k.name.trim_start_matches('-').replace('-', "_") == name)
+        .map(|(_, v)| v)
 }
 
 fn scan_quantities(
