@@ -51,6 +51,9 @@ pub struct Facts {
     /// `with model.no_sync():` blocks that hold backwards only: the forward ran outside, so
     /// the backward still synchronises. The `with` line.
     pub no_sync_backward_only: Vec<Range<usize>>,
+    /// `model.require_backward_grad_sync = ...` set after the micro-step's forward (DDP reads
+    /// it there) and before its backward: the assignment and the forward.
+    pub late_sync_flags: Vec<(Range<usize>, Range<usize>)>,
     /// HF Trainer losses written by hand that never read the window's item count.
     pub custom_losses: Vec<CustomLoss>,
     /// `gradient_accumulation_steps=<number>` keyword arguments (not `Accelerator`'s).
@@ -542,6 +545,8 @@ pub enum MisstepKind {
     StepBeforeUpdate,
     /// The same optimizer unscaled twice before an update.
     DoubleUnscale,
+    /// A second `update()` of one scaler in an iteration that steps two optimizers through it.
+    DoubleUpdate,
     /// A clip of gradients the `GradScaler` still multiplies.
     ClipBeforeUnscale,
 }

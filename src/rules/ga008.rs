@@ -1,6 +1,7 @@
 //! GA008 scaler-per-micro-step: in an accumulating loop a `GradScaler` updates its scale or
 //! unscales the gradients before the window's last backward, steps on every micro-step while it
-//! updates once per window, or one optimizer is unscaled twice before the scaler updates.
+//! updates once per window, one optimizer is unscaled twice before the scaler updates, or the
+//! scaler updates twice in an iteration that steps two optimizers.
 //! Documentation: `rules/GA008.toml`.
 
 use super::{line_of, loop_fix, path_clause, window_factor, Checker, Rule};
@@ -38,6 +39,10 @@ impl Rule for ScalerPerMicroStep {
                 (MisstepKind::DoubleUnscale, Some((_, line))) => (
                     format!("`{call}` unscales an optimizer already unscaled at {line} with no `scaler.update()` between{path}: `unscale_` may run once per optimizer step and a second call raises a RuntimeError"),
                     "unscale once per step, before clipping and `scaler.step(optimizer)`",
+                ),
+                (MisstepKind::DoubleUpdate, Some((_, line))) => (
+                    format!("`{call}` updates the scale a second time in this iteration (first at {line}), after the scaler stepped a second optimizer{path}: the scale should be updated once per iteration, after every optimizer stepped"),
+                    "call `scaler.update()` once, after the last `scaler.step(...)` of the iteration",
                 ),
                 _ => continue,
             };

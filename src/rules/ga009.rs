@@ -1,6 +1,7 @@
 //! GA009 ddp-sync-every-micro-step: a `DistributedDataParallel` model in an accumulating loop
-//! all-reduces its gradients on every micro-step (no `no_sync()`), or `no_sync()` wraps the
-//! backward only. Off by default. Documentation: `rules/GA009.toml`.
+//! all-reduces its gradients on every micro-step (no `no_sync()`), `no_sync()` wraps the
+//! backward only, or `require_backward_grad_sync` is set after the forward it governs. Off by
+//! default. Documentation: `rules/GA009.toml`.
 
 use super::{line_of, Checker, Rule};
 use crate::diagnostic::Diagnostic;
@@ -23,6 +24,18 @@ impl Rule for DdpSyncEveryMicroStep {
                     format!("`{with}` wraps only the backward: the forward ran outside the context, so DDP still all-reduces the gradients on this micro-step"),
                 )
                 .with_help("run the forward and the backward of the non-final micro-steps inside `no_sync()`"),
+            );
+        }
+        for (set, forward) in &cx.facts.late_sync_flags {
+            let flag = cx.file.slice(set).trim();
+            let (call, line) = (cx.file.slice(forward), line_of(cx.file, forward.start));
+            out.push(
+                Diagnostic::new(
+                    "GA009",
+                    set.clone(),
+                    format!("`{flag}` is set after this micro-step's forward (`{call}`, {line}): DDP reads the flag in the forward, so it takes effect only on the next micro-step; the last micro-step of each window does not all-reduce, and each rank steps with its own gradients"),
+                )
+                .with_help("set `require_backward_grad_sync` before the micro-step's forward"),
             );
         }
         // Frameworks and sharded wrappers that skip the sync between boundaries themselves.

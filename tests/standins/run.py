@@ -951,8 +951,23 @@ def micro_step(fn_node):
     return backward and not loops
 
 
+def scalers_by_use(fn_node):
+    """Parameters the function uses as a GradScaler (`amp.scale(loss)`, `gs.unscale_(opt)`)."""
+    if fn_node is None:
+        return set()
+    return {
+        n.func.value.id
+        for n in ast.walk(fn_node)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("scale", "unscale_")
+        and isinstance(n.func.value, ast.Name)
+    }
+
+
 def call(fn, fn_node):
     params = params_of(fn)
+    scalers = scalers_by_use(fn_node)
     times = BATCHES if fn_node is not None and micro_step(fn_node) else 1
     # A function handed a scaler that runs no backward itself: its caller's backward scaled
     # the gradients it receives.
@@ -967,15 +982,21 @@ def call(fn, fn_node):
             # The batch's index: `i`, `step`, `batch_idx`, `global_step`, `iteration`.
             words = n.lower().split("_")
             index = words[-1] in ("step", "idx", "iter", "index", "iteration") and not (
-                {"per", "num", "n"} & set(words)
+                {"per", "num", "n", "accum", "update"} & set(words)
             )
             if n in ("i", "it", "n") or index:
                 args.append(i)
             elif n in ("batch", "micro_batch", "mb"):
                 args.append(Batch())
+            elif n in scalers:
+                args.append(standin(f"{n}_scaler", a))
             else:
                 args.append(standin(n, a))
-        fn(*args)
+        try:
+            fn(*args)
+        except StopIteration:
+            # `next(data)` past the stand-ins' batches: the data ran out, as a run's does.
+            return
 
 
 def drive_lightning(cls, tree_cls):

@@ -177,7 +177,7 @@ pub enum CallKind {
 }
 
 impl CallKind {
-    fn is_backward(&self) -> bool {
+    pub fn is_backward(&self) -> bool {
         matches!(
             self,
             CallKind::Backward { .. } | CallKind::FrameworkBackward
@@ -192,6 +192,8 @@ impl CallKind {
 
 /// What the walk recorded, for the assembly.
 pub struct Recorded<'a> {
+    /// The file's text: a call's receiver and arguments tell scalers and optimizers apart.
+    pub src: &'a str,
     /// The file writes `unscale_` somewhere (in code or not).
     pub unscales: bool,
     pub loops: &'a [LoopInfo],

@@ -393,6 +393,13 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
                     push(out, f);
                 }
             }
+            CallKind::ScalerUpdate => {
+                if let Some(first) = earlier_update(rec, t, i) {
+                    let mut f = found(rec, p, v, t, Misstep::DoubleUpdate, it);
+                    f.related = Some(rec.calls[t[first].ev].call.span.clone());
+                    push(out, f);
+                }
+            }
             // A program that unscales only under a steady test (`if cfg.fp16:`) runs its scaler
             // only then: on a path where it does not unscale, nothing is scaled.
             CallKind::Clip { framework: false } if scaler_off(rec, p, v) => {}
@@ -415,6 +422,52 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
             _ => {}
         }
     }
+}
+
+/// An `update()` of the same scaler earlier in the iteration of `t[i]`, at the same loop depth,
+/// where the scaler stepped one optimizer before it and another between it and `t[i]`: the
+/// scale is updated once per iteration, after every optimizer stepped. Whenever `t[i]` runs,
+/// the rest runs too: they run on every pass, or the second step is under the tests `t[i]` is.
+fn earlier_update(rec: &Recorded, t: &[Item], i: usize) -> Option<usize> {
+    let text = |k: usize| {
+        let c = &rec.calls[t[k].ev];
+        rec.src.get(c.origin.clone()).unwrap_or("")
+    };
+    let receiver = |k: usize| {
+        let call = text(k);
+        let callee = call.split('(').next().unwrap_or("");
+        callee.rsplit_once('.').map_or("", |(recv, _)| recv).trim()
+    };
+    // The optimizer `scaler.step(opt)` steps, when `t[k]` is a step through `scaler`.
+    let ctx = |k: usize| &rec.calls[t[k].ev].ctx;
+    let with_update = |k: usize| {
+        t[k].runs == Runs::Always
+            || (ctx(k).scope == ctx(i).scope && ctx(i).branches.starts_with(&ctx(k).branches))
+    };
+    let stepped = |k: usize, scaler: &str| match rec.calls[t[k].ev].kind {
+        CallKind::Step { scaler: true } if receiver(k) == scaler && with_update(k) => {
+            let call = text(k);
+            let args = call.split_once('(').map_or("", |(_, a)| a);
+            Some(args.trim_end().trim_end_matches(')').trim())
+        }
+        _ => None,
+    };
+    let scaler = receiver(i);
+    let same_iteration =
+        |k: usize| t[k].iter == t[i].iter && t[k].ev != t[i].ev && ctx(k).loops == ctx(i).loops;
+    let first = (0..i).rev().find(|k| {
+        same_iteration(*k)
+            && t[*k].runs == Runs::Always
+            && matches!(rec.calls[t[*k].ev].kind, CallKind::ScalerUpdate)
+            && receiver(*k) == scaler
+    })?;
+    let before = (0..first)
+        .rev()
+        .take_while(|k| t[*k].iter == t[i].iter)
+        .filter(|k| t[*k].runs == Runs::Always)
+        .find_map(|k| stepped(k, scaler))?;
+    let between = (first + 1..i).find_map(|k| stepped(k, scaler))?;
+    (!scaler.is_empty() && !before.is_empty() && before != between).then_some(first)
 }
 
 /// A backward under a test whose gradients are zeroed right after it, whenever it runs, before

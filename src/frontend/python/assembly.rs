@@ -130,6 +130,7 @@ impl<'s> Walker<'s> {
             })
             .collect();
         let recorded = Recorded {
+            src: self.src,
             unscales: contains_word(self.src, "unscale_"),
             loops: &self.loops,
             conds: &self.conds,

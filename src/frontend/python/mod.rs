@@ -24,6 +24,7 @@ mod moves;
 mod provenance;
 mod schedules;
 mod statements;
+mod sync_flag;
 mod tables;
 mod token_means;
 mod trainer_loss;
@@ -240,6 +241,8 @@ struct Walker<'s> {
     value_model: bool,
     /// Build fixes for the loop's missteps (and check each on the edited text).
     verify_fixes: bool,
+    /// `x.require_backward_grad_sync = ...` statements (GA009).
+    sync_flags: Vec<Range<usize>>,
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
     /// What each `if` tests, by condition id.
@@ -380,6 +383,7 @@ impl<'s> Walker<'s> {
             loop_model: true,
             value_model: true,
             verify_fixes: true,
+            sync_flags: Vec::new(),
             stack: Vec::new(),
             scopes: vec![Scope {
                 name: String::new(),
@@ -415,7 +419,7 @@ impl<'s> Walker<'s> {
             modulo_names: HashMap::default(),
             optimizer_names: Vec::new(),
             scheduler_names: statements::scheduler_names(src),
-            scaler_names: Vec::new(),
+            scaler_names: statements::scalers_by_use(src),
             clip_names: Vec::new(),
             engine_names: Vec::new(),
             accelerator_names: Vec::new(),
@@ -986,6 +990,12 @@ impl<'s> Walker<'s> {
             if no_syncs > self.facts.no_sync_backward_only.len() || !loops::trains(&calls) {
                 self.facts.no_sync_backward_only.clear();
             }
+        }
+        if !self.facts.ddp_wraps.is_empty() && !self.sync_flags.is_empty() && loops::trains(&calls)
+        {
+            let backwards = sync_flag::backward_spans(&calls);
+            self.facts.late_sync_flags =
+                sync_flag::late_sync_flags(tree, self.src, &self.sync_flags, &backwards);
         }
         if !self.facts.ddp_wraps.is_empty() {
             // Written in code, not only in a comment the walk saw (`# TODO: use no_sync()`).

@@ -48,7 +48,7 @@ pub(super) fn fix(m: &Model, f: &Found) -> Option<LoopFix> {
         )?,
         MisstepKind::StepBeforeUpdate => step_before_update(m, f)?,
         MisstepKind::ClipBeforeUnscale => unscale_first(m, f)?,
-        MisstepKind::DoubleUnscale => return None,
+        MisstepKind::DoubleUnscale | MisstepKind::DoubleUpdate => return None,
     };
     checked(m, f, edits).map(|edits| LoopFix { message, edits })
 }

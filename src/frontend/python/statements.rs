@@ -94,6 +94,10 @@ impl<'s> Walker<'s> {
         if self.loop_model {
             self.note_assigned_names(left);
             self.invoke(right);
+            let attr = left.field("attribute").map(|a| self.text(a));
+            if attr == Some("require_backward_grad_sync") {
+                self.sync_flags.push(node.byte_range());
+            }
         }
         let target = self.text(left).to_string();
         let simple_target = matches!(left.ty(), "identifier" | "attribute");
@@ -571,4 +575,42 @@ fn comment_scale(comment: &str) -> Option<f64> {
     c[..b]
         .ends_with(|ch: char| ch.is_ascii_digit())
         .then_some(1e9)
+}
+
+/// The names a file uses as a `GradScaler`, whatever they are called: the receiver of
+/// `unscale_(...)`, or of `scale(loss)` whose result is backpropagated (`gs.scale(loss).backward()`).
+/// Read from the text before the walk, as a helper may step the scaler above its first use.
+pub(super) fn scalers_by_use(src: &str) -> Vec<String> {
+    let receiver = |end: usize| {
+        let head = &src[..end];
+        let start = head
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .map_or(0, |i| i + 1);
+        let name = &head[start..];
+        (!name.is_empty() && !name.starts_with('.')).then(|| name.to_string())
+    };
+    let mut names: Vec<String> = Vec::new();
+    let bytes = src.as_bytes();
+    for at in memchr::memmem::find_iter(bytes, b".unscale_(") {
+        names.extend(receiver(at));
+    }
+    for at in memchr::memmem::find_iter(bytes, b".scale(") {
+        let open = at + ".scale".len();
+        let mut depth = 0usize;
+        let close = bytes[open..].iter().position(|b| {
+            match b {
+                b'(' => depth += 1,
+                b')' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            depth == 0
+        });
+        let after = close.map_or("", |c| src.get(open + c + 1..).unwrap_or(""));
+        if after.starts_with(".backward(") {
+            names.extend(receiver(at));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }

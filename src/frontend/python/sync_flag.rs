@@ -1,0 +1,146 @@
+//! GA009's late sync flag: `model.require_backward_grad_sync = ...` set on a micro-step after
+//! the forward it governs and before the backward. DDP reads the flag in `forward`, where it
+//! prepares the reduction of the backward that follows, so a value set after the forward only
+//! takes effect on the next micro-step.
+
+use crate::frontend::fields::{PyField, PyKind};
+use crate::frontend::loops::CallEvent;
+use std::ops::Range;
+use tree_sitter::{Node, Tree};
+
+/// The flag assignments (`statements`) set between a micro-step's forward of the same model
+/// and its backward, each with that forward. `backwards` are the file's backward calls.
+pub(super) fn late_sync_flags(
+    tree: &Tree,
+    src: &str,
+    statements: &[Range<usize>],
+    backwards: &[Range<usize>],
+) -> Vec<(Range<usize>, Range<usize>)> {
+    let root = tree.root_node();
+    let text = |n: Node| src.get(n.byte_range()).unwrap_or("");
+    let sets: Vec<(Node, &str, &str)> = statements
+        .iter()
+        .filter_map(|at| {
+            let set = root
+                .descendant_for_byte_range(at.start, at.end)
+                .filter(|n| n.ty() == "assignment")?;
+            let model = set.field("left")?.field("object").map(text)?;
+            Some((set, model, text(set.field("right")?)))
+        })
+        .collect();
+    // A wrapper of the file's own (`self.require_backward_grad_sync = True` in its class) may
+    // read the flag anywhere, in a hook of its own.
+    if sets.iter().any(|(_, model, _)| *model == "self") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (set, model, value) in sets {
+        // A constant `True` syncs every micro-step anyway.
+        if value == "True" {
+            continue;
+        }
+        let Some(body) = enclosing_loop(set) else {
+            continue;
+        };
+        let forward = calls_of(body, src, model)
+            .into_iter()
+            .rev()
+            .find(|f| f.end_byte() <= set.start_byte() && runs_with(*f, set));
+        let Some(forward) = forward else {
+            continue;
+        };
+        // The backward of the same micro-step, with no forward of the model in between.
+        let next_forward = calls_of(body, src, model)
+            .into_iter()
+            .find(|f| f.start_byte() > set.end_byte())
+            .map_or(usize::MAX, |f| f.start_byte());
+        let backward = backwards.iter().any(|b| {
+            b.start > set.end_byte()
+                && b.start < next_forward
+                && b.end <= body.end_byte()
+                && root
+                    .descendant_for_byte_range(b.start, b.end)
+                    .is_some_and(|n| runs_with(n, set))
+        });
+        if backward {
+            out.push((set.byte_range(), forward.byte_range()));
+        }
+    }
+    out
+}
+
+/// The backward calls the walk recorded.
+pub(super) fn backward_spans(calls: &[CallEvent]) -> Vec<Range<usize>> {
+    calls
+        .iter()
+        .filter(|c| !c.inlined && c.kind.is_backward())
+        .map(|c| c.call.span.clone())
+        .collect()
+}
+
+/// The body of the innermost loop around `node`, within its function.
+fn enclosing_loop(node: Node) -> Option<Node> {
+    let mut n = node.parent()?;
+    loop {
+        match n.ty() {
+            "for_statement" | "while_statement" => return n.field("body"),
+            "function_definition" | "class_definition" | "lambda" => return None,
+            _ => n = n.parent()?,
+        }
+    }
+}
+
+/// The calls of `model` itself (`model(x)`, `model.forward(x)`) in `body`.
+fn calls_of<'t>(body: Node<'t>, src: &str, model: &str) -> Vec<Node<'t>> {
+    let mut out = Vec::new();
+    let mut cursor = body.walk();
+    let mut stack = vec![body];
+    while let Some(n) = stack.pop() {
+        if n.ty() == "call" {
+            let callee = n.field("function").and_then(|f| src.get(f.byte_range()));
+            if callee.is_some_and(|c| c == model || c.strip_suffix(".forward") == Some(model)) {
+                out.push(n);
+            }
+        }
+        stack.extend(n.named_children(&mut cursor));
+    }
+    out.sort_by_key(|n| n.start_byte());
+    out
+}
+
+/// `node` runs on every pass through the statement `set` runs on: between it and their common
+/// ancestor there is no branch, loop or function of its own.
+fn runs_with(node: Node, set: Node) -> bool {
+    let mut n = node;
+    while let Some(p) = n.parent() {
+        if p.start_byte() <= set.start_byte() && set.end_byte() <= p.end_byte() {
+            return true;
+        }
+        let branches = matches!(
+            p.ty(),
+            "if_statement"
+                | "elif_clause"
+                | "else_clause"
+                | "for_statement"
+                | "while_statement"
+                | "try_statement"
+                | "except_clause"
+                | "match_statement"
+                | "case_clause"
+                | "function_definition"
+                | "lambda"
+                | "class_definition"
+                | "conditional_expression"
+                | "boolean_operator"
+                | "list_comprehension"
+                | "generator_expression"
+                | "dictionary_comprehension"
+                | "set_comprehension"
+        );
+        if branches {
+            return false;
+        }
+        n = p;
+    }
+    false
+}
