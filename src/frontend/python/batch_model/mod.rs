@@ -9,6 +9,9 @@ use super::*;
 use crate::facts::{BatchEquation, BatchUse, Missing};
 use std::collections::HashSet;
 
+mod arms;
+mod written;
+
 /// Where the run's factors sit in a value, as exponents (`len(ds) // (bs * accum)` is
 /// samples · micro⁻¹ · accum⁻¹), and whether a value of unknown meaning multiplies or divides it
 /// (`epochs` multiplies a count harmlessly; an unknown divisor may be any factor).
@@ -415,8 +418,10 @@ impl<'s> Walker<'s> {
         }
         let model = self.model(tree, loops);
         let run = self.run(loops);
-        // An iterable dataset's length is not the samples one epoch reads.
-        let iterable = contains_word(self.src, "IterableDataset");
+        // The length of an iterable dataset the file defines is what its `__len__` says (often
+        // one rank's shard), not the samples one epoch reads. A file that only mentions
+        // `IterableDataset` (an `isinstance` test, a streaming arm) counts map-style datasets.
+        let iterable = defines_iterable_dataset(self.src);
         let counts = notes.counts.iter().filter(|_| !iterable);
         let mut out: Vec<BatchEquation> = counts
             .filter_map(|c| self.count_equation(&model, &run, c))
@@ -498,6 +503,7 @@ impl<'s> Walker<'s> {
         Model {
             w: self,
             root: tree.root_node(),
+            in_arms: Default::default(),
             seeds,
         }
     }
@@ -836,6 +842,9 @@ struct Run<'l> {
 struct Model<'a, 's> {
     w: &'a Walker<'s>,
     root: Node<'a>,
+    /// The names bound in each arm of one `if` whose arms are being valued: met again inside
+    /// them, they are left unknown.
+    in_arms: std::cell::RefCell<Vec<String>>,
     /// Values a framework's keyword says are a factor, by their text.
     seeds: HashMap<String, Factors>,
 }
@@ -876,6 +885,7 @@ impl<'a> Model<'a, '_> {
         let model = Model {
             w: self.w,
             root: self.root,
+            in_arms: Default::default(),
             seeds: self
                 .seeds
                 .iter()
@@ -996,7 +1006,7 @@ impl<'a> Model<'a, '_> {
             return self.node(span);
         }
         if self.w.batch.reassigned.contains(name) {
-            return None;
+            return self.arm_binding(name);
         }
         let rhs = *self.w.assigned_text.get(name)?;
         if word_in(rhs, name) || modified_in_place(self.w.src, name) {
@@ -1057,58 +1067,14 @@ impl<'a> Model<'a, '_> {
             _ => None,
         }
     }
+}
 
-    /// Where the value's factors are written: through the names it reads and the operands that
-    /// carry every batch factor, to the expression that combines them.
-    fn written_at(&self, node: Node<'a>, f: Factors, depth: usize) -> Node<'a> {
-        if depth > MAX_DEPTH {
-            return node;
-        }
-        let node = unparen(node);
-        let batch = |n: Node| {
-            let g = self.factors(n, 0);
-            (g.micro, g.accum, g.world) == (f.micro, f.accum, f.world)
-        };
-        match node.ty() {
-            "identifier" | "attribute" | "subscript" => match self.binding(self.text(node)) {
-                Some(rhs) if batch(rhs) => self.written_at(rhs, f, depth + 1),
-                _ => node,
-            },
-            "binary_operator" => {
-                let (Some(l), Some(r)) = (node.field("left"), node.field("right")) else {
-                    return node;
-                };
-                let (lf, rf) = (self.factors(l, 0), self.factors(r, 0));
-                let op = node.field("operator").map_or("", |o| self.text(o));
-                // `len(ds) // global_batch`: the batch is written where the divisor is.
-                if matches!(op, "/" | "//") && !lf.holds_batch() && rf.holds_batch() {
-                    return self.written_at(r, rf, depth + 1);
-                }
-                match (lf.holds_batch(), rf.holds_batch()) {
-                    (true, false) if batch(l) && f.samples == lf.samples => {
-                        self.written_at(l, f, depth + 1)
-                    }
-                    (false, true) if batch(r) && f.samples == rf.samples => {
-                        self.written_at(r, f, depth + 1)
-                    }
-                    _ => node,
-                }
-            }
-            "call" => {
-                let callee = node.field("function").map_or("", |c| self.text(c));
-                let wrapper = matches!(
-                    last_segment(callee),
-                    "int" | "float" | "round" | "ceil" | "floor" | "sqrt"
-                );
-                let arg = node.field("arguments").and_then(|a| a.named_child(0));
-                match (wrapper, arg) {
-                    (true, Some(a)) if batch(a) => self.written_at(a, f, depth + 1),
-                    _ => node,
-                }
-            }
-            _ => node,
-        }
-    }
+/// The file defines a class derived from `IterableDataset` (`class Stream(IterableDataset):`).
+fn defines_iterable_dataset(src: &str) -> bool {
+    word_positions(src, "IterableDataset").any(|at| {
+        let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];
+        line.trim_start().starts_with("class ") && line.contains('(')
+    })
 }
 
 /// Where `part`, a slice of `src`, starts in it.
