@@ -190,12 +190,14 @@ pub fn lint_candidates(
         got.load(&reached, resolver, &cwd, whole, &mut context);
         contexts = project_contexts(&got.units, &mut context, &cwd, overlay);
     }
-    // A transformers pin before 4.46 is judged by what its whole project shows: the files under
-    // it that the prefilter ruled out and that could show it are analysed whole.
+    // A transformers pin before 4.46 is judged by what its whole project shows (GA006, off by
+    // default): where GA006 is reported for the pin, the files under it that the prefilter
+    // ruled out and that could show it are analysed whole.
     let roots: Vec<PathBuf> = got
         .units
         .iter()
         .filter(|l| pins::old_transformers(&l.unit.facts).is_some())
+        .filter(|l| l.settings.wanted(&l.unit.abs).pins)
         .filter_map(|l| pins::project_root(&l.unit.abs).map(Path::to_path_buf))
         .collect();
     if !roots.is_empty() {
