@@ -584,8 +584,9 @@ pub(super) fn scalers_by_use(src: &str) -> Vec<String> {
     let receiver = |end: usize| {
         let head = &src[..end];
         let start = head
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rfind(|(_, c)| !(c.is_alphanumeric() || *c == '_' || *c == '.'))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         let name = &head[start..];
         (!name.is_empty() && !name.starts_with('.')).then(|| name.to_string())
     };
@@ -613,4 +614,25 @@ pub(super) fn scalers_by_use(src: &str) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scalers_by_use;
+
+    #[test]
+    fn a_scaler_is_known_by_its_use() {
+        let src = "gs.scale(loss / k).backward()\nself.amp.unscale_(opt)\nx.scale(2)\néchelle.unscale_(opt)\n";
+        assert_eq!(
+            scalers_by_use(src),
+            vec![
+                "gs".to_string(),
+                "self.amp".to_string(),
+                "échelle".to_string()
+            ]
+        );
+        // Not a name: nothing before the dot, or a call's result.
+        assert!(scalers_by_use("—.unscale_(opt)\n").is_empty());
+        assert!(scalers_by_use("get().unscale_(opt)\n").is_empty());
+    }
 }
