@@ -863,6 +863,14 @@ impl<'a> Model<'a, '_> {
         missing: Vec<Missing>,
     ) -> BatchEquation {
         let at = self.written_at(node, f, 0);
+        // A count is described by the batch written where it is reported: under accelerate's
+        // prepared scheduler, `steps * num_processes` cancels the data-parallel size that the
+        // count's own batch holds.
+        let has = match (&used, self.factors(at, 0)) {
+            (BatchUse::Count { .. }, g) if at != node && g.samples != 0 => g.describe_inverse(),
+            (BatchUse::Count { .. }, g) if at != node && g.holds_batch() => g.describe(),
+            _ => has,
+        };
         BatchEquation {
             span: at.byte_range(),
             written: compact_spaced(self.text(at)),
