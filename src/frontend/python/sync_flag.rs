@@ -42,16 +42,17 @@ pub(super) fn late_sync_flags(
         let Some(body) = enclosing_loop(set) else {
             continue;
         };
-        let forward = calls_of(body, src, model)
-            .into_iter()
+        let forwards = calls_of(body, src, model);
+        let forward = forwards
+            .iter()
             .rev()
-            .find(|f| f.end_byte() <= set.start_byte() && runs_with(*f, set));
+            .find(|f| f.end_byte() <= set.start_byte() && runs_with(**f, set));
         let Some(forward) = forward else {
             continue;
         };
         // The backward of the same micro-step, with no forward of the model in between.
-        let next_forward = calls_of(body, src, model)
-            .into_iter()
+        let next_forward = forwards
+            .iter()
             .find(|f| f.start_byte() > set.end_byte())
             .map_or(usize::MAX, |f| f.start_byte());
         let backward = backwards.iter().any(|b| {
