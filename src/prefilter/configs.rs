@@ -119,6 +119,10 @@ pub(super) fn holds_known_key(text: &str, language: Language) -> bool {
         }
         if end > 0 && matches!(bytes[end - 1], b'"' | b'\'') {
             end -= 1;
+        } else if language == Language::Json {
+            // A JSON key is a string: a colon after anything else sits inside a value (a data
+            // file's text, "Answer: ...").
+            return false;
         }
         let mut start = end;
         while start > 0 && end - start < 128 && is_key_byte(bytes[start - 1]) {
@@ -174,6 +178,9 @@ mod tests {
         let golden = "{\n  \"lm loss\": {\n    \"start_step\": 1,\n    \"values\": {\"1\": 10.8, \"5\": 9.1}\n  },\n  \"mem-allocated-bytes\": {\"values\": {\"1\": 1e9}},\n  \"iteration-time\": {\"values\": {}}\n}\n";
         assert!(!holds(golden));
         assert!(!holds("[{\"text\": \"a: b\", \"label\": 1}]"));
+        let records = "[{\"instruction\": \"Name the model: GPT\", \"output\": \"lr: 1e-4\"}]";
+        assert!(!holds_known_key(records, Language::Json));
+        assert!(holds_known_key("{\"lr\" : 1e-4}", Language::Json));
         assert!(!holds("name: ci\non:\n  push:\n    branches: [main]\n"));
         // A vocabulary holds every short word, and more keys than any config.
         let vocab: String = (0..20_000).map(|i| format!("\"w{i}\": {i}, ")).collect();
