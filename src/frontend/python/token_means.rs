@@ -31,13 +31,22 @@ const EVEN: &[&str] = &[
 impl Walker<'_> {
     pub(super) fn token_means(&self) -> Option<TokenMeans> {
         let src = self.src.as_bytes();
+        // The last place any of `words` is written. A forward search is vectorised, a
+        // backward one is not; none of the words overlaps itself, so the last match found
+        // forward is the last one written.
         let find = |words: &[&str]| {
             words
                 .iter()
-                .filter_map(|w| memchr::memmem::rfind(src, w.as_bytes()).map(|at| at..at + w.len()))
+                .filter_map(|w| {
+                    let at = memchr::memmem::find_iter(src, w.as_bytes()).last()?;
+                    Some(at..at + w.len())
+                })
                 .max_by_key(|r| r.start)
         };
-        if find(EVEN).is_some() {
+        if EVEN
+            .iter()
+            .any(|w| memchr::memmem::find(src, w.as_bytes()).is_some())
+        {
             return None;
         }
         let token_loss = find(TOKEN_LOSS)?;
