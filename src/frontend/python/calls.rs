@@ -464,14 +464,24 @@ impl<'s> Walker<'s> {
             }
             "backward" | "manual_backward" => {
                 self.facts.evidence.trains.push(span.clone());
-                // `accelerator.backward(loss)`, `engine.backward(loss)`: the framework's
-                // backward, which takes the loss as an argument; `loss.backward()` takes none.
+                // `accelerator.backward(loss)`, `engine.backward(loss)`,
+                // `booster.backward(loss=loss, optimizer=optimizer)`: the framework's backward,
+                // which takes the loss as an argument; `loss.backward()` takes none (its
+                // keywords are `gradient`, `retain_graph`, `create_graph` and `inputs`).
                 let arg = args.and_then(|a| {
                     let mut c = a.walk();
-                    let first = a
-                        .named_children(&mut c)
+                    let children: Vec<Node> = a.named_children(&mut c).collect();
+                    let first = children
+                        .iter()
                         .find(|n| !matches!(n.ty(), "keyword_argument" | "comment"));
-                    first
+                    let keyword = || {
+                        children.iter().find_map(|n| {
+                            let name = n.field("name")?;
+                            (n.ty() == "keyword_argument" && self.text(name) == "loss")
+                                .then(|| n.field("value"))?
+                        })
+                    };
+                    first.copied().or_else(keyword)
                 });
                 match arg {
                     None if last == "backward" => {
