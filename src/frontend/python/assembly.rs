@@ -177,7 +177,7 @@ impl<'s> Walker<'s> {
         let products = self.global_batches(&assembled.loops);
         self.facts.global_batches = self.confirmed_products(tree, &assembled.loops, products);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
-        self.facts.loader_batches = self.loader_batches(&assembled.loops);
+        self.facts.loader_batches = self.loader_batches(tree, &assembled.loops);
         self.facts.batch_equations = self.batch_equations(tree, &assembled.loops);
         self.facts.loader_keys = self.loader_keys();
         if !assembled.loops.is_empty() {

@@ -6,6 +6,32 @@
 use super::*;
 use crate::frontend::fields::{PyField, PyKind};
 
+/// A loader's `batch_size` argument as written, where, and the loader's call.
+pub(super) struct LoaderArg<'s> {
+    pub(super) text: &'s str,
+    span: Range<usize>,
+    call: Range<usize>,
+    /// The function and position of the parameter it names, when it names one of the function
+    /// the loader is built in.
+    param: Option<(String, usize)>,
+}
+
+/// How many functions up a loader's batch is followed through the parameters it is passed as.
+const PASSED_DEPTH: usize = 3;
+
+/// The function a node is written in, if any (a lambda or a class body ends the search).
+fn enclosing_function(node: Node) -> Option<Node> {
+    let mut at = node.parent();
+    while let Some(n) = at {
+        match n.ty() {
+            "function_definition" => return Some(n),
+            "lambda" | "class_definition" => return None,
+            _ => at = n.parent(),
+        }
+    }
+    None
+}
+
 impl<'s> Walker<'s> {
     /// `batch_size=<value>` in a call of a data loader.
     pub(super) fn note_loader_batch(&mut self, keyword: Node, value: Node) {
@@ -21,52 +47,158 @@ impl<'s> Walker<'s> {
             .is_some_and(|f| last_segment(self.text(f)).ends_with("DataLoader"));
         let text = self.text(value);
         if is_loader && matches!(value.ty(), "identifier" | "attribute") {
-            self.loader_batch_args
-                .push((text, value.byte_range(), call.byte_range()));
+            let scope = &self.scopes[self.scope()];
+            let param = (value.ty() == "identifier" && !scope.is_class)
+                .then(|| scope.params.iter().position(|p| p == text))
+                .flatten()
+                .map(|at| (scope.name.clone(), at));
+            self.loader_batch_args.push(LoaderArg {
+                text,
+                span: value.byte_range(),
+                call: call.byte_range(),
+                param,
+            });
         }
     }
 
     /// The loaders whose batch is the one the file divides by the micro batch to get the
     /// accumulation factor (a name for one, or the factor an accumulating loop steps on), but
     /// not an evaluation loader.
-    pub(super) fn loader_batches(&self, loops: &[AccumLoop]) -> Vec<LoaderBatch> {
+    pub(super) fn loader_batches(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<LoaderBatch> {
         let mut out = Vec::new();
-        for (arg, span, call) in &self.loader_batch_args {
-            let key = last_segment(arg);
-            if key.to_ascii_lowercase().contains("micro") || self.evaluation_loader(call) {
-                continue;
-            }
-            // `accum = <key> // <micro>` with the same prefix (`cfg.batch_size // cfg.micro_batch_size`).
-            let prefix = arg.strip_suffix(key).unwrap_or("");
-            let derivation = self.assigned_text.iter().find_map(|(name, text)| {
-                if !names_accumulation(name) && !loops.iter().any(|lp| lp.factor == *name) {
-                    return None;
-                }
-                let compact: String = text.split_whitespace().collect();
-                let (left, right) = compact
-                    .split_once("//")
-                    .or_else(|| compact.split_once('/'))?;
-                let left = left.trim_start_matches("int(").trim_start_matches('(');
-                let right = right.trim_end_matches(')');
-                let micro = right.strip_prefix(prefix)?;
-                (left == *arg
-                    && micro.to_ascii_lowercase().contains("micro")
-                    && micro.chars().all(|c| c.is_alphanumeric() || c == '_'))
-                .then(|| (name.clone(), text.to_string(), right.to_string()))
-            });
-            let Some((accum, text, micro)) = derivation else {
-                continue;
+        for LoaderArg {
+            text: arg,
+            span,
+            call,
+            param,
+        } in &self.loader_batch_args
+        {
+            // A parameter of the loader's function holds what its callers pass: the batch the
+            // file derives the factor from only where a call passes that batch.
+            // Reported where the batch is written: at the call that passes it.
+            let passed = match param {
+                Some((function, at)) => self.passed(tree, function, arg, *at, PASSED_DEPTH),
+                None => vec![(arg.to_string(), span.clone())],
             };
-            let at = memchr::memmem::find(self.src.as_bytes(), text.as_bytes());
-            out.push(LoaderBatch {
-                span: span.clone(),
-                arg: arg.to_string(),
-                micro,
-                accum,
-                derivation: text.split_whitespace().collect::<Vec<_>>().join(" "),
-                derived_at: at.map(|a| a..a + text.len()),
-            });
+            out.extend(
+                passed
+                    .iter()
+                    .find_map(|(passed, at)| self.loader_batch(passed, at, call, loops)),
+            );
         }
         out
+    }
+
+    /// What the calls of `function` in the file pass for its parameter `name`, the `at`-th
+    /// (without `self`): by keyword or by position, as written and where. A call that passes a
+    /// parameter of its own function on (`make(batch_size=batch_size)` inside `def
+    /// loaders(batch_size)`) is followed to that function's calls, `depth` functions up.
+    fn passed(
+        &self,
+        tree: &Tree,
+        function: &str,
+        name: &str,
+        at: usize,
+        depth: usize,
+    ) -> Vec<(String, Range<usize>)> {
+        let root = tree.root_node();
+        let mut out = Vec::new();
+        for found in memchr::memmem::find_iter(self.src.as_bytes(), function.as_bytes()) {
+            let end = found + function.len();
+            let Some(callee) = root.descendant_for_byte_range(found, end) else {
+                continue;
+            };
+            if callee.ty() != "identifier" || callee.byte_range() != (found..end) {
+                continue;
+            }
+            let function_node = match callee.parent() {
+                Some(a) if a.ty() == "attribute" && a.field("attribute") == Some(callee) => a,
+                _ => callee,
+            };
+            let Some(call) = function_node
+                .parent()
+                .filter(|c| c.ty() == "call" && c.field("function") == Some(function_node))
+            else {
+                continue;
+            };
+            let Some(args) = call.field("arguments") else {
+                continue;
+            };
+            let mut cursor = args.walk();
+            let children: Vec<Node> = args.named_children(&mut cursor).collect();
+            let keyword = children.iter().find_map(|n| {
+                (n.ty() == "keyword_argument"
+                    && n.field("name").map(|k| self.text(k)) == Some(name))
+                .then(|| n.field("value"))?
+            });
+            let value = keyword.or_else(|| {
+                children
+                    .iter()
+                    .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
+                    .nth(at)
+                    .copied()
+            });
+            let Some(v) = value else { continue };
+            let text = self.text(v);
+            let outer = (v.ty() == "identifier")
+                .then(|| enclosing_function(call))
+                .flatten()
+                .and_then(|f| {
+                    let at = self.params_of(f).iter().position(|p| p == text)?;
+                    Some((self.text(f.field("name")?), at))
+                });
+            match outer {
+                Some((outer, at)) if depth > 0 && outer != function => {
+                    out.extend(self.passed(tree, outer, text, at, depth - 1));
+                }
+                // A parameter whose callers are not followed further holds what they pass.
+                Some(_) => {}
+                None => out.push((text.to_string(), v.byte_range())),
+            }
+        }
+        out
+    }
+
+    /// The loader whose `batch_size` is `arg`, when `arg` is the batch the file divides by the
+    /// micro batch to get the accumulation factor.
+    fn loader_batch(
+        &self,
+        arg: &str,
+        span: &Range<usize>,
+        call: &Range<usize>,
+        loops: &[AccumLoop],
+    ) -> Option<LoaderBatch> {
+        let key = last_segment(arg);
+        if key.to_ascii_lowercase().contains("micro") || self.evaluation_loader(call) {
+            return None;
+        }
+        // `accum = <key> // <micro>` with the same prefix (`cfg.batch_size // cfg.micro_batch_size`).
+        let prefix = arg.strip_suffix(key).unwrap_or("");
+        let derivation = self.assigned_text.iter().find_map(|(name, text)| {
+            if !names_accumulation(name) && !loops.iter().any(|lp| lp.factor == *name) {
+                return None;
+            }
+            let compact: String = text.split_whitespace().collect();
+            let (left, right) = compact
+                .split_once("//")
+                .or_else(|| compact.split_once('/'))?;
+            let left = left.trim_start_matches("int(").trim_start_matches('(');
+            let right = right.trim_end_matches(')');
+            let micro = right.strip_prefix(prefix)?;
+            (left == arg
+                && micro.to_ascii_lowercase().contains("micro")
+                && micro.chars().all(|c| c.is_alphanumeric() || c == '_'))
+            .then(|| (name.clone(), text.to_string(), right.to_string()))
+        });
+        let (accum, text, micro) = derivation?;
+        let at = memchr::memmem::find(self.src.as_bytes(), text.as_bytes());
+        Some(LoaderBatch {
+            span: span.clone(),
+            arg: arg.to_string(),
+            micro,
+            accum,
+            derivation: text.split_whitespace().collect::<Vec<_>>().join(" "),
+            derived_at: at.map(|a| a..a + text.len()),
+        })
     }
 }

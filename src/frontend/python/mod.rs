@@ -349,7 +349,7 @@ struct Walker<'s> {
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
     prepares: Vec<(usize, Vec<&'s str>, Vec<&'s str>)>,
     /// `batch_size=` values of data loaders, as written, and the loaders' calls.
-    loader_batch_args: Vec<(&'s str, Range<usize>, Range<usize>)>,
+    loader_batch_args: Vec<loader_batch::LoaderArg<'s>>,
     /// Products named as global batches (BS004).
     global_products: Vec<global_batch::Product>,
     /// Trainer losses written by hand (GA007).

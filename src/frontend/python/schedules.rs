@@ -89,7 +89,7 @@ impl<'s> Walker<'s> {
             if !self
                 .loader_batch_args
                 .iter()
-                .any(|(arg, ..)| last_segment(arg) == batch)
+                .any(|l| last_segment(l.text) == batch)
             {
                 continue;
             }
