@@ -687,9 +687,7 @@ impl<'s> Walker<'s> {
                     )
                     .copied()
                     .unwrap_or("");
-                if (items.contains("no_sync(") || opened.contains("no_sync("))
-                    && backward_only(node, self.src)
-                {
+                if (ddp_no_sync(&items) || ddp_no_sync(opened)) && backward_only(node, self.src) {
                     self.facts
                         .no_sync_backward_only
                         .push(node.start_byte()..line_end(self.src, node.start_byte()));
@@ -1104,6 +1102,26 @@ fn unparen(mut node: Node) -> Node {
         }
     }
     node
+}
+
+/// Whether `text` enters DDP's `no_sync()`: the model's own (`model.no_sync()`), or a framework's
+/// that calls it for the model it is given (`accelerator.no_sync(model)`). A plugin's `no_sync`
+/// handed the optimizer as well (`booster.no_sync(model, optimizer)`, ColossalAI) may be the
+/// optimizer's own, which holds back the reduction in the backward alone.
+fn ddp_no_sync(text: &str) -> bool {
+    text.match_indices("no_sync(").any(|(at, call)| {
+        let mut depth = 0;
+        for c in text[at + call.len()..].chars() {
+            match c {
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' if depth == 0 => return true,
+                ')' | ']' | '}' => depth -= 1,
+                ',' if depth == 0 => return false,
+                _ => {}
+            }
+        }
+        true
+    })
 }
 
 /// Calls that read a file of records (Hugging Face datasets, pandas).
