@@ -687,7 +687,10 @@ impl<'s> Walker<'s> {
                     )
                     .copied()
                     .unwrap_or("");
-                if (ddp_no_sync(&items) || ddp_no_sync(opened)) && backward_only(node, self.src) {
+                let torch_ddp = || self.src.contains("TorchDDPPlugin");
+                if (ddp_no_sync(&items, torch_ddp) || ddp_no_sync(opened, torch_ddp))
+                    && backward_only(node, self.src)
+                {
                     self.facts
                         .no_sync_backward_only
                         .push(node.start_byte()..line_end(self.src, node.start_byte()));
@@ -1106,9 +1109,10 @@ fn unparen(mut node: Node) -> Node {
 
 /// Whether `text` enters DDP's `no_sync()`: the model's own (`model.no_sync()`), or a framework's
 /// that calls it for the model it is given (`accelerator.no_sync(model)`). A plugin's `no_sync`
-/// handed the optimizer as well (`booster.no_sync(model, optimizer)`, ColossalAI) may be the
-/// optimizer's own, which holds back the reduction in the backward alone.
-fn ddp_no_sync(text: &str) -> bool {
+/// handed the optimizer as well (ColossalAI's `booster.no_sync(model, optimizer)`) is DDP's under
+/// `TorchDDPPlugin` (`torch_ddp`: the file names it) and otherwise the ZeRO optimizer's own,
+/// which holds back the reduction in the backward alone.
+fn ddp_no_sync(text: &str, torch_ddp: impl Fn() -> bool) -> bool {
     text.match_indices("no_sync(").any(|(at, call)| {
         let mut depth = 0;
         for c in text[at + call.len()..].chars() {
@@ -1116,7 +1120,7 @@ fn ddp_no_sync(text: &str) -> bool {
                 '(' | '[' | '{' => depth += 1,
                 ')' | ']' | '}' if depth == 0 => return true,
                 ')' | ']' | '}' => depth -= 1,
-                ',' if depth == 0 => return false,
+                ',' if depth == 0 => return torch_ddp(),
                 _ => {}
             }
         }
