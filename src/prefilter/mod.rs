@@ -243,8 +243,10 @@ pub fn needs(language: Language, text: &str, wanted: Wanted) -> Needs {
 fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     // BS004 judges a product only beside an accumulating loop (read with the loop model) or a
     // data-parallel wrapper (no loop model needed); its scans run last, when nothing else has
-    // asked for the parse.
-    let training_loop = (wanted.accumulation || wanted.global_batch) && scan.training_loop();
+    // asked for the parse. BS002 tells an evaluation loader by the loops and functions that
+    // read it, which the loop model holds, whatever else is reported.
+    let training_loop =
+        (wanted.accumulation || wanted.global_batch || wanted.batch) && scan.training_loop();
     let global_batch =
         || scan.global_batch() || scan.sample_schedule() || scan.batch_count(training_loop);
     let loop_model = training_loop

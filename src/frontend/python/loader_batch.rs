@@ -11,9 +11,26 @@ pub(super) struct LoaderArg<'s> {
     pub(super) text: &'s str,
     span: Range<usize>,
     call: Range<usize>,
-    /// The function and position of the parameter it names, when it names one of the function
-    /// the loader is built in.
-    param: Option<(String, usize)>,
+    /// The parameter it names, when it names one of the function the loader is built in.
+    param: Option<Param>,
+}
+
+/// A parameter of a function: the function's name, the parameter's position (without `self`),
+/// and the function's text, where a derivation reads the parameter itself.
+struct Param {
+    function: String,
+    at: usize,
+    body: Range<usize>,
+}
+
+/// A batch as written somewhere on its way to a loader: the text and where, the function whose
+/// parameter it is (a derivation in that function reads the same value; one outside it,
+/// another), and the call it is an argument of (the loader's, or a helper's that builds one).
+struct Candidate {
+    text: String,
+    span: Range<usize>,
+    within: Option<Range<usize>>,
+    call: Range<usize>,
 }
 
 /// How many functions up a loader's batch is followed through the parameters it is passed as.
@@ -47,11 +64,9 @@ impl<'s> Walker<'s> {
             .is_some_and(|f| last_segment(self.text(f)).ends_with("DataLoader"));
         let text = self.text(value);
         if is_loader && matches!(value.ty(), "identifier" | "attribute") {
-            let scope = &self.scopes[self.scope()];
-            let param = (value.ty() == "identifier" && !scope.is_class)
-                .then(|| scope.params.iter().position(|p| p == text))
-                .flatten()
-                .map(|at| (scope.name.clone(), at));
+            let param = (value.ty() == "identifier")
+                .then(|| self.param_named(value, text))
+                .flatten();
             self.loader_batch_args.push(LoaderArg {
                 text,
                 span: value.byte_range(),
@@ -74,17 +89,18 @@ impl<'s> Walker<'s> {
         } in &self.loader_batch_args
         {
             // A parameter of the loader's function holds what its callers pass: the batch the
-            // file derives the factor from only where a call passes that batch.
-            // Reported where the batch is written: at the call that passes it.
-            let passed = match param {
-                Some((function, at)) => self.passed(tree, function, arg, *at, PASSED_DEPTH),
-                None => vec![(arg.to_string(), span.clone())],
-            };
-            out.extend(
-                passed
-                    .iter()
-                    .find_map(|(passed, at)| self.loader_batch(passed, at, call, loops)),
-            );
+            // file derives the factor from where the function derives it from the parameter,
+            // or where a call passes that batch. Reported where the batch is written.
+            let mut candidates = vec![Candidate {
+                text: arg.to_string(),
+                span: span.clone(),
+                within: param.as_ref().map(|p| p.body.clone()),
+                call: call.clone(),
+            }];
+            if let Some(p) = param {
+                candidates.extend(self.passed(tree, &p.function, arg, p.at, PASSED_DEPTH));
+            }
+            out.extend(candidates.iter().find_map(|c| self.loader_batch(c, loops)));
         }
         out
     }
@@ -100,7 +116,7 @@ impl<'s> Walker<'s> {
         name: &str,
         at: usize,
         depth: usize,
-    ) -> Vec<(String, Range<usize>)> {
+    ) -> Vec<Candidate> {
         let root = tree.root_node();
         let mut out = Vec::new();
         for found in memchr::memmem::find_iter(self.src.as_bytes(), function.as_bytes()) {
@@ -141,33 +157,40 @@ impl<'s> Walker<'s> {
             let Some(v) = value else { continue };
             let text = self.text(v);
             let outer = (v.ty() == "identifier")
-                .then(|| enclosing_function(call))
-                .flatten()
-                .and_then(|f| {
-                    let at = self.params_of(f).iter().position(|p| p == text)?;
-                    Some((self.text(f.field("name")?), at))
-                });
-            match outer {
-                Some((outer, at)) if depth > 0 && outer != function => {
-                    out.extend(self.passed(tree, outer, text, at, depth - 1));
-                }
-                // A parameter whose callers are not followed further holds what they pass.
-                Some(_) => {}
-                None => out.push((text.to_string(), v.byte_range())),
+                .then(|| self.param_named(v, text))
+                .flatten();
+            out.push(Candidate {
+                text: text.to_string(),
+                span: v.byte_range(),
+                within: outer.as_ref().map(|p| p.body.clone()),
+                call: call.byte_range(),
+            });
+            if let Some(p) = outer.filter(|p| depth > 0 && p.function != function) {
+                out.extend(self.passed(tree, &p.function, text, p.at, depth - 1));
             }
         }
         out
     }
 
+    /// The parameter `name` of the function `node` is written in, if it is one.
+    fn param_named(&self, node: Node, name: &str) -> Option<Param> {
+        let f = enclosing_function(node)?;
+        Some(Param {
+            at: self.params_of(f).iter().position(|p| p == name)?,
+            function: self.text(f.field("name")?).to_string(),
+            body: f.byte_range(),
+        })
+    }
+
     /// The loader whose `batch_size` is `arg`, when `arg` is the batch the file divides by the
     /// micro batch to get the accumulation factor.
-    fn loader_batch(
-        &self,
-        arg: &str,
-        span: &Range<usize>,
-        call: &Range<usize>,
-        loops: &[AccumLoop],
-    ) -> Option<LoaderBatch> {
+    fn loader_batch(&self, candidate: &Candidate, loops: &[AccumLoop]) -> Option<LoaderBatch> {
+        let Candidate {
+            text: arg,
+            span,
+            within,
+            call,
+        } = candidate;
         let key = last_segment(arg);
         if key.to_ascii_lowercase().contains("micro") || self.evaluation_loader(call) {
             return None;
@@ -191,7 +214,17 @@ impl<'s> Walker<'s> {
             .then(|| (name.clone(), text.to_string(), right.to_string()))
         });
         let (accum, text, micro) = derivation?;
-        let at = memchr::memmem::find(self.src.as_bytes(), text.as_bytes());
+        // A parameter's value is derived from only inside its function.
+        let at = memchr::memmem::find_iter(self.src.as_bytes(), text.as_bytes())
+            .find(|a| within.as_ref().is_none_or(|w| w.contains(a)));
+        if within.is_some() && at.is_none() {
+            return None;
+        }
+        // A batch bound again between the derivation and the call (`batch_size =
+        // micro_batch_size`) is no longer the window's.
+        if at.is_some_and(|a| self.rebound(arg, a + text.len()..span.start)) {
+            return None;
+        }
         Some(LoaderBatch {
             span: span.clone(),
             arg: arg.to_string(),
@@ -199,6 +232,21 @@ impl<'s> Walker<'s> {
             accum,
             derivation: text.split_whitespace().collect::<Vec<_>>().join(" "),
             derived_at: at.map(|a| a..a + text.len()),
+        })
+    }
+
+    /// Whether `name` (a plain name) is assigned at the start of a line within `range`.
+    fn rebound(&self, name: &str, range: Range<usize>) -> bool {
+        let Some(text) = self.src.get(range) else {
+            return false;
+        };
+        let bytes = text.as_bytes();
+        memchr::memmem::find_iter(bytes, name.as_bytes()).any(|at| {
+            let line = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
+            let after = text[at + name.len()..].trim_start_matches([' ', '\t']);
+            bytes[line..at].iter().all(|b| matches!(b, b' ' | b'\t'))
+                && after.starts_with('=')
+                && !after.starts_with("==")
         })
     }
 }
