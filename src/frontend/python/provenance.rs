@@ -234,9 +234,11 @@ impl<'s> Walker<'s> {
         if let Some(a) = args {
             let mut c = a.walk();
             for arg in a.named_children(&mut c) {
-                // A count is handed as a name or a short keyword (`num_items_in_batch=n`).
+                // A count is handed as a name, a count's call (`mask.numel()`) or a short
+                // keyword (`num_items_in_batch=n`); one read inside another argument
+                // (`logits.view(-1, ntokens)`) is not handed.
                 let t = self.text(arg);
-                if t.len() <= 80 && names_count(t) {
+                if t.len() <= 80 && self.hands_count(arg) {
                     // Only a function the file has defined by now is read.
                     let defined = callee.as_ref().is_some_and(|c| {
                         !c.instance && self.def_texts.contains_key(c.name.as_str())
@@ -619,6 +621,28 @@ impl<'s> Walker<'s> {
             out.push((name, resolved));
         }
         out
+    }
+}
+
+impl Walker<'_> {
+    /// Whether the argument is a count to normalise by, as itself: a name, a count's call, a
+    /// keyword named for one or given one by name ([`names_count`]).
+    fn hands_count(&self, arg: Node) -> bool {
+        let plain =
+            |n: Node| matches!(n.ty(), "identifier" | "attribute") && names_count(self.text(n));
+        match arg.ty() {
+            "identifier" | "attribute" => plain(arg),
+            "call" => arg
+                .field("function")
+                .is_some_and(|f| names_count(self.text(f))),
+            "keyword_argument" => {
+                arg.field("name").is_some_and(|k| names_count(self.text(k)))
+                    || arg
+                        .field("value")
+                        .is_some_and(|v| plain(v) || self.hands_count(v))
+            }
+            _ => false,
+        }
     }
 }
 
