@@ -14,6 +14,7 @@ mod assembly;
 mod batch_model;
 mod calls;
 mod conditions;
+mod config_paths;
 mod deferred;
 mod exported;
 mod global_batch;
@@ -688,8 +689,9 @@ impl<'s> Walker<'s> {
                     .copied()
                     .unwrap_or("");
                 let torch_ddp = || self.src.contains("TorchDDPPlugin");
-                if (ddp_no_sync(&items, torch_ddp) || ddp_no_sync(opened, torch_ddp))
-                    && backward_only(node, self.src)
+                if (sync_flag::ddp_no_sync(&items, torch_ddp)
+                    || sync_flag::ddp_no_sync(opened, torch_ddp))
+                    && sync_flag::backward_only(node, self.src)
                 {
                     self.facts
                         .no_sync_backward_only
@@ -735,49 +737,6 @@ impl<'s> Walker<'s> {
             "ERROR" => self.facts.syntax_error = true,
             _ => {}
         }
-    }
-
-    /// A string that names a config file by a literal path: a run of this script reads it.
-    fn note_config_path(&mut self, node: Node) {
-        let text = self.text(node);
-        if text.len() > 200 || text.starts_with(['f', 'F']) {
-            return;
-        }
-        let path = text.trim_matches(['"', '\'']);
-        let config = [".json", ".yaml", ".yml", ".toml"]
-            .iter()
-            .any(|e| path.ends_with(e));
-        if config && !path.contains(['{', '%', '*', ' ']) && path.len() > 5 && !self.data_file(node)
-        {
-            self.facts
-                .opened_paths
-                .push((path.to_string(), node.byte_range()));
-        }
-    }
-
-    /// Whether the string is handed to a dataset loader as a file of records (`load_dataset("json",
-    /// data_files={"eval": "val.json"})`, `pd.read_json("x.json")`): data, which such loaders read
-    /// as JSON Lines too, not a config of the run.
-    fn data_file(&self, node: Node) -> bool {
-        let mut at = node.parent();
-        while let Some(n) = at {
-            match n.ty() {
-                "keyword_argument" => {
-                    let name = n.field("name").map(|k| self.text(k));
-                    if name == Some("data_files") {
-                        return true;
-                    }
-                }
-                "call" => {
-                    let callee = n.field("function").map_or("", |f| self.text(f));
-                    return DATA_LOADERS.contains(&last_segment(callee));
-                }
-                "argument_list" | "dictionary" | "pair" | "list" | "tuple" => {}
-                _ => return false,
-            }
-            at = n.parent();
-        }
-        false
     }
 
     /// A function, class or lambda, named by `name_node`.
@@ -1077,26 +1036,6 @@ fn topics_in(src: &str, span: &Range<usize>) -> Topics {
     Topics::of(&text[..crate::source::floor_char_boundary(text, text.len().min(256))])
 }
 
-/// A `with` block whose statements are all backwards (`loss.backward()`,
-/// `scaler.scale(loss).backward()`): what it computes was computed before it.
-fn backward_only(with: Node, src: &str) -> bool {
-    let Some(body) = with.field("body") else {
-        return false;
-    };
-    let mut c = body.walk();
-    let mut statements = body
-        .named_children(&mut c)
-        .filter(|n| n.ty() != "comment")
-        .peekable();
-    statements.peek().is_some()
-        && statements.all(|n| {
-            n.ty() == "expression_statement"
-                && src
-                    .get(n.byte_range())
-                    .is_some_and(|t| t.contains("backward("))
-        })
-}
-
 fn unparen(mut node: Node) -> Node {
     while node.ty() == "parenthesized_expression" {
         match node.named_child(0) {
@@ -1106,30 +1045,6 @@ fn unparen(mut node: Node) -> Node {
     }
     node
 }
-
-/// Whether `text` enters DDP's `no_sync()`: the model's own (`model.no_sync()`), or a framework's
-/// that calls it for the model it is given (`accelerator.no_sync(model)`). A plugin's `no_sync`
-/// handed the optimizer as well (ColossalAI's `booster.no_sync(model, optimizer)`) is DDP's under
-/// `TorchDDPPlugin` (`torch_ddp`: the file names it) and otherwise the ZeRO optimizer's own,
-/// which holds back the reduction in the backward alone.
-fn ddp_no_sync(text: &str, torch_ddp: impl Fn() -> bool) -> bool {
-    text.match_indices("no_sync(").any(|(at, call)| {
-        let mut depth = 0;
-        for c in text[at + call.len()..].chars() {
-            match c {
-                '(' | '[' | '{' => depth += 1,
-                ')' | ']' | '}' if depth == 0 => return true,
-                ')' | ']' | '}' => depth -= 1,
-                ',' if depth == 0 => return torch_ddp(),
-                _ => {}
-            }
-        }
-        true
-    })
-}
-
-/// Calls that read a file of records (Hugging Face datasets, pandas).
-const DATA_LOADERS: &[&str] = &["load_dataset", "read_json"];
 
 fn last_segment(s: &str) -> &str {
     s.rsplit('.').next().unwrap_or(s)

@@ -1,7 +1,8 @@
-//! GA009's late sync flag: `model.require_backward_grad_sync = ...` set on a micro-step after
-//! the forward it governs and before the backward. DDP reads the flag in `forward`, where it
-//! prepares the reduction of the backward that follows, so a value set after the forward only
-//! takes effect on the next micro-step.
+//! GA009's control of DDP's gradient sync. The late sync flag: `model.require_backward_grad_sync
+//! = ...` set on a micro-step after the forward it governs and before the backward. DDP reads the
+//! flag in `forward`, where it prepares the reduction of the backward that follows, so a value
+//! set after the forward only takes effect on the next micro-step. The same holds for a
+//! `no_sync()` block that holds only the backward.
 
 use crate::frontend::fields::{PyField, PyKind};
 use crate::frontend::loops::CallEvent;
@@ -144,4 +145,45 @@ fn runs_with(node: Node, set: Node) -> bool {
         n = p;
     }
     false
+}
+
+/// A `with` block whose statements are all backwards (`loss.backward()`,
+/// `scaler.scale(loss).backward()`): what it computes was computed before it.
+pub(super) fn backward_only(with: Node, src: &str) -> bool {
+    let Some(body) = with.field("body") else {
+        return false;
+    };
+    let mut c = body.walk();
+    let mut statements = body
+        .named_children(&mut c)
+        .filter(|n| n.ty() != "comment")
+        .peekable();
+    statements.peek().is_some()
+        && statements.all(|n| {
+            n.ty() == "expression_statement"
+                && src
+                    .get(n.byte_range())
+                    .is_some_and(|t| t.contains("backward("))
+        })
+}
+
+/// Whether `text` enters DDP's `no_sync()`: the model's own (`model.no_sync()`), or a framework's
+/// that calls it for the model it is given (`accelerator.no_sync(model)`). A plugin's `no_sync`
+/// handed the optimizer as well (ColossalAI's `booster.no_sync(model, optimizer)`) is DDP's under
+/// `TorchDDPPlugin` (`torch_ddp`: the file names it) and otherwise the ZeRO optimizer's own,
+/// which holds back the reduction in the backward alone.
+pub(super) fn ddp_no_sync(text: &str, torch_ddp: impl Fn() -> bool) -> bool {
+    text.match_indices("no_sync(").any(|(at, call)| {
+        let mut depth = 0;
+        for c in text[at + call.len()..].chars() {
+            match c {
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' if depth == 0 => return true,
+                ')' | ']' | '}' => depth -= 1,
+                ',' if depth == 0 => return torch_ddp(),
+                _ => {}
+            }
+        }
+        true
+    })
 }
