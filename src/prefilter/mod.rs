@@ -25,8 +25,8 @@
 //!   `multiplier` is assigned a number;
 //! - a batch config written in Python (BS001, BS002) needs a DeepSpeed key or a declared global
 //!   batch where a config holds it (a quoted dict key, an argparse flag, a class field); a data
-//!   loader built with the global batch (BS002) needs `DataLoader` and a division by a name
-//!   holding `micro`;
+//!   loader built with the global batch (BS002) needs `DataLoader` and a division that may
+//!   derive an accumulation factor;
 //! - a global batch computed in code (BS004) needs an identifier holding `batch` and `global`,
 //!   `effective` or `total` followed by `=` (or `:`), a `*`, and either the training-loop
 //!   condition (the loop it accumulates in) or a data-parallel wrapper (`DDP`,
@@ -352,9 +352,9 @@ impl Scan<'_> {
 
     /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
     /// with the batch its accumulation factor is derived from needs `DataLoader` and a division
-    /// by a name holding `micro`.
+    /// that may derive the factor.
     fn batch_key(&self) -> bool {
-        if self.has(Word::DataLoader) && self.divided_by_micro() {
+        if self.has(Word::DataLoader) && self.divides_for_accumulation() {
             return true;
         }
         if !self.has(Word::BatchSize) && !self.has(Word::BatchDash) {
@@ -412,18 +412,14 @@ impl Scan<'_> {
         self.has(Word::DataLoader) && has!(self.bytes, b"backward(")
     }
 
-    /// A division by a name holding `micro` (`batch_size // micro_batch_size`,
-    /// `cfg.batch_size / cfg.micro_batch_size`).
-    fn divided_by_micro(&self) -> bool {
-        let lower = self.lower;
-        finder!(b"micro").find_iter(lower).any(|at| {
-            let before = lower[..at]
-                .iter()
-                .rev()
-                .skip_while(|b| is_ident(**b) || **b == b'.')
-                .find(|b| !matches!(**b, b' ' | b'\t'));
-            before == Some(&b'/')
-        })
+    /// A division that may derive an accumulation factor: the frontend reads one assigned to a
+    /// name holding `accum`, `grad_acc` or `gas` (any case), or to the factor of a loop, which the
+    /// training-loop condition covers.
+    fn divides_for_accumulation(&self) -> bool {
+        memchr::memchr(b'/', self.bytes).is_some()
+            && (has!(self.lower, b"accum")
+                || has!(self.lower, b"grad_acc")
+                || has!(self.lower, b"gas"))
     }
 
     /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, followed by `=`
@@ -686,7 +682,7 @@ mod tests {
         ));
         assert!(needs_parse(
             py,
-            "dl = DataLoader(ds, batch_size=bs // micro)\n",
+            "steps_to_accum = bs // cap\ndl = DataLoader(ds, batch_size=bs)\n",
             batch
         ));
         assert!(!needs_parse(

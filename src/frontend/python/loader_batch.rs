@@ -209,7 +209,7 @@ impl<'s> Walker<'s> {
             let right = right.trim_end_matches(')');
             let micro = right.strip_prefix(prefix)?;
             (left == arg
-                && micro.to_ascii_lowercase().contains("micro")
+                && crate::expr::device_count(micro).is_none()
                 && micro.chars().all(|c| c.is_alphanumeric() || c == '_'))
             .then(|| (name.clone(), text.to_string(), right.to_string()))
         });
