@@ -637,9 +637,7 @@ impl Walker<'_> {
                 .is_some_and(|f| names_count(self.text(f))),
             "keyword_argument" => {
                 arg.field("name").is_some_and(|k| names_count(self.text(k)))
-                    || arg
-                        .field("value")
-                        .is_some_and(|v| plain(v) || self.hands_count(v))
+                    || arg.field("value").is_some_and(|v| self.hands_count(v))
             }
             _ => false,
         }
