@@ -59,7 +59,7 @@ pub use units::imported_divisors;
 
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
 use crate::source::Language;
-use scan::{assigned_at, finder, has, identifier_at, is_ident, Scan, Word};
+use scan::{assigned_at, finder, has, identifier_at, is_ident, logical_line, Scan, Word};
 
 /// What the rules reported for one file can use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -267,7 +267,7 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
     let parse = loop_model
         || value_model
         || (wanted.suppressions && scan.directive())
-        || (wanted.batch && (scan.batch_key() || scan.training_loader()))
+        || (wanted.batch && (scan.batch_key(training_loop) || scan.training_loader()))
         || (wanted.global_batch && scan.batch_count(training_loop))
         || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
@@ -306,7 +306,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
         ("checkpointed_memory", &|| scan.checkpointed_memory()),
         ("names_a_sized_model", &|| scan.names_a_sized_model()),
         ("directive", &|| scan.directive()),
-        ("batch_key", &|| scan.batch_key()),
+        ("batch_key", &|| scan.batch_key(training_loop)),
         ("trainer_loss", &|| scan.trainer_loss()),
         ("data_parallel", &|| scan.data_parallel()),
         ("distributed_sampler", &|| {
@@ -353,8 +353,8 @@ impl Scan<'_> {
     /// A batch key where a config can hold it. Every key holds `batch_size`. A data loader built
     /// with the batch its accumulation factor is derived from needs `DataLoader` and a division
     /// that may derive the factor.
-    fn batch_key(&self) -> bool {
-        if self.has(Word::DataLoader) && self.divides_for_accumulation() {
+    fn batch_key(&self, training_loop: bool) -> bool {
+        if self.has(Word::DataLoader) && (training_loop || self.divides_for_accumulation()) {
             return true;
         }
         if !self.has(Word::BatchSize) && !self.has(Word::BatchDash) {
@@ -413,13 +413,25 @@ impl Scan<'_> {
     }
 
     /// A division that may derive an accumulation factor: the frontend reads one assigned to a
-    /// name holding `accum`, `grad_acc` or `gas` (any case), or to the factor of a loop, which the
-    /// training-loop condition covers.
+    /// name holding `accum`, `grad_acc` or `gas` (any case, `self.accum_cfg.steps` too), or to
+    /// the factor of a loop, which the training-loop condition covers. The `/` is looked for
+    /// in the rest of the assignment's logical line.
     fn divides_for_accumulation(&self) -> bool {
+        let lower = self.lower;
         memchr::memchr(b'/', self.bytes).is_some()
-            && (has!(self.lower, b"accum")
-                || has!(self.lower, b"grad_acc")
-                || has!(self.lower, b"gas"))
+            && [finder!(b"accum"), finder!(b"grad_acc"), finder!(b"gas")]
+                .iter()
+                .any(|word| {
+                    word.find_iter(lower).any(|at| {
+                        let (_, mut end) = identifier_at(lower, at, false);
+                        // The rest of an attribute chain the word starts.
+                        while lower.get(end) == Some(&b'.') {
+                            end = identifier_at(lower, end + 1, false).1.max(end + 1);
+                        }
+                        assigned_at(&lower[end..])
+                            && memchr::memchr(b'/', logical_line(lower, end)).is_some()
+                    })
+                })
     }
 
     /// BS004 needs a name holding `batch` and `global`, `effective` or `total`, followed by `=`
@@ -688,6 +700,17 @@ mod tests {
         assert!(!needs_parse(
             py,
             "dl = dataloader(ds)\nx = a / micro\n",
+            batch
+        ));
+        // The division must be in the assignment to the accumulation name, on its logical line.
+        assert!(needs_parse(
+            py,
+            "self.cfg.grad_accum = (\n    bs\n    // cap)\ndl = DataLoader(ds, batch_size=bs)\n",
+            batch
+        ));
+        assert!(!needs_parse(
+            py,
+            "# split bs / cap\naccum = cfg.accum\ndl = DataLoader(ds, batch_size=bs)\nr = a / b\n",
             batch
         ));
     }
