@@ -210,6 +210,17 @@ pub struct Recorded<'a> {
     pub accelerate_deepspeed: bool,
     /// `with accelerator.accumulate(...)` blocks: their scope and the loops around them.
     pub accumulate_blocks: &'a [(usize, Vec<usize>)],
+    /// Names bound once, at module level, to a number of at most 1 (`ACCUM = 1`): a window
+    /// over such a factor steps on every micro-step.
+    pub single_factors: &'a [&'a str],
+}
+
+impl Recorded<'_> {
+    /// Whether the factor, as written, is known to be at most 1.
+    pub fn single_factor(&self, factor: &str) -> bool {
+        crate::config::parse_number(factor).is_some_and(|v| v <= 1.0)
+            || self.single_factors.contains(&factor)
+    }
 }
 
 pub struct Assembled {

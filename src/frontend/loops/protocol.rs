@@ -48,7 +48,9 @@ pub struct Judged {
 
 pub fn judge(rec: &Recorded, w: &Window) -> Judged {
     let p = Paths::new(rec, w);
-    let accumulating = w.boundary != Boundary::Every;
+    // A factor known to be 1 makes every micro-step the boundary: nothing accumulates.
+    let accumulating =
+        w.boundary != Boundary::Every && !w.factor.as_deref().is_some_and(|f| rec.single_factor(f));
     let mut out = Judged {
         missteps: Vec::new(),
         accum_loop: None,

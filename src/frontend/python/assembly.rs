@@ -129,7 +129,22 @@ impl<'s> Walker<'s> {
                 assigned: s.assigned.iter().chain(&s.params).cloned().collect(),
             })
             .collect();
+        // Not bound in a function (a parameter or a `global` rebinding shadows the constant).
+        let single_factors: Vec<&str> = self
+            .module_numbers
+            .iter()
+            .filter(|(name, v)| {
+                **v <= 1.0
+                    && !self
+                        .scopes
+                        .iter()
+                        .skip(1)
+                        .any(|s| s.assigned.iter().chain(&s.params).any(|a| a == *name))
+            })
+            .map(|(name, _)| *name)
+            .collect();
         let recorded = Recorded {
+            single_factors: &single_factors,
             src: self.src,
             unscales: contains_word(self.src, "unscale_"),
             loops: &self.loops,

@@ -818,6 +818,12 @@ impl<'s> Walker<'s> {
         if self.optimizer_names.iter().any(|n| n == recv) {
             return true;
         }
+        // A DeepSpeed engine is zeroed and stepped too, but steps on every micro-batch.
+        if self.optimizers_by_use.iter().any(|n| n == recv)
+            && !self.engine_names.iter().any(|n| n == recv)
+        {
+            return true;
+        }
         let last = last_segment(recv).to_ascii_lowercase();
         (last.contains("optim")
             || last == "opt"

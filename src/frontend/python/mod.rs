@@ -297,6 +297,10 @@ struct Walker<'s> {
     scaler_names: Vec<String>,
     /// Names bound to a clip with its arguments fixed (`clip = partial(clip_grad_norm_, ...)`).
     clip_names: Vec<String>,
+    /// Names used as optimizers (zeroed and stepped), wherever the optimizer is built.
+    optimizers_by_use: Vec<String>,
+    /// Names filled across a window's micro-steps and emptied again (see `window_lists`).
+    window_lists: Vec<String>,
     /// Names bound to learning-rate schedulers and to DeepSpeed engines.
     scheduler_names: Vec<String>,
     engine_names: Vec<String>,
@@ -421,6 +425,8 @@ impl<'s> Walker<'s> {
             optimizer_names: Vec::new(),
             scheduler_names: statements::scheduler_names(src),
             scaler_names: statements::scalers_by_use(src),
+            optimizers_by_use: statements::optimizers_by_use(src),
+            window_lists: statements::window_lists(src),
             clip_names: Vec::new(),
             engine_names: Vec::new(),
             accelerator_names: Vec::new(),

@@ -156,6 +156,9 @@ fn after_step(
                 || text(m, &calls[*e].call.span) == own)
     });
     let (block, anchor) = boundary_statement(m, f, last_step)?;
+    if unserved_step(m, f, last_step, block.byte_range(), scaler_only, &same) {
+        return None;
+    }
     let units = units_of(m, f, &[f.ev], block)?;
     let mut edits = remove(m, &units)?;
     if already {
@@ -172,6 +175,58 @@ fn after_step(
     let unit = indent_unit(m.src, anchor)?;
     edits.push(insert_lines(m.src, at, render(m, &units, &indent, &unit)?));
     Some((message.into(), edits))
+}
+
+/// Whether the iteration steps outside the block the call moves to (the plain arm of `if
+/// accum > 1: ... else: ...`) with no other call of the moved call's kind on that step's path:
+/// moved away, the call would no longer run there.
+fn unserved_step(
+    m: &Model,
+    f: &Found,
+    last_step: usize,
+    destination: Range<usize>,
+    scaler_only: bool,
+    same: &impl Fn(&CallKind) -> bool,
+) -> bool {
+    let calls = m.recorded.calls;
+    let at = calls[last_step].call.span.start;
+    let Some(body) = m
+        .recorded
+        .loops
+        .iter()
+        .filter(|l| l.span.contains(&at))
+        .min_by_key(|l| l.span.len())
+        .map(|l| l.span.clone())
+    else {
+        return false;
+    };
+    calls.iter().enumerate().any(|(i, c)| {
+        let step = match c.kind {
+            CallKind::Step { scaler } => scaler || !scaler_only,
+            _ => false,
+        };
+        // A step in the block the call moves to (either arm of `if scaler: ... else: ...`
+        // before it) runs it there.
+        let start = c.call.span.start;
+        if !step
+            || c.inlined
+            || f.boundary.contains(&i)
+            || !body.contains(&start)
+            || destination.contains(&start)
+        {
+            return false;
+        }
+        // Served by another call of the kind in its block or in a block around it.
+        !calls.iter().any(|d| {
+            d.call.span != calls[f.ev].call.span
+                && same(&d.kind)
+                && body.contains(&d.call.span.start)
+                && call_node(m, &d.call.span)
+                    .and_then(statement_of)
+                    .and_then(|s| s.parent())
+                    .is_some_and(|b| b.byte_range().contains(&c.call.span.start))
+        })
+    })
 }
 
 /// `scaler.step` moved to the boundary, just before the scaler's update.

@@ -34,6 +34,8 @@ const TRANSPARENT: &[&str] = &[
     "cat",
     "tensor",
     "as_tensor",
+    // A dict of losses (`sum(losses.values())`): what it holds.
+    "values",
 ];
 
 /// How many terms a sum adds (`a + b + c` → 3; anything else → 1).
@@ -271,6 +273,12 @@ impl<'s> Walker<'s> {
                 }
             }
         }
+        // A loss over data gathered across the window's micro-steps (each micro-batch run
+        // again at the boundary against the cached rest of the window) covers the whole window:
+        // the backwards add up to the full batch's gradient, as its parts.
+        if args.is_some_and(|a| self.reads_gathered(a)) {
+            return Prov::SCALED;
+        }
         let known_loss = lower.contains("criterion")
             || lower.contains("loss_fn")
             || lower.contains("loss_func")
@@ -298,6 +306,44 @@ impl<'s> Walker<'s> {
             },
             None => otherwise,
         }
+    }
+
+    /// Whether the arguments read data the window gathers ([`Walker::window_lists`]), followed
+    /// through up to three assignments within the outermost loop around them.
+    fn reads_gathered(&self, args: Node) -> bool {
+        if self.window_lists.is_empty() {
+            return false;
+        }
+        let Some(within) = self
+            .ctx(args.start_byte())
+            .loops
+            .first()
+            .and_then(|&l| self.loops.get(l))
+            .map(|l| l.span.clone())
+        else {
+            return false;
+        };
+        let body = &self.src[within.clone()];
+        let mut texts = vec![self.text(args).to_string()];
+        for _ in 0..4 {
+            let mut next = Vec::new();
+            for text in &texts {
+                for word in text
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                    .filter(|w| w.starts_with(|c: char| c.is_alphabetic() || c == '_'))
+                {
+                    if self.window_lists.iter().any(|n| n == word) {
+                        return true;
+                    }
+                    next.extend(assigned_in(body, word));
+                }
+            }
+            if next.is_empty() {
+                return false;
+            }
+            texts = next;
+        }
+        false
     }
 
     /// The function of this file a call may name: `f(...)`, `self.f(...)`, or an instance
@@ -700,4 +746,26 @@ fn is_world_size(text: &str) -> bool {
     ["world_size", "dp_size", "num_processes", "get_world_size"]
         .iter()
         .any(|w| text.contains(w))
+}
+
+/// What `name` is assigned in `body`, as written: the right side of each line that starts with
+/// it (`name = ...`, `name[key] = ...`).
+fn assigned_in(body: &str, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in body.lines() {
+        let Some(rest) = line.trim_start().strip_prefix(name) else {
+            continue;
+        };
+        let rest = match rest.strip_prefix('[') {
+            Some(r) => r.split_once(']').map_or("", |(_, after)| after),
+            None => rest,
+        };
+        let Some(value) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        if !value.starts_with('=') && out.len() < 8 {
+            out.push(value.to_string());
+        }
+    }
+    out
 }

@@ -581,15 +581,7 @@ fn comment_scale(comment: &str) -> Option<f64> {
 /// `unscale_(...)`, or of `scale(loss)` whose result is backpropagated (`gs.scale(loss).backward()`).
 /// Read from the text before the walk, as a helper may step the scaler above its first use.
 pub(super) fn scalers_by_use(src: &str) -> Vec<String> {
-    let receiver = |end: usize| {
-        let head = &src[..end];
-        let start = head
-            .char_indices()
-            .rfind(|(_, c)| !(c.is_alphanumeric() || *c == '_' || *c == '.'))
-            .map_or(0, |(i, c)| i + c.len_utf8());
-        let name = &head[start..];
-        (!name.is_empty() && !name.starts_with('.')).then(|| name.to_string())
-    };
+    let receiver = |end: usize| receiver_before(src, end);
     let mut names: Vec<String> = Vec::new();
     let bytes = src.as_bytes();
     for at in memchr::memmem::find_iter(bytes, b".unscale_(") {
@@ -616,9 +608,108 @@ pub(super) fn scalers_by_use(src: &str) -> Vec<String> {
     names
 }
 
+/// The names a file uses as an optimizer, whatever they are called: the receivers of both
+/// `zero_grad(` and `step(` (a model is zeroed but never stepped, a scheduler stepped but never
+/// zeroed). Read from the text before the walk, as a helper may zero or step the optimizer its
+/// caller builds below it.
+pub(super) fn optimizers_by_use(src: &str) -> Vec<String> {
+    let receivers = |call: &[u8]| -> Vec<String> {
+        memchr::memmem::find_iter(src.as_bytes(), call)
+            .filter_map(|at| receiver_before(src, at))
+            .collect()
+    };
+    let zeroed = receivers(b".zero_grad(");
+    if zeroed.is_empty() {
+        return zeroed;
+    }
+    let stepped = receivers(b".step(");
+    let mut names: Vec<String> = zeroed.into_iter().filter(|n| stepped.contains(n)).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Names a file fills across the micro-steps of a window and empties again: appended to
+/// (`feats.append(x)`, `feats[k].append(x)`, `feats.extend(xs)`) and bound to an empty list or
+/// dict (`feats = []`, `imgs, feats = [], {}`). Read before the walk: a loss over data gathered
+/// so covers the whole window (see `provenance.rs`).
+pub(super) fn window_lists(src: &str) -> Vec<String> {
+    let bytes = src.as_bytes();
+    let mut filled: Vec<String> = Vec::new();
+    for call in [&b".append("[..], b".extend("] {
+        for at in memchr::memmem::find_iter(bytes, call) {
+            // `feats[k].append(...)`: the container is the name before the subscript.
+            let mut end = at;
+            if bytes[..end].ends_with(b"]") {
+                let mut depth = 0usize;
+                while end > 0 {
+                    end -= 1;
+                    match bytes[end] {
+                        b']' => depth += 1,
+                        b'[' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            filled.extend(receiver_before(src, end));
+        }
+    }
+    if filled.is_empty() {
+        return filled;
+    }
+    let empty = |v: &str| matches!(v.trim(), "[]" | "{}" | "list()" | "dict()");
+    let mut emptied: Vec<&str> = Vec::new();
+    for line in src.lines() {
+        let Some((left, right)) = line.split_once('=') else {
+            continue;
+        };
+        if right.starts_with('=') || left.ends_with(['!', '<', '>', '=']) {
+            continue;
+        }
+        if right.split(',').all(empty) {
+            emptied.extend(left.split(',').map(str::trim));
+        }
+    }
+    filled.retain(|n| emptied.contains(&n.as_str()));
+    filled.sort();
+    filled.dedup();
+    filled
+}
+
+/// The dotted name that ends at `end` (`self.opt` before `.step(`), if one does.
+fn receiver_before(src: &str, end: usize) -> Option<String> {
+    let head = &src[..end];
+    let start = head
+        .char_indices()
+        .rfind(|(_, c)| !(c.is_alphanumeric() || *c == '_' || *c == '.'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let name = &head[start..];
+    (!name.is_empty() && !name.starts_with('.')).then(|| name.to_string())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::scalers_by_use;
+    use super::{optimizers_by_use, scalers_by_use};
+
+    #[test]
+    fn window_lists_are_filled_and_emptied() {
+        let src = "cache, seen = [], {}\nlog = []\nfor b in dl:\n    cache.append(b)\n    seen[k].append(b)\n    log.append(1)\n    other.append(2)\n    log = log[-10:]\n";
+        assert_eq!(
+            super::window_lists(src),
+            vec!["cache".to_string(), "log".to_string(), "seen".to_string()]
+        );
+    }
+
+    #[test]
+    fn optimizers_are_known_by_zeroing_and_stepping() {
+        let src = "def f(sgd, net, sched):\n    sgd.zero_grad()\n    net.zero_grad()\n    sched.step()\n    sgd.step()\n";
+        assert_eq!(optimizers_by_use(src), vec!["sgd".to_string()]);
+    }
 
     #[test]
     fn a_scaler_is_known_by_its_use() {
