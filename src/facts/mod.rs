@@ -711,6 +711,11 @@ pub struct MicroSchedule {
     pub length: String,
     /// Where that length is written.
     pub length_at: Range<usize>,
+    /// The warm-up's length rather than the schedule's.
+    pub warmup: bool,
+    /// Counted in micro-batches by a product with the loop's factor (`steps * accum`), not by
+    /// the loader's length.
+    pub by_factor: bool,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

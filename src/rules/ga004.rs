@@ -76,14 +76,21 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             if out.iter().any(|d| d.range == m.length_at) {
                 continue;
             }
-            out.push(
-                Diagnostic::new(
-                    "GA004",
-                    m.length_at.clone(),
-                    format!("the schedule's length `{length}` counts micro-batches (the scheduler is built at {built}), but {runs}: training ends after 1/`{n}` of the schedule, before the learning rate has decayed"),
-                )
-                .with_help(format!("size the schedule in optimizer steps: divide the micro-batch count by `{n}` (rounding up)")),
-            );
+            let counts = match m.by_factor {
+                true => format!("counts micro-batches (it is multiplied by the accumulation factor `{n}`; the scheduler is built at {built})"),
+                false => format!("counts micro-batches (the scheduler is built at {built})"),
+            };
+            let (message, help) = match m.warmup {
+                true => (
+                    format!("the warm-up's length `{length}` {counts}, but {runs}: the warm-up lasts `{n}` times longer than meant"),
+                    format!("count the warm-up in optimizer steps: divide it by `{n}`, or leave out the factor"),
+                ),
+                false => (
+                    format!("the schedule's length `{length}` {counts}, but {runs}: training ends after 1/`{n}` of the schedule, before the learning rate has decayed"),
+                    format!("size the schedule in optimizer steps: divide the micro-batch count by `{n}` (rounding up)"),
+                ),
+            };
+            out.push(Diagnostic::new("GA004", m.length_at.clone(), message).with_help(help));
         }
     }
 }

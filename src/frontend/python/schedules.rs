@@ -15,8 +15,14 @@ pub(super) struct MicroSized {
     /// Where the length is written: the assignment's value that holds the `len()`, or the
     /// constructor's length argument.
     length_at: Range<usize>,
-    /// The loader whose `len()` sizes the schedule, as written.
+    /// The loader whose `len()` sizes the schedule, as written; empty when a product with
+    /// the accumulation factor does.
     loader: String,
+    /// The warm-up's length rather than the schedule's.
+    warmup: bool,
+    /// The names the length multiplies (`steps * accum`): a loop's factor among them makes it
+    /// a count of micro-batches.
+    multiplied: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -130,9 +136,82 @@ impl<'s> Walker<'s> {
         if !self.loop_model {
             return;
         }
-        let mut texts: Vec<&'s str> = Vec::new();
         // What sizes the schedule: its length argument, not the optimizer or the warm-up.
-        let length_node = self.schedule_length(ctor).unwrap_or(ctor);
+        if let Some(length) = self.schedule_length(ctor) {
+            self.note_multiplied(name, ctor, length, false);
+        }
+        let length = self.schedule_length(ctor).unwrap_or(ctor);
+        self.note_micro_length(name, ctor, length, false);
+    }
+
+    /// The scheduler's warm-up, judged as its length is, whatever the length counts.
+    pub(super) fn note_micro_warmup(&mut self, name: &str, ctor: Node) {
+        if !self.loop_model {
+            return;
+        }
+        if let Some(warmup) = self.warmup_length(ctor) {
+            self.note_micro_length(name, ctor, warmup, true);
+            self.note_multiplied(name, ctor, warmup, true);
+        }
+    }
+
+    /// A warm-up length handed to a scheduler: a keyword naming the warm-up
+    /// (`num_warmup_steps=`), or the second argument of a `*_with_warmup` constructor.
+    fn warmup_length<'t>(&self, ctor: Node<'t>) -> Option<Node<'t>> {
+        let callee = ctor.field("function").map(|f| self.text(f)).unwrap_or("");
+        let args = ctor.field("arguments")?;
+        let mut c = args.walk();
+        let all: Vec<Node> = args
+            .named_children(&mut c)
+            .filter(|a| a.ty() != "comment")
+            .collect();
+        let keyword = all.iter().find_map(|a| {
+            let k = (a.ty() == "keyword_argument").then(|| a.field("name"))??;
+            let k = self.text(k).to_ascii_lowercase();
+            (k.contains("warmup") && (k.contains("step") || k.contains("iter")))
+                .then(|| a.field("value"))?
+        });
+        keyword.or_else(|| {
+            last_segment(callee)
+                .ends_with("_with_warmup")
+                .then(|| all.get(1).copied())
+                .flatten()
+                .filter(|a| a.ty() != "keyword_argument")
+        })
+    }
+
+    /// A length that multiplies names (`warmup_steps * accum`), none of them divided: recorded
+    /// with the names, for the loops whose factor is among them.
+    fn note_multiplied(&mut self, name: &str, ctor: Node, length: Node, warmup: bool) {
+        // The product as written, or the one a name handed in holds (`warmup = n * accum`); how
+        // its other factors were derived (`max_steps` from `len(dl) / accum`) does not matter.
+        let own = self.text(length);
+        let text = match self.assigned_text.get(own.trim()) {
+            Some(held) if !own.contains('*') => *held,
+            _ => own,
+        };
+        if text.contains('/') || text.contains(" if ") {
+            return;
+        }
+        let multiplied = multiplied_names(text);
+        if multiplied.is_empty() {
+            return;
+        }
+        let span = length.byte_range();
+        self.micro_schedules.push(MicroSized {
+            name: name.to_string(),
+            built: ctor.byte_range(),
+            length: batch_model::compact_spaced(self.text(length)),
+            length_at: span,
+            loader: String::new(),
+            warmup,
+            multiplied,
+        });
+    }
+
+    /// `name = Scheduler(..., len(loader) * epochs ...)`: `length` counts the loader's batches.
+    fn note_micro_length(&mut self, name: &str, ctor: Node, length_node: Node, warmup: bool) {
+        let mut texts: Vec<&'s str> = Vec::new();
         let length = length_node;
         self.gather(self.text(length), 0, &mut texts);
         // Most schedules are not sized by a `len()`: look for one first.
@@ -184,6 +263,8 @@ impl<'s> Walker<'s> {
             length,
             length_at,
             loader: loader.to_string(),
+            warmup,
+            multiplied: Vec::new(),
         });
     }
 
@@ -346,25 +427,42 @@ impl<'s> Walker<'s> {
                 // hands them over (`train_one_epoch(model, train_loader, opt, sched)`).
                 let header = lp.header.clone();
                 let handed = |param: &str, arg: &str| self.handed(param, arg, &header);
-                let Some(m) = self.micro_schedules.iter().rev().find(|m| {
+                // A count of the loader's batches, or a product with the loop's factor (a
+                // count of optimizer steps turned into micro-batches), for the schedule and for
+                // its warm-up.
+                let factor = lp.factor.as_str();
+                for m in self.micro_schedules.iter().rev().filter(|m| {
                     (m.name == *recv || handed(recv, &m.name))
-                        && (self.iterates_over(&iterates, &m.loader, 0)
-                            || words(&iterates).any(|w| handed(w, &m.loader)))
-                }) else {
-                    continue;
-                };
-                // accelerate steps a prepared scheduler on the iterations that sync, so its
-                // length counts optimizer steps; a length read from the prepared loader counts
-                // one process's share, which depends on the launch.
-                if lp.accelerate && !self.unprepared_length(m) {
-                    continue;
+                        && match m.loader.is_empty() {
+                            true => m.multiplied.iter().any(|w| w == factor),
+                            false => {
+                                self.iterates_over(&iterates, &m.loader, 0)
+                                    || words(&iterates).any(|w| handed(w, &m.loader))
+                            }
+                        }
+                }) {
+                    // accelerate steps a prepared scheduler on the iterations that sync, so a
+                    // loader's length counts optimizer steps; a length read from the prepared
+                    // loader counts one process's share, which depends on the launch.
+                    let by_factor = m.loader.is_empty();
+                    if lp.accelerate && !by_factor && !self.unprepared_length(m) {
+                        continue;
+                    }
+                    // One finding per length and per part.
+                    if lp.micro_sized_schedules.iter().any(|s| {
+                        s.warmup == m.warmup && (s.length_at == m.length_at || s.built == m.built)
+                    }) {
+                        continue;
+                    }
+                    lp.micro_sized_schedules.push(MicroSchedule {
+                        step: step.clone(),
+                        built: m.built.clone(),
+                        length: m.length.clone(),
+                        length_at: m.length_at.clone(),
+                        warmup: m.warmup,
+                        by_factor,
+                    });
                 }
-                lp.micro_sized_schedules.push(MicroSchedule {
-                    step: step.clone(),
-                    built: m.built.clone(),
-                    length: m.length.clone(),
-                    length_at: m.length_at.clone(),
-                });
             }
         }
     }
@@ -696,4 +794,26 @@ fn sample_division(text: &str) -> Option<(usize, usize, &str, &str)> {
 fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
         .filter(|w| !w.is_empty())
+}
+
+/// The names a text multiplies (`a * b` gives `a` and `b`; `2 * n` gives `n`), as written.
+pub(super) fn multiplied_names(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let name = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.';
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices('*') {
+        if bytes.get(at + 1) == Some(&b'*') || (at > 0 && bytes[at - 1] == b'*') {
+            continue;
+        }
+        let before = text[..at].trim_end().trim_end_matches(')');
+        let start = before.bytes().rposition(|c| !name(c)).map_or(0, |i| i + 1);
+        let after = text[at + 1..].trim_start().trim_start_matches('(');
+        let end = after.bytes().position(|c| !name(c)).unwrap_or(after.len());
+        for w in [&before[start..], &after[..end]] {
+            if w.starts_with(|c: char| c.is_alphabetic() || c == '_') {
+                out.push(w.to_string());
+            }
+        }
+    }
+    out
 }

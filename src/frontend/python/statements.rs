@@ -161,7 +161,14 @@ impl<'s> Walker<'s> {
                         self.scheduler_names.push(target.clone());
                     }
                     let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
-                    if self.counts_accumulation(length, 0) {
+                    self.note_micro_warmup(&target, right);
+                    // Multiplied by the factor (`max_steps * accum`), a count of optimizer steps
+                    // becomes one of micro-batches.
+                    let multiplied = !length.contains('/')
+                        && super::schedules::multiplied_names(length)
+                            .iter()
+                            .any(|w| names_accumulation(w));
+                    if self.counts_accumulation(length, 0) && !multiplied {
                         self.facts.schedule_in_optimizer_steps = true;
                     } else {
                         self.note_micro_schedule(&target, right);
