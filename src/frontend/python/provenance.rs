@@ -309,7 +309,8 @@ impl<'s> Walker<'s> {
     }
 
     /// Whether the arguments read data the window gathers ([`Walker::window_lists`]), followed
-    /// through up to three assignments within the outermost loop around them.
+    /// through up to four assignments within the outermost loop around them (at most 64 texts
+    /// a level: a name assigned on many lines is followed no further).
     fn reads_gathered(&self, args: Node) -> bool {
         if self.window_lists.is_empty() {
             return false;
@@ -341,6 +342,7 @@ impl<'s> Walker<'s> {
             if next.is_empty() {
                 return false;
             }
+            next.truncate(64);
             texts = next;
         }
         false
