@@ -108,6 +108,11 @@ fn extract_inner(
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.loop_model = reads.loops;
+    if reads.loops {
+        // Read before the walk, and only for the loop model, which alone asks for them.
+        w.optimizers_by_use = statements::optimizers_by_use(text);
+        w.window_lists = statements::window_lists(text);
+    }
     w.value_model = reads.values;
     w.verify_fixes = verify_fixes;
     w.defer = defer;
@@ -425,8 +430,8 @@ impl<'s> Walker<'s> {
             optimizer_names: Vec::new(),
             scheduler_names: statements::scheduler_names(src),
             scaler_names: statements::scalers_by_use(src),
-            optimizers_by_use: statements::optimizers_by_use(src),
-            window_lists: statements::window_lists(src),
+            optimizers_by_use: Vec::new(),
+            window_lists: Vec::new(),
             clip_names: Vec::new(),
             engine_names: Vec::new(),
             accelerator_names: Vec::new(),

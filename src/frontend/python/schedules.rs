@@ -137,11 +137,11 @@ impl<'s> Walker<'s> {
             return;
         }
         // What sizes the schedule: its length argument, not the optimizer or the warm-up.
-        if let Some(length) = self.schedule_length(ctor) {
+        let length = self.schedule_length(ctor);
+        if let Some(length) = length {
             self.note_multiplied(name, ctor, length, false);
         }
-        let length = self.schedule_length(ctor).unwrap_or(ctor);
-        self.note_micro_length(name, ctor, length, false);
+        self.note_micro_length(name, ctor, length.unwrap_or(ctor), false);
     }
 
     /// The scheduler's warm-up, judged as its length is, whatever the length counts.
