@@ -17,6 +17,9 @@ fn main() {
             println!("EVIDENCE {:#?}", f.evidence);
             println!("CONSTANTS {:?}", f.constants);
             println!("CHECKPOINTED {:?}", f.checkpointed);
+            if std::env::var("LOOPS").is_ok() {
+                println!("LOOPS {:#?}", f.loops);
+            }
             for t in &f.tables {
                 println!("TABLE {t:?}");
             }

@@ -716,6 +716,8 @@ pub struct MicroSchedule {
     /// Counted in micro-batches by a product with the loop's factor (`steps * accum`), not by
     /// the loader's length.
     pub by_factor: bool,
+    /// The scheduler is prepared by accelerate (it advances only when the gradients sync).
+    pub prepared: bool,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

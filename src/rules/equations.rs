@@ -36,11 +36,15 @@ fn diagnostic(cx: &Checker<'_>, e: &BatchEquation, factors: &[String]) -> Option
         BatchUse::Count { key, scheduler, call } => {
             let reader = match scheduler {
                 Some(s) => format!("the {} of `{s}` ({})", key.replace('_', " "), line_of(cx.file, call.start)),
+                None if key == "iterations" => format!("the iterations of the loop over `{}` ({}), one optimizer step each,", cx.file.slice(call), line_of(cx.file, call.start)),
                 None => format!("the Trainer's `{key}` ({})", line_of(cx.file, call.start)),
             };
             (
                 "BS004",
-                format!("`{written}` sizes {reader} with a batch of {has} per optimizer step, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}, so the count is too large by that factor and the schedule never reaches its end"),
+                format!("`{written}` sizes {reader} with a batch of {has} per optimizer step, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}, so the count is too large by that factor and {}", match key.as_str() {
+                    "iterations" => "training runs that many times the epochs it was sized for",
+                    _ => "the schedule never reaches its end",
+                }),
                 "divide by the global batch: per-device micro-batch × accumulation factor × data-parallel size",
             )
         }

@@ -64,7 +64,9 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             let length = &m.length;
             let built = line_of(cx.file, m.built.start);
             let step = line_of(cx.file, m.step.span.start);
-            let runs = if lp.accelerate {
+            let runs = if lp.accelerate && !m.prepared {
+                format!("`{call}` ({step}) runs only when the gradients sync, once per optimizer step (every `{n}` micro-batches, the Accelerator's factor)")
+            } else if lp.accelerate {
                 format!("`{call}` ({step}) advances the prepared scheduler only when the gradients sync, once per optimizer step (every `{n}` micro-batches, the Accelerator's factor)")
             } else {
                 format!(

@@ -735,11 +735,17 @@ impl<'s> Walker<'s> {
                     !text.contains(&format!("len({w})")) && !text.contains(&format!("{w}["))
                 })
                 .any(|w| {
-                    self.assigned_text
-                        .get(w)
-                        .is_some_and(|t| self.counts_accumulation(t, depth + 1))
-                        || self.divided_in_place_by_factor(w, depth)
+                    self.assigned_text.get(w).is_some_and(|t| {
+                        !self.in_other_arms(text, t) && self.counts_accumulation(t, depth + 1)
+                    }) || self.divided_in_place_by_factor(w, depth)
                 })
+    }
+
+    /// Two texts of the source in different arms of one `if`: no run reads the one after the
+    /// other (`if args.max_steps > 0: epochs = ... // accum else: total = len(dl) * epochs`).
+    pub(super) fn in_other_arms(&self, a: &str, b: &str) -> bool {
+        let at = |t: &str| super::batch_model::offset_in(self.src, t);
+        matches!((at(a), at(b)), (Some(a), Some(b)) if super::conditions::other_arms(self.src, a, b))
     }
 
     /// `total //= accum` (or `/=`) somewhere in the file: the name ends up divided by the factor.

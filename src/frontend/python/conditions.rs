@@ -617,3 +617,74 @@ impl<'s> Walker<'s> {
         Some((text, right.byte_range()))
     }
 }
+
+/// Two positions in different arms of one `if` chain, read by indentation: every line between
+/// them at the chain's indent or less is an `elif` or an `else` of it, both positions are
+/// deeper, and the arm the first is in opens with `if` or `elif` (not a loop's `else`).
+pub(super) fn other_arms(src: &str, a: usize, b: usize) -> bool {
+    let (p, q) = (a.min(b), a.max(b));
+    let line_start = |at: usize| src[..at].rfind('\n').map_or(0, |i| i + 1);
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let (lp, lq) = (line_start(p), line_start(q));
+    if lp == lq {
+        return false;
+    }
+    let first = src[lp..].lines().next().unwrap_or("");
+    let last = src[lq..].lines().next().unwrap_or("");
+    let deeper_than = indent(first).min(indent(last));
+    // The lines between that are shallower than both: all one chain's `elif`s and `else`s.
+    let mut chain: Option<usize> = None;
+    for line in src[lp..lq].lines().skip(1) {
+        let t = line.trim_start();
+        let k = indent(line);
+        if t.is_empty() || t.starts_with('#') || k >= deeper_than {
+            continue;
+        }
+        let arm = t.starts_with("elif ")
+            || (t.starts_with("else") && t[4..].trim_start().starts_with(':'));
+        if !arm || chain.is_some_and(|c| c != k) {
+            return false;
+        }
+        chain = Some(k);
+    }
+    let Some(k) = chain else {
+        return false;
+    };
+    // The head of the first position's arm: the nearest line above it at the chain's indent.
+    src[..lp]
+        .lines()
+        .rev()
+        .find(|line| {
+            let t = line.trim_start();
+            !t.is_empty() && !t.starts_with('#') && indent(line) <= k
+        })
+        .is_some_and(|line| {
+            let t = line.trim_start();
+            indent(line) == k && (t.starts_with("if ") || t.starts_with("elif "))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::other_arms;
+
+    fn at(src: &str, needle: &str) -> usize {
+        src.find(needle).expect(needle)
+    }
+
+    #[test]
+    fn arms_of_one_test_exclude_each_other() {
+        let src = "def f(a):\n    if a.max_steps > 0:\n        t = a.max_steps\n        e = t // k\n    elif a.x:\n        t = 2\n    else:\n        t = len(dl) * e\n    return t\n";
+        assert!(other_arms(src, at(src, "e = t"), at(src, "len(dl)")));
+        assert!(other_arms(src, at(src, "t = 2"), at(src, "len(dl)")));
+        assert!(!other_arms(src, at(src, "e = t"), at(src, "t = a.max")));
+        // The test itself and what follows the chain run on every path.
+        assert!(!other_arms(src, at(src, "if a.max"), at(src, "len(dl)")));
+        assert!(!other_arms(src, at(src, "len(dl)"), at(src, "return t")));
+        // A loop's `else` and a later `if` are not arms of the first position's test.
+        let src = "for x in y:\n    a = 1\nelse:\n    b = 2\nif c:\n    d = 3\nelse:\n    e = 4\n";
+        assert!(!other_arms(src, at(src, "a = 1"), at(src, "b = 2")));
+        assert!(!other_arms(src, at(src, "a = 1"), at(src, "e = 4")));
+        assert!(other_arms(src, at(src, "d = 3"), at(src, "e = 4")));
+    }
+}

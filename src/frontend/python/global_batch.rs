@@ -100,6 +100,12 @@ impl<'s> Walker<'s> {
         }
         let distributed = !self.facts.ddp_wraps.is_empty()
             || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some();
+        // An `IterableDataset`'s length is often one rank's shard: a count of it is not judged.
+        let iterable = super::batch_model::defines_iterable_dataset(self.src);
+        let readers: &[&str] = match iterable {
+            true => &["lr", "learning_rate"],
+            false => &["step", "warmup", "iters", "lr", "learning_rate"],
+        };
         for p in &self.global_products {
             // What the file does not show, the launches that start it may: the rule decides.
             let missing = if p.accum && !p.world {
@@ -126,9 +132,7 @@ impl<'s> Walker<'s> {
                 .filter(|(name, text)| {
                     let n = name.to_ascii_lowercase();
                     **name != p.name
-                        && ["step", "warmup", "iters", "lr", "learning_rate"]
-                            .iter()
-                            .any(|k| n.contains(k))
+                        && readers.iter().any(|k| n.contains(k))
                         && text
                             .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
                             .any(|w| w == p.name)

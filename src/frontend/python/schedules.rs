@@ -218,14 +218,44 @@ impl<'s> Walker<'s> {
         let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
             return;
         };
+        // A helper that counts, called in the length (`def steps(loader, epochs): return
+        // len(loader) * epochs`): its returned count, and its loader as the caller names it.
+        let (text, loader) = match self.counting_helper(text, loader, &texts) {
+            Some(Some((count, loader))) => (count, loader),
+            Some(None) => return,
+            None => (text, loader.to_string()),
+        };
         // How the loader was built (its batch size, its sampler) is not the schedule's length,
         // and a lambda's own arithmetic (`1 - s / total`) is the progress through it.
-        let loader_name = loader.to_string();
+        let loader_name = loader.as_str();
         texts.clear();
-        self.gather_skipping(self.text(length), 0, &[loader_name.as_str()], &mut texts);
+        self.gather_skipping(self.text(length), 0, &[loader_name], &mut texts);
         texts.retain(|t| {
             let t = t.trim_start();
             !t.starts_with("lambda") && !t.starts_with("def ")
+        });
+        // What a function handed over by name (`LambdaLR(opt, lr_lambda)`) computes on its own
+        // lines (`progress = (s - warmup) / total`) is the progress through the schedule.
+        let ctor_text = self.text(ctor);
+        let handed: Vec<Range<usize>> = words(ctor_text)
+            .filter(|w| !called_in(ctor_text, w))
+            .filter_map(|w| self.def_texts.get(w))
+            .filter_map(|d| batch_model::offset_in(self.src, d).map(|at| at..at + d.len()))
+            .collect();
+        texts.retain(|t| {
+            let at = batch_model::offset_in(self.src, t);
+            !at.is_some_and(|at| {
+                handed
+                    .iter()
+                    .any(|f| f.start <= at && at + t.len() <= f.end)
+            })
+        });
+        // What is assigned in another arm of a test than the count (`if args.max_steps > 0:
+        // ... else: t_total = len(dl) * epochs`) is not on its path.
+        let count_at = batch_model::offset_in(self.src, text);
+        texts.retain(|t| {
+            let at = batch_model::offset_in(self.src, t);
+            !matches!((at, count_at), (Some(a), Some(b)) if super::conditions::other_arms(self.src, a, b))
         });
         // A division, a choice or an explicit step count may size the schedule in optimizer
         // steps: not known.
@@ -431,21 +461,33 @@ impl<'s> Walker<'s> {
                 // count of optimizer steps turned into micro-batches), for the schedule and for
                 // its warm-up.
                 let factor = lp.factor.as_str();
-                for m in self.micro_schedules.iter().rev().filter(|m| {
-                    (m.name == *recv || handed(recv, &m.name))
-                        && match m.loader.is_empty() {
-                            true => m.multiplied.iter().any(|w| w == factor),
-                            false => {
-                                self.iterates_over(&iterates, &m.loader, 0)
-                                    || words(&iterates).any(|w| handed(w, &m.loader))
-                            }
+                for (m, helper) in self.micro_schedules.iter().rev().filter_map(|m| {
+                    // Built here, handed over, or returned by a helper the caller passes the
+                    // loader to (`sched = make_scheduler(opt, train_loader, epochs)`).
+                    let (loader, helper) = match m.name == *recv || handed(recv, &m.name) {
+                        true => (m.loader.clone(), false),
+                        false => (self.built_by_helper(recv, m)?, true),
+                    };
+                    let sized = match loader.is_empty() {
+                        true => m.multiplied.iter().any(|w| w == factor),
+                        false => {
+                            self.iterates_over(&iterates, &loader, 0)
+                                || words(&iterates).any(|w| handed(w, &loader))
                         }
+                    };
+                    sized.then_some((m, helper))
                 }) {
                     // accelerate steps a prepared scheduler on the iterations that sync, so a
                     // loader's length counts optimizer steps; a length read from the prepared
-                    // loader counts one process's share, which depends on the launch.
+                    // loader counts one process's share, which depends on the launch. A
+                    // scheduler never prepared steps once per call, here once per sync.
                     let by_factor = m.loader.is_empty();
-                    if lp.accelerate && !by_factor && !self.unprepared_length(m) {
+                    let prepared = match helper {
+                        true => self.scheduler_prepared(recv),
+                        false => self.scheduler_prepared(&m.name),
+                    };
+                    let counts_syncs = prepared && (helper || !self.unprepared_length(m));
+                    if lp.accelerate && !by_factor && counts_syncs {
                         continue;
                     }
                     // One finding per length and per part.
@@ -461,6 +503,7 @@ impl<'s> Walker<'s> {
                         length_at: m.length_at.clone(),
                         warmup: m.warmup,
                         by_factor,
+                        prepared,
                     });
                 }
             }
@@ -523,11 +566,63 @@ impl<'s> Walker<'s> {
                 .map(|(at, _, _)| *at)
                 .min()
         };
-        let scheduler_prepared = self
-            .prepares
+        self.scheduler_prepared(&m.name) && prepared(&m.loader).is_some_and(|at| m.built.start < at)
+    }
+
+    /// `text` is a function's definition that counts (`def steps(loader, epochs): return
+    /// len(loader) * epochs`) and a text of the length calls it: `Some` of its returned count and
+    /// the loader the caller hands it, or `Some(None)` when the count is not plain (a division,
+    /// a choice, several returns). `None` when `text` is not such a helper (a lambda's closure
+    /// handed over by name is read as before).
+    fn counting_helper(
+        &self,
+        text: &'s str,
+        loader: &str,
+        texts: &[&'s str],
+    ) -> Option<Option<(&'s str, String)>> {
+        let def = text.trim_start().strip_prefix("def ")?;
+        let name = def.split('(').next()?.trim();
+        let call = texts.iter().find(|t| **t != text && called_in(t, name))?;
+        if text.contains('/') || text.contains(" if ") || text.matches("return ").count() != 1 {
+            return Some(None);
+        }
+        let open = text.find('(')?;
+        let params = top_level_args(&text[open + 1..])?;
+        let returned = text.find("return ")? + "return ".len();
+        let rest = &text[returned..];
+        // The line ends at a newline, a character boundary.
+        let count = rest[..scan_line(rest.as_bytes()).len()].trim_end();
+        if !count.contains("len(") {
+            return Some(None);
+        }
+        let at = call.find(&format!("{name}("))? + name.len() + 1;
+        let args = top_level_args(&call[at..])?;
+        Some(argument_for(&params, &args, loader).map(|l| (count, l.to_string())))
+    }
+
+    /// `recv = f(...)` where `f` returns the schedule `m` (named `f()`): the loader its length
+    /// reads as the caller names it (the argument given to `f`'s parameter of that name), or as
+    /// written when it is not a parameter.
+    fn built_by_helper(&self, recv: &str, m: &MicroSized) -> Option<String> {
+        let f = m.name.strip_suffix("()")?;
+        let call = self.assigned_text.get(recv)?.trim();
+        let open = call.find('(')?;
+        if last_segment(call[..open].trim()) != f || !call.ends_with(')') {
+            return None;
+        }
+        let args = top_level_args(&call[open + 1..])?;
+        let def = self.def_texts.get(f)?;
+        let params = top_level_args(&def[def.find('(')? + 1..])?;
+        argument_for(&params, &args, &m.loader).map(str::to_string)
+    }
+
+    /// The scheduler is handed to `prepare` (or to a helper that rebinds it), or the file
+    /// prepares a scheduler on its own (`prepare_scheduler`).
+    fn scheduler_prepared(&self, name: &str) -> bool {
+        self.prepares
             .iter()
-            .any(|(_, _, args)| args.iter().any(|a| *a == m.name));
-        scheduler_prepared && prepared(&m.loader).is_some_and(|at| m.built.start < at)
+            .any(|(_, _, args)| args.contains(&name))
+            || contains_word(self.src, "prepare_scheduler")
     }
 
     /// `completed_steps += 1` under `if accelerator.sync_gradients:` or the accumulation
@@ -702,6 +797,61 @@ fn top_level_args(text: &str) -> Option<Vec<&str>> {
         }
     }
     None
+}
+
+/// What a call hands a function's parameter `param` (by keyword or by position), when it is a
+/// name or an attribute; `param` itself when the function has no such parameter (a name the
+/// function reads from outside).
+fn argument_for<'a>(params: &[&str], args: &[&'a str], param: &'a str) -> Option<&'a str> {
+    let names: Vec<&str> = params
+        .iter()
+        .map(|p| p.split([':', '=']).next().unwrap_or("").trim())
+        .filter(|p| *p != "self")
+        .collect();
+    let Some(index) = names.iter().position(|p| *p == param) else {
+        return Some(param);
+    };
+    let keyword = args.iter().find_map(|a| {
+        let (k, v) = a.split_once('=')?;
+        (k.trim() == param && !v.starts_with('=')).then_some(v.trim())
+    });
+    let given = keyword.or_else(|| {
+        args.iter()
+            .filter(|a| !a.contains('='))
+            .nth(index)
+            .map(|a| a.trim())
+    })?;
+    given
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        .then_some(given)
+}
+
+/// The rest of a line from its start: up to a newline outside brackets.
+fn scan_line(bytes: &[u8]) -> &[u8] {
+    let mut depth = 0i32;
+    let end = bytes
+        .iter()
+        .enumerate()
+        .find(|(_, b)| {
+            match b {
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' => depth -= 1,
+                _ => {}
+            }
+            **b == b'\n' && depth <= 0
+        })
+        .map_or(bytes.len(), |(i, _)| i);
+    &bytes[..end]
+}
+
+/// `name` is called somewhere in `text` (`name(`).
+fn called_in(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let whole = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.');
+        whole && text[at + name.len()..].trim_start().starts_with('(')
+    })
 }
 
 /// The first positional argument of a call as written: `tqdm(loader, total=n)` → `loader`.

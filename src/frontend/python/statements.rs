@@ -160,20 +160,7 @@ impl<'s> Walker<'s> {
                     if !self.scheduler_names.contains(&target) {
                         self.scheduler_names.push(target.clone());
                     }
-                    let length = self.schedule_length(right).map_or(rtext, |a| self.text(a));
-                    self.note_micro_warmup(&target, right);
-                    // Multiplied by the factor (`max_steps * accum`), a count of optimizer steps
-                    // becomes one of micro-batches.
-                    let multiplied = !length.contains('/')
-                        && super::schedules::multiplied_names(length)
-                            .iter()
-                            .any(|w| names_accumulation(w));
-                    if self.counts_accumulation(length, 0) && !multiplied {
-                        self.facts.schedule_in_optimizer_steps = true;
-                    } else {
-                        self.note_micro_schedule(&target, right);
-                        self.note_sample_schedule(&target, right);
-                    }
+                    self.note_scheduler_built(&target, right, true);
                 }
                 // `acc = Accelerator(...)`: whatever the name, its `backward` is accelerate's.
                 if simple_target && last_segment(callee) == "Accelerator" {
@@ -409,6 +396,29 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// `name = Scheduler(...)` (or a helper's `return Scheduler(...)`, under the name `f()`):
+    /// whether its length counts optimizer steps, micro-batches or samples.
+    fn note_scheduler_built(&mut self, name: &str, ctor: Node, assigned: bool) {
+        let length = self
+            .schedule_length(ctor)
+            .map_or(self.text(ctor), |a| self.text(a));
+        self.note_micro_warmup(name, ctor);
+        // Multiplied by the factor (`max_steps * accum`), a count of optimizer steps becomes one
+        // of micro-batches.
+        let multiplied = !length.contains('/')
+            && super::schedules::multiplied_names(length)
+                .iter()
+                .any(|w| names_accumulation(w));
+        if self.counts_accumulation(length, 0) && !multiplied {
+            self.facts.schedule_in_optimizer_steps = true;
+        } else {
+            self.note_micro_schedule(name, ctor);
+            if assigned {
+                self.note_sample_schedule(name, ctor);
+            }
+        }
+    }
+
     pub(super) fn ret(&mut self, node: Node) {
         if let Some(value) = node.named_child(0) {
             self.returned(node, value);
@@ -428,6 +438,13 @@ impl<'s> Walker<'s> {
         }
         self.note_export_return(value);
         self.branch_entry(&function, value, true);
+        // A helper that builds the scheduler: judged where the caller steps what it returns.
+        if node.ty() == "return_statement" && value.ty() == "call" {
+            let callee = value.field("function").map_or("", |f| self.text(f));
+            if builds_scheduler(callee) {
+                self.note_scheduler_built(&format!("{function}()"), value, false);
+            }
+        }
         // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
         let lightning = self
             .scopes

@@ -147,8 +147,8 @@ impl<'s> Walker<'s> {
             .as_deref()
             .is_some_and(|p| contains_ident(body, p.trim_start_matches("**")))
             || body.to_ascii_lowercase().contains("accum")
-            || lower.contains("reduction=\"sum\"")
-            || lower.contains("reduction='sum'")
+            || sums(&lower)
+            || self.calls_summing_loss(body)
             || contains_ident(body, "num_items_in_batch");
         FuncDef {
             name,
@@ -327,6 +327,32 @@ fn hf_derived(classes: &[ClassDef], class: &ClassDef) -> bool {
         level = next;
     }
     false
+}
+
+/// A loss built to sum (`reduction="sum"`), in lowercased text.
+fn sums(lower: &str) -> bool {
+    lower.contains("reduction=\"sum\"") || lower.contains("reduction='sum'")
+}
+
+impl Walker<'_> {
+    /// The body calls a loss object the file builds to sum (`_ce = nn.CrossEntropyLoss(
+    /// reduction="sum")`, then `_ce(logits, labels)` or `self._ce(...)`).
+    fn calls_summing_loss(&self, body: &str) -> bool {
+        let src = self.src;
+        let bytes = body.as_bytes();
+        memchr::memchr_iter(b'(', bytes).any(|open| {
+            let name = &body[ident_around(bytes, open.saturating_sub(1))];
+            !name.is_empty()
+                && src.match_indices(&format!("{name} = ")).any(|(at, _)| {
+                    let whole = !src[..at]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    let line = src[at..].split('\n').next().unwrap_or("");
+                    whole && sums(&line.to_ascii_lowercase())
+                })
+        })
+    }
 }
 
 /// `name` appears in `text` as a whole identifier.

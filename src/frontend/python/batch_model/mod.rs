@@ -10,6 +10,7 @@ use crate::facts::{BatchEquation, BatchUse, Missing};
 use std::collections::HashSet;
 
 mod arms;
+mod updates;
 mod written;
 
 /// Where the run's factors sit in a value, as exponents (`len(ds) // (bs * accum)` is
@@ -23,6 +24,9 @@ struct Factors {
     samples: i8,
     unknown_up: bool,
     unknown_down: bool,
+    /// A choice between values with different factors (`a * w if ddp else a`): no single
+    /// equation holds, so none is judged.
+    choice: bool,
 }
 
 const ONE: Factors = Factors {
@@ -32,6 +36,7 @@ const ONE: Factors = Factors {
     samples: 0,
     unknown_up: false,
     unknown_down: false,
+    choice: false,
 };
 const UNKNOWN: Factors = Factors {
     unknown_up: true,
@@ -58,6 +63,7 @@ impl Factors {
             samples: self.samples.saturating_add(o.samples),
             unknown_up: self.unknown_up || o.unknown_up,
             unknown_down: self.unknown_down || o.unknown_down,
+            choice: self.choice || o.choice,
         }
     }
 
@@ -69,12 +75,20 @@ impl Factors {
             samples: self.samples.saturating_sub(o.samples),
             unknown_up: self.unknown_up || o.unknown_down,
             unknown_down: self.unknown_down || o.unknown_up,
+            choice: self.choice || o.choice,
         }
     }
 
     /// A sum keeps the factors its terms share; a constant added changes none
     /// (`len(ds) + bs - 1` is still the samples, rounded up).
     fn plus(self, o: Factors) -> Factors {
+        Factors {
+            choice: self.choice || o.choice,
+            ..self.sum(o)
+        }
+    }
+
+    fn sum(self, o: Factors) -> Factors {
         if self.same_factors(o) {
             return Factors {
                 unknown_up: self.unknown_up || o.unknown_up,
@@ -172,6 +186,9 @@ struct Count {
     scheduler: Option<String>,
     call: Range<usize>,
     key: String,
+    /// The iterations of a loop whose every iteration is one optimizer step (`for it in
+    /// range(max_iters):` around the micro-steps), with the accumulation its inner loop has.
+    iterations: Option<Option<Missing>>,
 }
 
 /// Keys whose meaning a framework defines: DeepSpeed's, the HF Trainer's, Megatron's,
@@ -313,6 +330,7 @@ impl<'s> Walker<'s> {
                     scheduler: None,
                     call: span.clone(),
                     key: key.to_string(),
+                    iterations: None,
                 });
             }
         }
@@ -375,6 +393,7 @@ impl<'s> Walker<'s> {
                 scheduler: Some(name.to_string()),
                 call: ctor.byte_range(),
                 key,
+                iterations: None,
             });
         }
     }
@@ -422,7 +441,11 @@ impl<'s> Walker<'s> {
         // one rank's shard), not the samples one epoch reads. A file that only mentions
         // `IterableDataset` (an `isinstance` test, a streaming arm) counts map-style datasets.
         let iterable = defines_iterable_dataset(self.src);
-        let counts = notes.counts.iter().filter(|_| !iterable);
+        let updates: Vec<Count> = loops
+            .iter()
+            .filter_map(|lp| self.update_count(lp))
+            .collect();
+        let counts = notes.counts.iter().chain(&updates).filter(|_| !iterable);
         let mut out: Vec<BatchEquation> = counts
             .filter_map(|c| self.count_equation(&model, &run, c))
             .chain(
@@ -577,6 +600,9 @@ impl<'s> Walker<'s> {
     fn count_equation(&self, model: &Model, run: &Run, count: &Count) -> Option<BatchEquation> {
         let value = model.node(&count.value)?;
         let f = model.factors(value, 0);
+        if f.choice {
+            return None;
+        }
         // The samples (`len(ds)`), or a budget known to be a number (`TOKEN_BUDGET //
         // tokens_per_step`), over a batch that holds the micro-batch, with no divisor of
         // unknown meaning.
@@ -586,6 +612,17 @@ impl<'s> Walker<'s> {
         }
         let mut missing = Vec::new();
         match &count.scheduler {
+            _ if count.iterations.is_some() => {
+                if let (Some(Some(a)), 0) = (&count.iterations, f.accum) {
+                    missing.push(a.clone());
+                }
+                let sharded = model
+                    .dataset_of(value, 0)
+                    .map_or(run.distributed, |d| schedules::shards(self.src, d));
+                if f.world == 0 && !run.accelerate && !self.batch.split_batches && sharded {
+                    missing.push(run.world.clone());
+                }
+            }
             Some(name) => {
                 let stepped = self.scheduler_steps.iter().any(|(_, r)| r == name);
                 let engine = self.batch.engine_schedulers.iter().any(|s| s == name);
@@ -667,7 +704,7 @@ impl<'s> Walker<'s> {
     ) -> Option<BatchEquation> {
         let node = model.node(value)?;
         let f = model.factors(node, 0);
-        if f.micro < 1 || f.samples != 0 {
+        if f.micro < 1 || f.samples != 0 || f.choice {
             return None;
         }
         let mut missing = Vec::new();
@@ -686,7 +723,9 @@ impl<'s> Walker<'s> {
         if let (Some(a), 0) = (accum, f.accum) {
             missing.push(a);
         }
-        if f.world == 0 && (trainer || run.distributed || self.shards_data() || run.accelerate) {
+        // With `split_batches=True` the loader's batch is the batch of all processes.
+        let sharded = trainer || run.distributed || self.shards_data() || run.accelerate;
+        if f.world == 0 && sharded && !self.batch.split_batches {
             missing.push(run.world.clone());
         }
         if missing.is_empty() {
@@ -714,6 +753,9 @@ impl<'s> Walker<'s> {
         // The loader's own batch is not its own evidence. What it holds besides the factors
         // it is known to hold is the micro-batch (`args.micro_bsz * args.accum`).
         let mut f = model.factors_unseeded(node);
+        if f.choice {
+            return None;
+        }
         if f.micro == 0 && f.unknown_up && !f.unknown_down && (f.accum > 0 || f.world > 0) {
             f = Factors {
                 micro: 1,
@@ -936,7 +978,10 @@ impl<'a> Model<'a, '_> {
                     .collect();
                 match arms.windows(2).all(|w| w[0].same_factors(w[1])) {
                     true => arms.first().copied().unwrap_or(UNKNOWN),
-                    false => UNKNOWN,
+                    false => Factors {
+                        choice: true,
+                        ..UNKNOWN
+                    },
                 }
             }
             "call" => self.call_factors(node, depth),
@@ -1078,7 +1123,7 @@ impl<'a> Model<'a, '_> {
 }
 
 /// The file defines a class derived from `IterableDataset` (`class Stream(IterableDataset):`).
-fn defines_iterable_dataset(src: &str) -> bool {
+pub(super) fn defines_iterable_dataset(src: &str) -> bool {
     word_positions(src, "IterableDataset").any(|at| {
         let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];
         line.trim_start().starts_with("class ") && line.contains('(')
