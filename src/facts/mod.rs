@@ -667,11 +667,16 @@ pub struct BatchEquation {
     pub missing: Vec<Missing>,
 }
 
+/// The key of a [`BatchUse::Count`] that bounds a loop whose every iteration is one optimizer
+/// step (`for it in range(max_iters):` around the micro-steps).
+pub const LOOP_ITERATIONS: &str = "iterations";
+
 /// What reads a batch value.
 #[derive(Debug, Clone)]
 pub enum BatchUse {
-    /// A count of optimizer steps: a scheduler's length or warm-up (`key`), or a Trainer's
-    /// `max_steps` or `warmup_steps` (no scheduler).
+    /// A count of optimizer steps: a scheduler's length or warm-up (`key`), a Trainer's
+    /// `max_steps` or `warmup_steps` (no scheduler), or a loop's iterations
+    /// ([`LOOP_ITERATIONS`], no scheduler).
     Count {
         key: String,
         scheduler: Option<String>,

@@ -739,14 +739,10 @@ impl<'s> Walker<'s> {
         else {
             return false;
         };
-        let names: Vec<&str> = params
-            .iter()
-            .map(|p| p.split([':', '=']).next().unwrap_or("").trim())
-            .filter(|p| *p != "self")
-            .collect();
-        let Some(index) = names.iter().position(|p| *p == param) else {
+        // A name the function reads from outside is not handed to it.
+        if !param_names(&params).contains(&param) {
             return false;
-        };
+        }
         let bytes = src.as_bytes();
         memchr::memmem::find_iter(bytes, format!("{name}(").as_bytes()).any(|at| {
             let before = at.checked_sub(1).map(|i| bytes[i]);
@@ -754,20 +750,8 @@ impl<'s> Walker<'s> {
             if def || before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
                 return false;
             }
-            let Some(args) = top_level_args(&src[at + name.len() + 1..]) else {
-                return false;
-            };
-            let keyword = args.iter().find_map(|a| {
-                let (k, v) = a.split_once('=')?;
-                (k.trim() == param && !v.starts_with('=')).then_some(v.trim())
-            });
-            let given = keyword.or_else(|| {
-                args.iter()
-                    .filter(|a| !a.contains('='))
-                    .nth(index)
-                    .map(|a| a.trim())
-            });
-            given == Some(arg)
+            top_level_args(&src[at + name.len() + 1..])
+                .is_some_and(|args| argument_for(&params, &args, param) == Some(arg))
         })
     }
 }
@@ -803,12 +787,7 @@ fn top_level_args(text: &str) -> Option<Vec<&str>> {
 /// name or an attribute; `param` itself when the function has no such parameter (a name the
 /// function reads from outside).
 fn argument_for<'a>(params: &[&str], args: &[&'a str], param: &'a str) -> Option<&'a str> {
-    let names: Vec<&str> = params
-        .iter()
-        .map(|p| p.split([':', '=']).next().unwrap_or("").trim())
-        .filter(|p| *p != "self")
-        .collect();
-    let Some(index) = names.iter().position(|p| *p == param) else {
+    let Some(index) = param_names(params).iter().position(|p| *p == param) else {
         return Some(param);
     };
     let keyword = args.iter().find_map(|a| {
@@ -825,6 +804,16 @@ fn argument_for<'a>(params: &[&str], args: &[&'a str], param: &'a str) -> Option
         .chars()
         .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
         .then_some(given)
+}
+
+/// The names of a definition's parameters as written (`loader: DataLoader = None` → `loader`),
+/// without `self`.
+fn param_names<'a>(params: &[&'a str]) -> Vec<&'a str> {
+    params
+        .iter()
+        .map(|p| p.split([':', '=']).next().unwrap_or("").trim())
+        .filter(|p| *p != "self")
+        .collect()
 }
 
 /// The rest of a line from its start: up to a newline outside brackets.

@@ -2,6 +2,7 @@
 //! loop over the micro-steps): its bound counts optimizer steps, as a scheduler's length does.
 
 use super::*;
+use crate::facts::LOOP_ITERATIONS;
 
 impl Walker<'_> {
     /// `for it in range(max_iters):` around a loop over the micro-steps: `max_iters` counts
@@ -28,7 +29,7 @@ impl Walker<'_> {
             value: stop_at..stop_at + stop.len(),
             scheduler: None,
             call: at..at + updates.len(),
-            key: "iterations".into(),
+            key: LOOP_ITERATIONS.into(),
             iterations: Some(
                 (!lp.factor_value.is_some_and(|v| v <= 1.0))
                     .then(|| Missing::Accumulation(lp.factor.clone(), lp.header.clone())),
