@@ -735,8 +735,9 @@ impl<'s> Walker<'s> {
                     !text.contains(&format!("len({w})")) && !text.contains(&format!("{w}["))
                 })
                 .any(|w| {
+                    // The arms are read last: they scan the lines between the two texts.
                     self.assigned_text.get(w).is_some_and(|t| {
-                        !self.in_other_arms(text, t) && self.counts_accumulation(t, depth + 1)
+                        self.counts_accumulation(t, depth + 1) && !self.in_other_arms(text, t)
                     }) || self.divided_in_place_by_factor(w, depth)
                 })
     }

@@ -148,8 +148,8 @@ impl<'s> Walker<'s> {
             .is_some_and(|p| contains_ident(body, p.trim_start_matches("**")))
             || body.to_ascii_lowercase().contains("accum")
             || sums(&lower)
-            || self.calls_summing_loss(body)
-            || contains_ident(body, "num_items_in_batch");
+            || contains_ident(body, "num_items_in_batch")
+            || (count_param.is_some() && self.calls_summing_loss(body));
         FuncDef {
             name,
             class,
@@ -339,17 +339,23 @@ impl Walker<'_> {
     /// reduction="sum")`, then `_ce(logits, labels)` or `self._ce(...)`).
     fn calls_summing_loss(&self, body: &str) -> bool {
         let src = self.src;
-        let bytes = body.as_bytes();
-        memchr::memchr_iter(b'(', bytes).any(|open| {
-            let name = &body[ident_around(bytes, open.saturating_sub(1))];
+        // The names assigned on a line that builds a summing loss (rare: found by one search).
+        memchr::memmem::find_iter(src.as_bytes(), b"reduction").any(|at| {
+            let start = src[..at].rfind('\n').map_or(0, |i| i + 1);
+            let end = src[at..].find('\n').map_or(src.len(), |e| at + e);
+            let line = &src[start..end];
+            let Some((target, _)) = line.split_once(" = ") else {
+                return false;
+            };
+            let name = target.trim().rsplit('.').next().unwrap_or("");
             !name.is_empty()
-                && src.match_indices(&format!("{name} = ")).any(|(at, _)| {
-                    let whole = !src[..at]
+                && sums(&line.to_ascii_lowercase())
+                && body.match_indices(name).any(|(i, _)| {
+                    let whole = !body[..i]
                         .chars()
                         .next_back()
                         .is_some_and(|c| c.is_alphanumeric() || c == '_');
-                    let line = src[at..].split('\n').next().unwrap_or("");
-                    whole && sums(&line.to_ascii_lowercase())
+                    whole && body[i + name.len()..].starts_with('(')
                 })
         })
     }
