@@ -183,3 +183,20 @@ fn a_script_too_large_to_read_for_context_is_analysed_when_a_run_reaches_it() {
         );
     }
 }
+
+#[test]
+fn a_run_is_priced_against_the_configured_gpu_memory() {
+    let launch = "#!/usr/bin/env bash\nMODEL=meta-llama/Llama-3.2-1B\nMICRO_BS=16\n\npython train.py --model_name_or_path \"$MODEL\" --bf16 --optim adamw_torch_fused \\\n  --per_device_train_batch_size \"$MICRO_BS\" --max_seq_length 4096\n";
+    let dir = project(&[("sweep.sh", launch), ("train.py", "import transformers\n")]);
+    // No GPU named anywhere: the estimate has nothing to compare with.
+    let (code, out, _) = run(dir.path(), &["--select", "MEM012", "."]);
+    assert_eq!(code, 0, "{out}");
+    fs::write(dir.path().join(".memlint.toml"), "gpu-memory-gb = 24\n").expect("write");
+    let (code, out, _) = run(dir.path(), &["--select", "MEM012", "."]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("sweep.sh:5:1: MEM012")
+            && out.contains("`gpu-memory-gb` in the memlint configuration"),
+        "{out}"
+    );
+}

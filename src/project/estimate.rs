@@ -183,7 +183,17 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
         Fid::Unit(u) => Some(*u),
         Fid::Extra(_) => None,
     })?;
-    let cx = TrainingContext::build(&joined, &files.units[unit].defaults);
+    let defaults = &files.units[unit].defaults;
+    // What the project states in its memlint configuration, when the run states no GPU.
+    if inputs.gpu_memory.is_none() {
+        inputs.gpu_memory = defaults.gpu_memory_gb.filter(|g| *g > 0.0).map(|g| {
+            Given::new(
+                g * 1e9,
+                "`gpu-memory-gb` in the memlint configuration".to_string(),
+            )
+        });
+    }
+    let cx = TrainingContext::build(&joined, defaults);
     read_context(files, &cx, &keyed, &mut inputs);
     if let Some(w) = &run.info.world {
         inputs.dp = Some(Given::new(w.data_parallel.max(1), w.why.clone()));
