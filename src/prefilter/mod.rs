@@ -58,8 +58,8 @@ mod units;
 pub use units::imported_divisors;
 
 use crate::rules::{implemented_codes, UNUSED_SUPPRESSION};
-use crate::source::Language;
-use scan::{assigned_at, finder, has, identifier_at, is_ident, logical_line, Scan, Word};
+use crate::source::{logical_line, Language};
+use scan::{assigned_at, finder, has, identifier_at, is_ident, Scan, Word};
 
 /// What the rules reported for one file can use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

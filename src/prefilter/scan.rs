@@ -217,20 +217,3 @@ pub(super) fn assigned_at(after: &[u8]) -> bool {
         _ => false,
     }
 }
-
-/// The rest of the logical line from `from`: up to a newline outside brackets and not escaped.
-/// A bracket in a string may carry it further, never stop it sooner than the line's end.
-pub(super) fn logical_line(bytes: &[u8], from: usize) -> &[u8] {
-    let mut depth = 0i32;
-    let mut at = from;
-    while at < bytes.len() {
-        match bytes[at] {
-            b'(' | b'[' | b'{' => depth += 1,
-            b')' | b']' | b'}' => depth -= 1,
-            b'\n' if depth <= 0 && (at == 0 || bytes[at - 1] != b'\\') => break,
-            _ => {}
-        }
-        at += 1;
-    }
-    &bytes[from..at]
-}

@@ -51,3 +51,20 @@ pub fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
     }
     offset
 }
+
+/// The rest of the logical line from `from`: up to a newline outside brackets and not escaped.
+/// A bracket in a string may carry it further, never stop it sooner than the line's end.
+pub fn logical_line(bytes: &[u8], from: usize) -> &[u8] {
+    let mut depth = 0i32;
+    let mut at = from;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth -= 1,
+            b'\n' if depth <= 0 && (at == 0 || bytes[at - 1] != b'\\') => break,
+            _ => {}
+        }
+        at += 1;
+    }
+    &bytes[from..at]
+}

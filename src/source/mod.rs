@@ -4,7 +4,7 @@
 pub mod lines;
 pub mod notebook;
 
-pub use lines::{floor_char_boundary, LineIndex, Position};
+pub use lines::{floor_char_boundary, logical_line, LineIndex, Position};
 
 use crate::diagnostic::Edit;
 use notebook::Notebook;

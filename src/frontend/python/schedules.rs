@@ -590,8 +590,8 @@ impl<'s> Walker<'s> {
         let params = top_level_args(&text[open + 1..])?;
         let returned = text.find("return ")? + "return ".len();
         let rest = &text[returned..];
-        // The line ends at a newline, a character boundary.
-        let count = rest[..scan_line(rest.as_bytes()).len()].trim_end();
+        // The logical line ends at a newline, a character boundary.
+        let count = rest[..crate::source::logical_line(rest.as_bytes(), 0).len()].trim_end();
         if !count.contains("len(") {
             return Some(None);
         }
@@ -814,24 +814,6 @@ fn param_names<'a>(params: &[&'a str]) -> Vec<&'a str> {
         .map(|p| p.split([':', '=']).next().unwrap_or("").trim())
         .filter(|p| *p != "self")
         .collect()
-}
-
-/// The rest of a line from its start: up to a newline outside brackets.
-fn scan_line(bytes: &[u8]) -> &[u8] {
-    let mut depth = 0i32;
-    let end = bytes
-        .iter()
-        .enumerate()
-        .find(|(_, b)| {
-            match b {
-                b'(' | b'[' | b'{' => depth += 1,
-                b')' | b']' | b'}' => depth -= 1,
-                _ => {}
-            }
-            **b == b'\n' && depth <= 0
-        })
-        .map_or(bytes.len(), |(i, _)| i);
-    &bytes[..end]
 }
 
 /// `name` is called somewhere in `text` (`name(`).
