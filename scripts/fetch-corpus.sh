@@ -5,6 +5,7 @@
 set -euo pipefail
 dest=${1:?usage: fetch-corpus.sh DEST}
 mkdir -p "$dest/wheels" "$dest/src"
+dest=$(cd "$dest" && pwd) # absolute: each archive is unpacked from inside its own folder
 pkgs=(transformers==5.23.0 accelerate==1.15.0 trl==1.16.0 peft==0.21.2 lightning==2.6.6
       deepspeed==0.19.8 torchtune==0.6.1 diffusers==0.42.1)
 for p in "${pkgs[@]}"; do
