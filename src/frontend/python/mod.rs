@@ -306,6 +306,8 @@ struct Walker<'s> {
     optimizers_by_use: Vec<String>,
     /// Names filled across a window's micro-steps and emptied again (see `window_lists`).
     window_lists: Vec<String>,
+    /// The outermost loop last asked about, by its start, and what its lines assign to each name.
+    loop_assignments: std::cell::RefCell<Option<(usize, provenance::Assignments<'s>)>>,
     /// Names bound to learning-rate schedulers and to DeepSpeed engines.
     scheduler_names: Vec<String>,
     engine_names: Vec<String>,
@@ -432,6 +434,7 @@ impl<'s> Walker<'s> {
             scaler_names: statements::scalers_by_use(src),
             optimizers_by_use: Vec::new(),
             window_lists: Vec::new(),
+            loop_assignments: Default::default(),
             clip_names: Vec::new(),
             engine_names: Vec::new(),
             accelerator_names: Vec::new(),

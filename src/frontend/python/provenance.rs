@@ -12,6 +12,8 @@ use crate::facts::{Callee, Prov, Scaling};
 use crate::frontend::fields::{PyField, PyKind};
 use tree_sitter::Node;
 
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// How deep an expression is followed, and how many helpers deep a value is followed.
 const MAX_DEPTH: usize = 8;
 
@@ -324,19 +326,29 @@ impl<'s> Walker<'s> {
         else {
             return false;
         };
-        let body = &self.src[within.clone()];
-        let mut texts = vec![self.text(args).to_string()];
+        // Indexed once per loop: every call in a loop asks about the same lines.
+        let mut cached = self.loop_assignments.borrow_mut();
+        if cached
+            .as_ref()
+            .is_none_or(|(start, _)| *start != within.start)
+        {
+            *cached = Some((within.start, assignments(&self.src[within])));
+        }
+        let Some((_, assigned)) = cached.as_ref() else {
+            return false;
+        };
+        let mut texts = vec![self.text(args)];
         for _ in 0..4 {
-            let mut next = Vec::new();
+            let mut next: Vec<&str> = Vec::new();
             for text in &texts {
                 for word in text
-                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                    .split(|c: char| !is_word(c))
                     .filter(|w| w.starts_with(|c: char| c.is_alphabetic() || c == '_'))
                 {
                     if self.window_lists.iter().any(|n| n == word) {
                         return true;
                     }
-                    next.extend(assigned_in(body, word));
+                    next.extend(assigned.get(word).into_iter().flatten());
                 }
             }
             if next.is_empty() {
@@ -750,14 +762,18 @@ fn is_world_size(text: &str) -> bool {
         .any(|w| text.contains(w))
 }
 
-/// What `name` is assigned in `body`, as written: the right side of each line that starts with
-/// it (`name = ...`, `name[key] = ...`).
-fn assigned_in(body: &str, name: &str) -> Vec<String> {
-    let mut out = Vec::new();
+/// What the lines of a loop assign, by name, as written: the right side of each line that starts
+/// with the name (`name = ...`, `name[key] = ...`), at most eight a name.
+pub(super) type Assignments<'s> = HashMap<&'s str, Vec<&'s str>>;
+
+fn assignments(body: &str) -> Assignments<'_> {
+    let mut out = Assignments::default();
     for line in body.lines() {
-        let Some(rest) = line.trim_start().strip_prefix(name) else {
+        let line = line.trim_start();
+        let (name, rest) = line.split_at(line.find(|c: char| !is_word(c)).unwrap_or(line.len()));
+        if name.is_empty() {
             continue;
-        };
+        }
         let rest = match rest.strip_prefix('[') {
             Some(r) => r.split_once(']').map_or("", |(_, after)| after),
             None => rest,
@@ -765,9 +781,15 @@ fn assigned_in(body: &str, name: &str) -> Vec<String> {
         let Some(value) = rest.trim_start().strip_prefix('=') else {
             continue;
         };
-        if !value.starts_with('=') && out.len() < 8 {
-            out.push(value.to_string());
+        let values = out.entry(name).or_default();
+        if !value.starts_with('=') && values.len() < 8 {
+            values.push(value);
         }
     }
     out
+}
+
+/// A character of a name or a dotted path, as [`Walker::reads_gathered`] reads them.
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '.'
 }
