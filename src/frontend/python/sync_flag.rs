@@ -62,7 +62,7 @@ pub(super) fn late_sync_flags(
                 && b.end <= body.end_byte()
                 && root
                     .descendant_for_byte_range(b.start, b.end)
-                    .is_some_and(|n| runs_with(n, set))
+                    .is_some_and(|n| may_run_after(n, set))
         });
         if backward {
             out.push((set.byte_range(), forward.byte_range()));
@@ -140,6 +140,43 @@ fn runs_with(node: Node, set: Node) -> bool {
                 | "set_comprehension"
         );
         if branches {
+            return false;
+        }
+        n = p;
+    }
+    false
+}
+
+/// `node` may run after the statement `set` on the same pass: under a test of its own (`if not
+/// args.inference_only: loss.backward()` runs on the path where the test holds), but not in
+/// another arm of a test `set` is in, nor in a function of its own.
+fn may_run_after(node: Node, set: Node) -> bool {
+    let mut n = node;
+    while let Some(p) = n.parent() {
+        if p.start_byte() <= set.start_byte() && set.end_byte() <= p.end_byte() {
+            return !matches!(
+                p.ty(),
+                "if_statement"
+                    | "elif_clause"
+                    | "else_clause"
+                    | "try_statement"
+                    | "except_clause"
+                    | "match_statement"
+                    | "case_clause"
+            );
+        }
+        if matches!(
+            p.ty(),
+            "function_definition"
+                | "lambda"
+                | "class_definition"
+                | "conditional_expression"
+                | "boolean_operator"
+                | "list_comprehension"
+                | "generator_expression"
+                | "dictionary_comprehension"
+                | "set_comprehension"
+        ) {
             return false;
         }
         n = p;
