@@ -110,78 +110,62 @@ fn calls_of<'t>(body: Node<'t>, src: &str, model: &str) -> Vec<Node<'t>> {
     out
 }
 
-/// `node` runs on every pass through the statement `set` runs on: between it and their common
-/// ancestor there is no branch, loop or function of its own.
-fn runs_with(node: Node, set: Node) -> bool {
+/// The arms of a test: of two statements in different arms, one runs without the other.
+const ARMS: [&str; 7] = [
+    "if_statement",
+    "elif_clause",
+    "else_clause",
+    "try_statement",
+    "except_clause",
+    "match_statement",
+    "case_clause",
+];
+
+/// What runs apart from the statements around it: a function, or an expression that may not
+/// evaluate all its parts.
+const APART: [&str; 9] = [
+    "function_definition",
+    "lambda",
+    "class_definition",
+    "conditional_expression",
+    "boolean_operator",
+    "list_comprehension",
+    "generator_expression",
+    "dictionary_comprehension",
+    "set_comprehension",
+];
+
+/// The innermost ancestor of `node` that holds `set` too, if no ancestor in between is `stop`.
+fn common_ancestor<'t>(node: Node<'t>, set: Node, stop: impl Fn(&str) -> bool) -> Option<Node<'t>> {
     let mut n = node;
     while let Some(p) = n.parent() {
         if p.start_byte() <= set.start_byte() && set.end_byte() <= p.end_byte() {
-            return true;
+            return Some(p);
         }
-        let branches = matches!(
-            p.ty(),
-            "if_statement"
-                | "elif_clause"
-                | "else_clause"
-                | "for_statement"
-                | "while_statement"
-                | "try_statement"
-                | "except_clause"
-                | "match_statement"
-                | "case_clause"
-                | "function_definition"
-                | "lambda"
-                | "class_definition"
-                | "conditional_expression"
-                | "boolean_operator"
-                | "list_comprehension"
-                | "generator_expression"
-                | "dictionary_comprehension"
-                | "set_comprehension"
-        );
-        if branches {
-            return false;
+        if stop(p.ty()) {
+            return None;
         }
         n = p;
     }
-    false
+    None
+}
+
+/// `node` runs on every pass through the statement `set` runs on: between it and their common
+/// ancestor there is no branch, loop or function of its own.
+fn runs_with(node: Node, set: Node) -> bool {
+    let branches = |ty: &str| {
+        ARMS.contains(&ty)
+            || APART.contains(&ty)
+            || matches!(ty, "for_statement" | "while_statement")
+    };
+    common_ancestor(node, set, branches).is_some()
 }
 
 /// `node` may run after the statement `set` on the same pass: under a test of its own (`if not
 /// args.inference_only: loss.backward()` runs on the path where the test holds), but not in
 /// another arm of a test `set` is in, nor in a function of its own.
 fn may_run_after(node: Node, set: Node) -> bool {
-    let mut n = node;
-    while let Some(p) = n.parent() {
-        if p.start_byte() <= set.start_byte() && set.end_byte() <= p.end_byte() {
-            return !matches!(
-                p.ty(),
-                "if_statement"
-                    | "elif_clause"
-                    | "else_clause"
-                    | "try_statement"
-                    | "except_clause"
-                    | "match_statement"
-                    | "case_clause"
-            );
-        }
-        if matches!(
-            p.ty(),
-            "function_definition"
-                | "lambda"
-                | "class_definition"
-                | "conditional_expression"
-                | "boolean_operator"
-                | "list_comprehension"
-                | "generator_expression"
-                | "dictionary_comprehension"
-                | "set_comprehension"
-        ) {
-            return false;
-        }
-        n = p;
-    }
-    false
+    common_ancestor(node, set, |ty| APART.contains(&ty)).is_some_and(|a| !ARMS.contains(&a.ty()))
 }
 
 /// A `with` block whose statements are all backwards (`loss.backward()`,
