@@ -1,6 +1,7 @@
 //! Discovery: the files to lint from the paths given. Folders are walked in parallel with
 //! `.gitignore`/`.ignore` respected and the configured excludes applied; hidden folders are walked
-//! (`.github/` holds workflows). Explicit files are always linted unless `--force-exclude`.
+//! (`.github/` holds workflows). Explicit files and folders are always linted unless
+//! `--force-exclude`: what is excluded is what the walk finds beneath them, as with ruff.
 
 use crate::settings::Resolver;
 use crate::source::Language;
@@ -87,6 +88,11 @@ pub fn discover(
             }
         };
         let cwd = cwd();
+        // A folder given is walked, unless `--force-exclude` and it, or a folder holding it, is
+        // excluded.
+        if force_exclude && root_settings.is_excluded(&crate::settings::absolute(path, &cwd)) {
+            continue;
+        }
         let walker = WalkBuilder::new(path)
             .hidden(false)
             .git_ignore(true)
@@ -101,7 +107,8 @@ pub fn discover(
                 let cwd = cwd.clone();
                 move |entry| {
                     entry.depth() == 0
-                        || !settings.is_excluded(&crate::settings::absolute(entry.path(), &cwd))
+                        || !settings
+                            .is_excluded_entry(&crate::settings::absolute(entry.path(), &cwd))
                 }
             })
             .build_parallel();

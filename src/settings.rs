@@ -318,6 +318,13 @@ impl Settings {
             .unwrap_or(path)
     }
 
+    /// Whether a walk skips what it finds at `path`: its own path or name matches an exclude.
+    /// The folders between the walk's root and it were asked as the walk entered them; those
+    /// holding the root are not asked, as a folder given is linted (`memlint target/gen/`).
+    pub fn is_excluded_entry(&self, path: &Path) -> bool {
+        self.exclude.is_match(self.relative(path))
+    }
+
     pub fn is_excluded(&self, path: &Path) -> bool {
         let rel = self.relative(path);
         if self.exclude.is_match(rel) {

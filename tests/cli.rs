@@ -342,6 +342,7 @@ fn excludes_gitignore_and_force_exclude() {
         (".gitignore", "ignored/\n"),
         ("generated/train.py", BUDGET),
         ("ignored/train.py", BUDGET),
+        ("generated/dist/train.py", BUDGET),
         (".github/scripts/train.py", BUDGET),
         ("run_job", "#!/usr/bin/env bash\navail=$((gpu_memory_gb - model_size_gb - 4))\npython train.py --optimizer adamw\n"),
         ("notes.txt", BUDGET),
@@ -371,6 +372,26 @@ fn excludes_gitignore_and_force_exclude() {
         "generated/train.py",
     ]));
     assert_eq!(code, 0, "{out}");
+    // So are explicit folders, as with ruff: an excluded or ignored folder holding them does
+    // not matter, what is excluded beneath them does.
+    for folder in ["generated", "ignored"] {
+        let (code, out, _) =
+            stdout(memlint(dir.path()).args(["--output-format", "concise", folder]));
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains(&format!("{folder}/train.py:5:31: MEM001")),
+            "{out}"
+        );
+        assert!(!out.contains("dist/"), "{out}");
+    }
+    let (code, out, _) = stdout(memlint(dir.path()).args([
+        "--output-format",
+        "concise",
+        "--force-exclude",
+        "generated",
+    ]));
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("MEM001"), "{out}");
 }
 
 #[test]
