@@ -325,14 +325,11 @@ impl Settings {
         self.exclude.is_match(self.relative(path))
     }
 
+    /// Whether `path` is excluded by its own path or name, or by a folder holding it (a folder
+    /// excluded by name excludes everything below it).
     pub fn is_excluded(&self, path: &Path) -> bool {
-        let rel = self.relative(path);
-        if self.exclude.is_match(rel) {
-            return true;
-        }
-        // A folder excluded by name excludes everything below it.
-        rel.ancestors()
-            .skip(1)
+        self.relative(path)
+            .ancestors()
             .filter(|a| !a.as_os_str().is_empty())
             .any(|a| self.exclude.is_match(a))
     }
