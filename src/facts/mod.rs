@@ -45,6 +45,10 @@ pub struct Facts {
     pub batch_equations: Vec<BatchEquation>,
     /// `DistributedDataParallel(...)` constructions.
     pub ddp_wraps: Vec<Range<usize>>,
+    /// The functions (indexes into [`Facts::scopes`]) that may run a model wrapped in
+    /// `DistributedDataParallel`: those that wrap one, those that call them, and those these
+    /// call, with every method of an object they build; every function when one is wrapped at module level.
+    pub ddp_scopes: Vec<usize>,
     /// The file controls DDP's gradient sync itself (`no_sync`, `require_backward_grad_sync`);
     /// read only when the file wraps a model in DDP.
     pub controls_grad_sync: bool,
@@ -471,6 +475,8 @@ impl Evidence {
 pub struct AccumLoop {
     /// The loop statement's first line.
     pub header: Range<usize>,
+    /// The function the loop runs in: an index into [`Facts::scopes`].
+    pub scope: usize,
     /// The accumulation factor N as written (`accum_steps`, `args.gradient_accumulation_steps`).
     pub factor: String,
     /// N is a plain name, attribute or literal: a fix may use it as written.

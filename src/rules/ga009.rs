@@ -55,7 +55,14 @@ impl Rule for DdpSyncEveryMicroStep {
             return;
         }
         let wrapped = line_of(cx.file, ddp.start);
-        for lp in cx.facts.loops.iter().filter(|lp| !lp.backwards.is_empty()) {
+        // A loop in a function no DDP model reaches trains another model.
+        let trains_ddp = |scope: &usize| cx.facts.ddp_scopes.contains(scope);
+        for lp in cx
+            .facts
+            .loops
+            .iter()
+            .filter(|lp| !lp.backwards.is_empty() && trains_ddp(&lp.scope))
+        {
             if lp.factor_value.is_some_and(|v| v <= 1.0) {
                 continue;
             }

@@ -170,6 +170,7 @@ fn accum_loop(
         });
     Some(AccumLoop {
         header: w.header.clone(),
+        scope: w.scope,
         factor_is_simple: is_simple_factor(&factor),
         factor_here,
         factor_value: None,

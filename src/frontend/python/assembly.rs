@@ -82,10 +82,12 @@ impl<'s> Walker<'s> {
             .chain(&self.optimizer_names)
             .map(String::as_str)
             .collect();
+        // What `prepare` is handed and what it binds (`self.sched` in `self.model, self.sched =
+        // accelerator.prepare(model, sched)`).
         let prepared: Vec<&str> = self
             .prepares
             .iter()
-            .flat_map(|(_, _, args)| args.iter().copied())
+            .flat_map(|(_, bound, args)| args.iter().chain(bound).copied())
             .collect();
         for ev in &mut self.calls {
             match &mut ev.kind {

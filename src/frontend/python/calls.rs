@@ -151,6 +151,7 @@ impl<'s> Walker<'s> {
         // torchvision's and timm's constructors build weights in torch's default dtype, fp32;
         // a cast or a dtype given elsewhere is evidence of its own.
         let vision = self.builds_vision_model(callee);
+        let scope = self.scope();
         let ev = &mut self.facts.evidence;
         if vision && !args.is_some_and(|a| t(a).contains("dtype")) {
             ev.precision.push(Mention {
@@ -233,7 +234,8 @@ impl<'s> Walker<'s> {
                 span: span.clone(),
             }),
             _ if last == "DistributedDataParallel" || last.ends_with("DDP") => {
-                self.facts.ddp_wraps.push(span.clone())
+                self.facts.ddp_wraps.push(span.clone());
+                self.ddp_wrap_scopes.push(scope);
             }
             "Accelerator" => ev.frameworks.push(Mention {
                 value: Framework::Accelerate,
@@ -347,12 +349,13 @@ impl<'s> Walker<'s> {
             return;
         }
         let node = unparen(node);
-        // `loss = self.step_loss(mb) / n`: the helper runs within the arithmetic.
-        if node.ty() == "binary_operator" {
-            for side in ["left", "right"] {
-                if let Some(n) = node.field(side) {
-                    self.invoke_at(n, depth + 1);
-                }
+        // `loss = self.step_loss(mb) / n`: the helper runs within the arithmetic;
+        // `return model, Callback(opt)`: each part runs.
+        if matches!(node.ty(), "binary_operator" | "expression_list" | "tuple") {
+            let mut c = node.walk();
+            let parts: Vec<Node> = node.named_children(&mut c).take(8).collect();
+            for part in parts {
+                self.invoke_at(part, depth + 1);
             }
             return;
         }

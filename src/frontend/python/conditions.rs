@@ -502,7 +502,13 @@ impl<'s> Walker<'s> {
         let Some(body) = node.field("body") else {
             return false;
         };
-        let compact: String = self.text(body).split_whitespace().collect();
+        // Spaces dropped, line ends kept: what follows a divisor at the end of a line is not
+        // part of it.
+        let compact: String = self
+            .text(body)
+            .chars()
+            .filter(|c| !matches!(c, ' ' | '\t'))
+            .collect();
         ["/", "/=", ".div("].iter().any(|op| {
             let written = format!("{op}{n}");
             compact.match_indices(&written).any(|(at, _)| {

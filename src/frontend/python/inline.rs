@@ -24,11 +24,9 @@ impl<'s> Walker<'s> {
         // A call site whose helper is found runs the helper's calls, not a framework's backward
         // (`self.backward(loss)` is the class's own method).
         let mut found: HashMap<usize, Vec<&Invoke>> = HashMap::new();
-        let mut sites: HashSet<(usize, usize)> = HashSet::new();
         for i in &self.invokes {
             if self.function(&i.callee).is_some() {
                 found.entry(i.ctx.scope).or_default().push(i);
-                sites.insert((i.call.start, i.call.end));
             }
         }
         // Only helpers that reach a training call, directly or through their own helpers, are
@@ -55,6 +53,14 @@ impl<'s> Walker<'s> {
                     .is_some_and(|t| reaches.contains(&t))
             });
         }
+        // A site runs its helper's calls instead of its own only when the helper is inlined
+        // (`warm.step()` of a local scheduler class that reaches no training call is the
+        // scheduler's step).
+        let sites: HashSet<(usize, usize)> = found
+            .values()
+            .flatten()
+            .map(|i| (i.call.start, i.call.end))
+            .collect();
         let mut items: HashMap<usize, Vec<(usize, Item)>> = HashMap::new();
         for e in &self.calls {
             if !sites.contains(&(e.call.span.start, e.call.span.end)) {
@@ -112,14 +118,22 @@ impl<'s> Walker<'s> {
                     } = &mut ev.kind
                     {
                         // A loss the loop's own call handed in is judged, and fixed, there.
-                        let handed = match (&*prov, site) {
+                        let handed_loss = match (&*prov, site) {
                             (Prov::Param(name), Some(s)) if std::ptr::eq(s.call, s.outer) => {
                                 env.and_then(|(params, _)| handed(s.call, params, name))
                             }
                             _ => None,
                         };
                         *prov = self.resolve(prov, env, 0);
-                        match handed {
+                        // Divided by a parameter the loop's own call hands the factor to
+                        // (`nll / n_micro` with `step(model, batch, args.accum)`): divided by
+                        // the argument as the loop writes it.
+                        if let (Some(s), Some((params, _))) = (site, env) {
+                            if std::ptr::eq(s.call, s.outer) {
+                                rename_divisors(prov, &|d| handed(s.call, params, d).map(|h| h.1));
+                            }
+                        }
+                        match handed_loss {
                             Some((span, text)) => {
                                 *loss = span;
                                 *loss_text = text;
@@ -188,6 +202,20 @@ struct Site<'a> {
     call: &'a Invoke,
     /// The call in the code being analysed that led here.
     outer: &'a Invoke,
+}
+
+/// `prov` with each divisor `rename` knows replaced by what it returns.
+fn rename_divisors(prov: &mut Prov, rename: &impl Fn(&str) -> Option<String>) {
+    match prov {
+        Prov::DividedBy(d) => {
+            if let Some(to) = rename(d.trim()) {
+                *d = to;
+            }
+        }
+        Prov::Summed(inner) | Prov::Averaged(inner) => rename_divisors(inner, rename),
+        Prov::Combined(parts) => parts.iter_mut().for_each(|p| rename_divisors(p, rename)),
+        _ => {}
+    }
 }
 
 /// The argument `call` gave for parameter `name`: its span and text.

@@ -323,6 +323,8 @@ struct Walker<'s> {
     calls: Vec<CallEvent>,
     /// Calls of functions that may be defined in this file, for inlining their training calls.
     invokes: Vec<Invoke>,
+    /// The function each `DistributedDataParallel(...)` is written in.
+    ddp_wrap_scopes: Vec<usize>,
     /// The file's functions by name, built once the file is read.
     functions: std::cell::OnceCell<provenance::FunctionIndex>,
     /// `accelerator.backward(loss)` calls with their loss: a plain backward when accelerate
@@ -390,6 +392,7 @@ type Instance<'s> = (usize, &'s str, Option<&'s str>);
 
 impl<'s> Walker<'s> {
     fn new(src: &'s str) -> Self {
+        let (scheduler_names, optimizer_names) = statements::built_names(src);
         Walker {
             src,
             loop_model: true,
@@ -429,8 +432,8 @@ impl<'s> Walker<'s> {
             above_one_names: HashMap::default(),
             local_counts: HashMap::default(),
             modulo_names: HashMap::default(),
-            optimizer_names: Vec::new(),
-            scheduler_names: statements::scheduler_names(src),
+            optimizer_names,
+            scheduler_names,
             scaler_names: statements::scalers_by_use(src),
             optimizers_by_use: Vec::new(),
             window_lists: Vec::new(),
@@ -443,6 +446,7 @@ impl<'s> Walker<'s> {
             assigned_text: HashMap::default(),
             calls: Vec::new(),
             invokes: Vec::new(),
+            ddp_wrap_scopes: Vec::new(),
             functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
@@ -720,6 +724,7 @@ impl<'s> Walker<'s> {
             "expression_statement" if self.loop_model => {
                 if let Some(expr) = node.named_child(0) {
                     self.invoke(expr);
+                    self.divide_in_place(node, expr);
                 }
             }
             "assignment" => self.assignment(node),
@@ -998,6 +1003,7 @@ impl<'s> Walker<'s> {
                 sync_flag::late_sync_flags(tree, self.src, &self.sync_flags, &backwards);
         }
         if !self.facts.ddp_wraps.is_empty() {
+            self.facts.ddp_scopes = self.ddp_scopes();
             // Written in code, not only in a comment the walk saw (`# TODO: use no_sync()`).
             let comments = &self.facts.comments;
             let in_code = |at: usize| !comments.iter().any(|c| c.range.contains(&at));

@@ -186,10 +186,11 @@ impl<'s> Walker<'s> {
         // The product as written, or the one a name handed in holds (`warmup = n * accum`); how
         // its other factors were derived (`max_steps` from `len(dl) / accum`) does not matter.
         let own = self.text(length);
-        let text = match self.assigned_text.get(own.trim()) {
-            Some(held) if !own.contains('*') => *held,
-            _ => own,
+        let held = match self.assigned_text.get(own.trim()) {
+            Some(held) if !own.contains('*') => Some(*held),
+            _ => None,
         };
+        let text = held.unwrap_or(own);
         if text.contains('/') || text.contains(" if ") {
             return;
         }
@@ -197,11 +198,14 @@ impl<'s> Walker<'s> {
         if multiplied.is_empty() {
             return;
         }
-        let span = length.byte_range();
+        // Reported where the product is written: in the call, or where the name was given it.
+        let span = held
+            .and_then(|h| batch_model::offset_in(self.src, h).map(|at| at..at + h.len()))
+            .unwrap_or_else(|| length.byte_range());
         self.micro_schedules.push(MicroSized {
             name: name.to_string(),
             built: ctor.byte_range(),
-            length: batch_model::compact_spaced(self.text(length)),
+            length: batch_model::compact_spaced(&self.src[span.clone()]),
             length_at: span,
             loader: String::new(),
             warmup,

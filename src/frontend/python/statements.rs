@@ -6,10 +6,12 @@ use crate::facts::GPT_FIELDS;
 use crate::frontend::fields::{PyField, PyKind};
 
 /// Names bound to a scheduler anywhere in the file (`cosine = CosineAnnealingLR(opt, ...)`,
-/// `sched = get_linear_schedule_with_warmup(...)`), read before the walk: a helper defined
-/// above the code that builds its scheduler steps it by that name.
-pub(super) fn scheduler_names(src: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+/// `sched = get_linear_schedule_with_warmup(...)`), and to an optimizer (`rmsprop =
+/// torch.optim.RMSprop(...)`), read before the walk: a helper defined above the code that builds
+/// them steps them by those names.
+pub(super) fn built_names(src: &str) -> (Vec<String>, Vec<String>) {
+    let mut schedulers: Vec<String> = Vec::new();
+    let mut optimizers: Vec<String> = Vec::new();
     for line in src.lines() {
         let Some((left, right)) = line.trim_start().split_once('=') else {
             continue;
@@ -22,16 +24,24 @@ pub(super) fn scheduler_names(src: &str) -> Vec<String> {
         };
         let callee = callee.trim();
         let dotted = !callee.is_empty() && callee.split('.').all(ident);
-        if ident(name)
-            && !right.starts_with('=')
-            && dotted
-            && builds_scheduler(callee)
-            && !out.iter().any(|n| n == name)
-        {
+        if !ident(name) || right.starts_with('=') || !dotted {
+            continue;
+        }
+        let out = match builds_scheduler(callee) {
+            true => &mut schedulers,
+            false
+                if OPTIMIZER_CLASSES
+                    .contains(&last_segment(callee).to_ascii_lowercase().as_str()) =>
+            {
+                &mut optimizers
+            }
+            false => continue,
+        };
+        if !out.iter().any(|n| n == name) {
             out.push(name.to_string());
         }
     }
-    out
+    (schedulers, optimizers)
 }
 
 /// A callee that builds a learning-rate scheduler: its last segment holds `schedule` or ends in
@@ -140,7 +150,10 @@ impl<'s> Walker<'s> {
             if let Some(f) = right.field("function") {
                 let callee = self.text(f);
                 let last = last_segment(callee).to_ascii_lowercase();
-                if OPTIMIZER_CLASSES.contains(&last.as_str()) && simple_target {
+                if OPTIMIZER_CLASSES.contains(&last.as_str())
+                    && simple_target
+                    && !self.optimizer_names.contains(&target)
+                {
                     self.optimizer_names.push(target.clone());
                 }
                 if last.ends_with("gradscaler") && simple_target {
@@ -155,12 +168,19 @@ impl<'s> Walker<'s> {
                 if simple_target && (schedule || last_segment(&target).contains("sched")) {
                     self.note_schedule_count(&target, right);
                 }
-                if simple_target && schedule {
+                // Whatever its class is called, an object built on the optimizer that is not used
+                // as one is a schedule (`warm = LinearWarmupDecay(opt, total_steps=n)`). Read
+                // with the loop model only, which alone steps it.
+                let by_use = !schedule
+                    && simple_target
+                    && self.loop_model
+                    && self.built_on_optimizer(right, &target);
+                if simple_target && (schedule || by_use) {
                     // Most are already known from the read before the walk.
                     if !self.scheduler_names.contains(&target) {
                         self.scheduler_names.push(target.clone());
                     }
-                    self.note_scheduler_built(&target, right, true);
+                    self.note_scheduler_built(&target, right, schedule);
                 }
                 // `acc = Accelerator(...)`: whatever the name, its `backward` is accelerate's.
                 if simple_target && last_segment(callee) == "Accelerator" {
@@ -320,6 +340,57 @@ impl<'s> Walker<'s> {
         Some(string_key(self.text(key)))
     }
 
+    /// `loss.div_(n)` as a statement divides the loss in place, as `loss /= n` does.
+    pub(super) fn divide_in_place(&mut self, stmt: Node, expr: Node) {
+        if expr.ty() != "call" {
+            return;
+        }
+        let Some(func) = expr.field("function").filter(|f| f.ty() == "attribute") else {
+            return;
+        };
+        if !matches!(
+            func.field("attribute").map(|a| self.text(a)),
+            Some("div_" | "true_divide_")
+        ) {
+            return;
+        }
+        let Some(object) = func
+            .field("object")
+            .filter(|o| matches!(o.ty(), "identifier" | "attribute"))
+        else {
+            return;
+        };
+        let Some(args) = expr.field("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let kids: Vec<Node> = args
+            .named_children(&mut c)
+            .filter(|n| n.ty() != "comment")
+            .collect();
+        let [divisor] = kids.as_slice() else {
+            return;
+        };
+        if divisor.ty() == "keyword_argument" {
+            return;
+        }
+        let target = self.text(object);
+        if names_accumulation(self.text(*divisor)) {
+            let division = Division {
+                operator_and_divisor: func.start_byte().saturating_sub(1).max(object.end_byte())
+                    ..expr.end_byte(),
+                statement: Some(stmt.byte_range()),
+            };
+            self.record_division(
+                stmt,
+                target,
+                Some((self.text(*divisor).to_string(), division)),
+            );
+        }
+        let by = Prov::DividedBy(self.text(unparen(*divisor)).to_string());
+        self.define(target, stmt.start_byte(), by);
+    }
+
     pub(super) fn augmented(&mut self, node: Node) {
         let (Some(left), Some(right), Some(op)) = (
             node.field("left"),
@@ -396,6 +467,39 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// `ctor` is handed the optimizer (its first positional argument, or `optimizer=`), is no
+    /// optimizer class, and what it builds, `target`, is not zeroed and stepped as an optimizer
+    /// is (a wrapper such as `Lookahead(opt)` is).
+    fn built_on_optimizer(&self, ctor: Node, target: &str) -> bool {
+        let Some(func) = ctor.field("function") else {
+            return false;
+        };
+        let last = last_segment(self.text(func)).to_ascii_lowercase();
+        if last.contains("optim") || OPTIMIZER_CLASSES.contains(&last.as_str()) {
+            return false;
+        }
+        if self.optimizers_by_use.iter().any(|n| n == target) {
+            return false;
+        }
+        let Some(args) = ctor.field("arguments") else {
+            return false;
+        };
+        let mut c = args.walk();
+        let handed = args
+            .named_children(&mut c)
+            .filter(|a| a.ty() != "comment")
+            .enumerate()
+            .find_map(|(i, a)| match a.ty() {
+                "keyword_argument" => a
+                    .field("name")
+                    .filter(|k| self.text(*k) == "optimizer")
+                    .and_then(|_| a.field("value")),
+                _ if i == 0 => Some(a),
+                _ => None,
+            });
+        handed.is_some_and(|v| self.is_optimizer_ref(self.text(v)))
+    }
+
     /// `name = Scheduler(...)` (or a helper's `return Scheduler(...)`, under the name `f()`):
     /// whether its length counts optimizer steps, micro-batches or samples.
     fn note_scheduler_built(&mut self, name: &str, ctor: Node, assigned: bool) {
@@ -405,8 +509,13 @@ impl<'s> Walker<'s> {
         self.note_micro_warmup(name, ctor);
         // Multiplied by the factor (`max_steps * accum`), a count of optimizer steps becomes one
         // of micro-batches.
-        let multiplied = !length.contains('/')
-            && super::schedules::multiplied_names(length)
+        // The product as written, or the one the name handed in holds (`T_max=cosine_len`).
+        let product = match self.assigned_text.get(length.trim()) {
+            Some(held) if !length.contains('*') => *held,
+            _ => length,
+        };
+        let multiplied = !product.contains('/')
+            && super::schedules::multiplied_names(product)
                 .iter()
                 .any(|w| names_accumulation(w));
         if self.counts_accumulation(length, 0) && !multiplied {

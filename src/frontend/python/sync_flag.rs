@@ -208,3 +208,73 @@ pub(super) fn ddp_no_sync(text: &str, torch_ddp: impl Fn() -> bool) -> bool {
         true
     })
 }
+
+impl super::Walker<'_> {
+    /// The functions that may run a model wrapped in `DistributedDataParallel` (see
+    /// [`Facts::ddp_scopes`](crate::facts::Facts::ddp_scopes)): a wrapping function (with the
+    /// other methods of its class), the functions that call it (they get the model back) and,
+    /// from those, every function they call (handed the model, or reading it from an object)
+    /// and every method of an object they build.
+    pub(super) fn ddp_scopes(&self) -> Vec<usize> {
+        if self.ddp_wrap_scopes.contains(&0) {
+            return (0..self.scopes.len()).collect();
+        }
+        let calls: Vec<(usize, usize)> = self
+            .invokes
+            .iter()
+            .filter_map(|i| Some((i.ctx.scope, self.function(&i.callee)?)))
+            .collect();
+        // An object built from a class of this file (`cb = Callback(opt)`), whose methods run
+        // wherever the object goes: the builder reaches every method of the class.
+        let builds: Vec<(usize, usize)> = self
+            .invokes
+            .iter()
+            .filter(|i| i.callee.class.is_none() && !i.callee.instance)
+            .filter_map(|i| {
+                let class = self
+                    .scopes
+                    .iter()
+                    .position(|s| s.is_class && s.name == i.callee.name)?;
+                Some((i.ctx.scope, class))
+            })
+            .collect();
+        // A method's model is the object's (`self.model = DDP(...)`): every method of its class.
+        let classes: Vec<usize> = self
+            .ddp_wrap_scopes
+            .iter()
+            .filter_map(|s| self.scopes.get(*s)?.class)
+            .collect();
+        let mut reach: Vec<usize> = (0..self.scopes.len())
+            .filter(|s| {
+                self.ddp_wrap_scopes.contains(s)
+                    || self.scopes[*s].class.is_some_and(|c| classes.contains(&c))
+            })
+            .collect();
+        for (caller, callee) in &calls {
+            if reach.contains(callee) && !reach.contains(caller) {
+                reach.push(*caller);
+            }
+        }
+        loop {
+            let before = reach.len();
+            for (caller, callee) in &calls {
+                if reach.contains(caller) && !reach.contains(callee) {
+                    reach.push(*callee);
+                }
+            }
+            for (builder, class) in &builds {
+                if reach.contains(builder) {
+                    let methods = (0..self.scopes.len())
+                        .filter(|m| self.scopes[*m].class == Some(*class) && !reach.contains(m));
+                    let methods: Vec<usize> = methods.collect();
+                    reach.extend(methods);
+                }
+            }
+            if reach.len() == before {
+                break;
+            }
+        }
+        reach.sort_unstable();
+        reach
+    }
+}

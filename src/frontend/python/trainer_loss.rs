@@ -189,6 +189,13 @@ impl<'s> Walker<'s> {
         });
     }
 
+    /// The class (or callee) an object was built from, by the last segment of its name
+    /// (`Trainer` for `trainer = transformers.Trainer(...)`).
+    fn built_from(&self, object: &str) -> Option<&'s str> {
+        let (callee, _) = self.assigned_text.get(object)?.split_once('(')?;
+        Some(super::last_segment(callee.trim()))
+    }
+
     /// The custom losses that ignore the window's item count.
     pub(super) fn custom_losses(&mut self) -> Vec<CustomLoss> {
         let mut notes = std::mem::take(&mut self.trainer_loss);
@@ -198,12 +205,9 @@ impl<'s> Walker<'s> {
         // `trainer.model_accepts_loss_kwargs = False` on an instance before `train()` says how
         // its loss is scaled as the class attribute does: the class the object is built from.
         for receiver in &notes.told {
-            let built = self
-                .assigned_text
-                .get(receiver.as_str())
-                .and_then(|v| v.split_once('('));
-            let Some((callee, _)) = built else { continue };
-            let class = super::last_segment(callee.trim());
+            let Some(class) = self.built_from(receiver) else {
+                continue;
+            };
             for c in notes.classes.iter_mut().filter(|c| c.name == class) {
                 c.opts_out = true;
             }
@@ -222,13 +226,25 @@ impl<'s> Walker<'s> {
             if !hf_trainer(&arg.callee) {
                 continue;
             }
+            // A function of the file, or a method of an object built from a class of the
+            // file (`compute_loss_func=smoother.loss`, `smoother = SmoothedLoss(...)`).
+            let method = || {
+                let (object, name) = arg.value.rsplit_once('.')?;
+                let class = self.built_from(object)?;
+                notes
+                    .defs
+                    .iter()
+                    .rev()
+                    .find(|d| d.class.as_deref() == Some(class) && d.name == name)
+            };
             let def = match &arg.lambda {
                 Some(l) => Some(l),
                 None => notes
                     .defs
                     .iter()
                     .rev()
-                    .find(|d| d.class.is_none() && d.name == arg.value),
+                    .find(|d| d.class.is_none() && d.name == arg.value)
+                    .or_else(method),
             };
             let Some(def) = def else {
                 continue;
@@ -331,7 +347,8 @@ fn hf_derived(classes: &[ClassDef], class: &ClassDef) -> bool {
 
 /// A loss built to sum (`reduction="sum"`), in lowercased text.
 fn sums(lower: &str) -> bool {
-    lower.contains("reduction=\"sum\"") || lower.contains("reduction='sum'")
+    let compact: String = lower.split_whitespace().collect();
+    compact.contains("reduction=\"sum\"") || compact.contains("reduction='sum'")
 }
 
 impl Walker<'_> {
@@ -341,12 +358,12 @@ impl Walker<'_> {
         let src = self.src;
         // The names assigned on a line that builds a summing loss (rare: found by one search).
         memchr::memmem::find_iter(src.as_bytes(), b"reduction").any(|at| {
-            let start = src[..at].rfind('\n').map_or(0, |i| i + 1);
-            let end = src[at..].find('\n').map_or(src.len(), |e| at + e);
-            let line = &src[start..end];
+            let line = statement_around(src, at);
             let Some((target, _)) = line.split_once(" = ") else {
                 return false;
             };
+            // `self._ce: nn.Module = ...`: the name before its annotation.
+            let target = target.split(':').next().unwrap_or("");
             let name = target.trim().rsplit('.').next().unwrap_or("");
             !name.is_empty()
                 && sums(&line.to_ascii_lowercase())
@@ -359,6 +376,31 @@ impl Walker<'_> {
                 })
         })
     }
+}
+
+/// The nearest assignment whose logical line holds byte `at`, a few lines back at most (`ce =
+/// nn.CrossEntropyLoss(\n    reduction="sum")`); the line of `at` when there is none.
+fn statement_around(src: &str, at: usize) -> &str {
+    let bytes = src.as_bytes();
+    let line_start = |end: usize| {
+        bytes[..end]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1)
+    };
+    let mut start = line_start(at);
+    for _ in 0..8 {
+        let end = start + crate::source::logical_line(bytes, start).len();
+        if end >= at && src[start..at].contains(" = ") {
+            return &src[start..end];
+        }
+        if start == 0 {
+            break;
+        }
+        start = line_start(start - 1);
+    }
+    let start = line_start(at);
+    &src[start..start + crate::source::logical_line(bytes, start).len()]
 }
 
 /// `name` appears in `text` as a whole identifier.
