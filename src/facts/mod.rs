@@ -676,6 +676,9 @@ pub struct BatchEquation {
 /// The key of a [`BatchUse::Count`] that bounds a loop whose every iteration is one optimizer
 /// step (`for it in range(max_iters):` around the micro-steps).
 pub const LOOP_ITERATIONS: &str = "iterations";
+/// The key of a [`BatchUse::Count`] compared with (or dividing) a counter of optimizer steps,
+/// followed by the counter's name (`counter global_step`).
+pub const STEP_COUNTER: &str = "counter ";
 
 /// What reads a batch value.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use super::{fmt_num, line_of, Checker};
 use crate::diagnostic::Diagnostic;
-use crate::facts::{BatchEquation, BatchUse, Missing, LOOP_ITERATIONS};
+use crate::facts::{BatchEquation, BatchUse, Missing, LOOP_ITERATIONS, STEP_COUNTER};
 
 /// The equations of the file: loaders (BS002) or counts and rates (BS004), skipping a line
 /// another of the rule's findings already reports.
@@ -34,16 +34,19 @@ fn diagnostic(cx: &Checker<'_>, e: &BatchEquation, factors: &[String]) -> Option
     let left_out = factors.join(", and ");
     let (code, message, help) = match &e.used {
         BatchUse::Count { key, scheduler, call } => {
+            let counter = key.strip_prefix(STEP_COUNTER);
             let reader = match scheduler {
                 Some(s) => format!("the {} of `{s}` ({})", key.replace('_', " "), line_of(cx.file, call.start)),
                 None if key == LOOP_ITERATIONS => format!("the iterations of the loop over `{}` ({}), one optimizer step each,", cx.file.slice(call), line_of(cx.file, call.start)),
+                None if counter.is_some() => format!("`{}` ({}), where `{}` counts optimizer steps,", cx.file.slice(call), line_of(cx.file, call.start), counter.unwrap_or_default()),
                 None => format!("the Trainer's `{key}` ({})", line_of(cx.file, call.start)),
             };
             (
                 "BS004",
-                format!("`{written}` sizes {reader} with a batch of {has} per optimizer step, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}, so the count is too large by that factor and {}", match key == LOOP_ITERATIONS {
-                    true => "training runs that many times the epochs it was sized for",
-                    false => "the schedule never reaches its end",
+                format!("`{written}` sizes {reader} with a batch of {has} per optimizer step, but one optimizer step of this run reads micro-batch × accumulation × data-parallel size samples: it leaves out {left_out}, so the count is too large by that factor and {}", match (key == LOOP_ITERATIONS, counter) {
+                    (true, _) => "training runs that many times the epochs it was sized for".to_string(),
+                    (false, Some(c)) => format!("`{c}` reaches it that many times later than meant"),
+                    (false, None) => "the schedule never reaches its end".to_string(),
                 }),
                 "divide by the global batch: per-device micro-batch × accumulation factor × data-parallel size",
             )

@@ -432,7 +432,16 @@ impl<'s> Walker<'s> {
     /// The equations the file's batches and counts break.
     pub(super) fn batch_equations(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<BatchEquation> {
         let notes = &self.batch;
-        if notes.counts.is_empty() && notes.rates.is_empty() && notes.loaders.is_empty() {
+        let updates: Vec<Count> = loops
+            .iter()
+            .filter_map(|lp| self.update_count(lp))
+            .chain(loops.iter().flat_map(|lp| self.counter_counts(tree, lp)))
+            .collect();
+        if notes.counts.is_empty()
+            && notes.rates.is_empty()
+            && notes.loaders.is_empty()
+            && updates.is_empty()
+        {
             return Vec::new();
         }
         let model = self.model(tree, loops);
@@ -441,10 +450,6 @@ impl<'s> Walker<'s> {
         // one rank's shard), not the samples one epoch reads. A file that only mentions
         // `IterableDataset` (an `isinstance` test, a streaming arm) counts map-style datasets.
         let iterable = defines_iterable_dataset(self.src);
-        let updates: Vec<Count> = loops
-            .iter()
-            .filter_map(|lp| self.update_count(lp))
-            .collect();
         let counts = notes.counts.iter().chain(&updates).filter(|_| !iterable);
         let mut out: Vec<BatchEquation> = counts
             .filter_map(|c| self.count_equation(&model, &run, c))
