@@ -732,6 +732,9 @@ pub struct MicroSchedule {
     pub by_factor: bool,
     /// The scheduler is prepared by accelerate (it advances only when the gradients sync).
     pub prepared: bool,
+    /// A schedule written by hand: the counter of optimizer steps compared with the length
+    /// (`step` and `built` are then the comparison).
+    pub counter: Option<String>,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

@@ -60,6 +60,22 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         }
         let n = &lp.factor;
         for m in &lp.micro_sized_schedules {
+            if out.iter().any(|d| d.range == m.length_at) {
+                continue;
+            }
+            if let Some(counter) = &m.counter {
+                let (length, used) = (&m.length, cx.file.slice(&m.built));
+                let at = line_of(cx.file, m.built.start);
+                out.push(
+                    Diagnostic::new(
+                        "GA004",
+                        m.length_at.clone(),
+                        format!("`{length}` counts micro-batches, but `{counter}`, measured against it in `{used}` ({at}), advances once per optimizer step (every `{n}` micro-batches): it reaches the length `{n}` times later than meant, so the hand-written schedule runs `{n}` times too long"),
+                    )
+                    .with_help(format!("count it in optimizer steps: divide the micro-batch count by `{n}` (rounding up)")),
+                );
+                continue;
+            }
             let call = cx.file.slice(&m.step.span);
             let length = &m.length;
             let built = line_of(cx.file, m.built.start);
@@ -75,9 +91,6 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             };
             // Reported where the length is written: that is the number to divide (once, when
             // several boundaries step the scheduler).
-            if out.iter().any(|d| d.range == m.length_at) {
-                continue;
-            }
             let counts = match m.by_factor {
                 true => format!("counts micro-batches (it is multiplied by the accumulation factor `{n}`; the scheduler is built at {built})"),
                 false => format!("counts micro-batches (the scheduler is built at {built})"),

@@ -191,6 +191,7 @@ impl<'s> Walker<'s> {
             self.facts.schedule_in_optimizer_steps = true;
         }
         self.match_micro_schedules(&mut assembled.loops);
+        self.match_counter_schedules(tree, &mut assembled.loops);
         let products = self.global_batches(&assembled.loops);
         self.facts.global_batches = self.confirmed_products(tree, &assembled.loops, products);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);

@@ -141,7 +141,9 @@ impl<'s> Walker<'s> {
         if let Some(length) = length {
             self.note_multiplied(name, ctor, length, false);
         }
-        self.note_micro_length(name, ctor, length.unwrap_or(ctor), false);
+        if let Some(m) = self.micro_length(name, ctor, length.unwrap_or(ctor), false) {
+            self.micro_schedules.push(m);
+        }
     }
 
     /// The scheduler's warm-up, judged as its length is, whatever the length counts.
@@ -150,7 +152,9 @@ impl<'s> Walker<'s> {
             return;
         }
         if let Some(warmup) = self.warmup_length(ctor) {
-            self.note_micro_length(name, ctor, warmup, true);
+            if let Some(m) = self.micro_length(name, ctor, warmup, true) {
+                self.micro_schedules.push(m);
+            }
             self.note_multiplied(name, ctor, warmup, true);
         }
     }
@@ -214,19 +218,23 @@ impl<'s> Walker<'s> {
     }
 
     /// `name = Scheduler(..., len(loader) * epochs ...)`: `length` counts the loader's batches.
-    fn note_micro_length(&mut self, name: &str, ctor: Node, length_node: Node, warmup: bool) {
+    fn micro_length(
+        &self,
+        name: &str,
+        ctor: Node,
+        length_node: Node,
+        warmup: bool,
+    ) -> Option<MicroSized> {
         let mut texts: Vec<&'s str> = Vec::new();
         let length = length_node;
         self.gather(self.text(length), 0, &mut texts);
         // Most schedules are not sized by a `len()`: look for one first.
-        let Some((text, loader)) = texts.iter().find_map(|t| Some((*t, len_argument(t)?))) else {
-            return;
-        };
+        let (text, loader) = texts.iter().find_map(|t| Some((*t, len_argument(t)?)))?;
         // A helper that counts, called in the length (`def steps(loader, epochs): return
         // len(loader) * epochs`): its returned count, and its loader as the caller names it.
         let (text, loader) = match self.counting_helper(text, loader, &texts) {
             Some(Some((count, loader))) => (count, loader),
-            Some(None) => return,
+            Some(None) => return None,
             None => (text, loader.to_string()),
         };
         // How the loader was built (its batch size, its sampler) is not the schedule's length,
@@ -280,7 +288,7 @@ impl<'s> Walker<'s> {
                 })
         });
         if unknown || self.divided_in_place(&texts) {
-            return;
+            return None;
         }
         // The assignment that holds the count, or the count alone when it is written in the
         // constructor.
@@ -289,9 +297,9 @@ impl<'s> Walker<'s> {
         } else if let Some(start) = batch_model::offset_in(self.src, text) {
             (batch_model::compact_spaced(text), start..start + text.len())
         } else {
-            return;
+            return None;
         };
-        self.micro_schedules.push(MicroSized {
+        Some(MicroSized {
             name: name.to_string(),
             built: ctor.byte_range(),
             length,
@@ -299,7 +307,7 @@ impl<'s> Walker<'s> {
             loader: loader.to_string(),
             warmup,
             multiplied: Vec::new(),
-        });
+        })
     }
 
     /// A scheduler's construction, wherever it is (assigned, returned, passed on): what its
@@ -508,6 +516,7 @@ impl<'s> Walker<'s> {
                         warmup: m.warmup,
                         by_factor,
                         prepared,
+                        counter: None,
                     });
                 }
             }
@@ -516,6 +525,45 @@ impl<'s> Walker<'s> {
 }
 
 impl<'s> Walker<'s> {
+    /// Schedules written by hand: what a loop's counter of optimizer steps is compared with or
+    /// divides (`g["lr"] = base * (1 - updates / total)`), when it counts the batches of the
+    /// loader the loop iterates, read as a scheduler's length is.
+    pub(super) fn match_counter_schedules(&self, tree: &Tree, loops: &mut [AccumLoop]) {
+        let root = tree.root_node();
+        for lp in loops.iter_mut() {
+            let Some(iterates) = lp.iterates.clone() else {
+                continue;
+            };
+            for u in self.step_counter_uses(tree, lp) {
+                let node = |r: &Range<usize>| root.descendant_for_byte_range(r.start, r.end);
+                let (Some(count), Some(used)) = (node(&u.count), node(&u.used)) else {
+                    continue;
+                };
+                if let Some(m) = self.micro_length(&u.counter, used, count, false) {
+                    let once = !lp
+                        .micro_sized_schedules
+                        .iter()
+                        .any(|s| s.length_at == m.length_at);
+                    if once && self.iterates_over(&iterates, &m.loader, 0) {
+                        lp.micro_sized_schedules.push(MicroSchedule {
+                            step: Call {
+                                span: u.used.clone(),
+                                statement: None,
+                            },
+                            built: u.used.clone(),
+                            length: m.length,
+                            length_at: m.length_at,
+                            warmup: false,
+                            by_factor: false,
+                            prepared: false,
+                            counter: Some(u.counter.clone()),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
     /// The loop's iterable reads the loader as a whole word (`enumerate(train_loader)`,
     /// `tqdm(dl)`), or a name bound to it (`self.loader = loader`) or to a wrapper of it
     /// (`bar = tqdm(loader, total=...)`).

@@ -432,16 +432,9 @@ impl<'s> Walker<'s> {
     /// The equations the file's batches and counts break.
     pub(super) fn batch_equations(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<BatchEquation> {
         let notes = &self.batch;
-        let updates: Vec<Count> = loops
-            .iter()
-            .filter_map(|lp| self.update_count(lp))
-            .chain(loops.iter().flat_map(|lp| self.counter_counts(tree, lp)))
-            .collect();
-        if notes.counts.is_empty()
-            && notes.rates.is_empty()
-            && notes.loaders.is_empty()
-            && updates.is_empty()
-        {
+        let updates = self.loop_counts(tree, loops);
+        let nothing = notes.counts.is_empty() && notes.rates.is_empty();
+        if nothing && notes.loaders.is_empty() && updates.is_empty() {
             return Vec::new();
         }
         let model = self.model(tree, loops);

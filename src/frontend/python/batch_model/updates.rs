@@ -7,10 +7,18 @@ use super::*;
 use crate::facts::{LOOP_ITERATIONS, STEP_COUNTER};
 
 impl Walker<'_> {
+    /// The counts of optimizer steps the loops show: their bounds and what their counters are
+    /// compared with.
+    pub(super) fn loop_counts(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<Count> {
+        let bounds = loops.iter().filter_map(|lp| self.update_count(lp));
+        let counted = loops.iter().flat_map(|lp| self.counter_counts(tree, lp));
+        bounds.chain(counted).collect()
+    }
+
     /// `for it in range(max_iters):` around a loop over the micro-steps: `max_iters` counts
     /// optimizer steps. Its name, where the outer loop reads it (`range(stop)` or `range(start,
     /// stop)`).
-    pub(super) fn update_count(&self, lp: &AccumLoop) -> Option<Count> {
+    fn update_count(&self, lp: &AccumLoop) -> Option<Count> {
         let updates = lp.updates.as_deref()?.trim();
         let args = updates.strip_prefix("range(")?.strip_suffix(')')?;
         let parts: Vec<&str> = args.split(',').collect();
@@ -39,11 +47,34 @@ impl Walker<'_> {
         })
     }
 
+    /// What the loop's counters of optimizer steps are compared with or divide: counts of
+    /// optimizer steps.
+    fn counter_counts(&self, tree: &Tree, lp: &AccumLoop) -> Vec<Count> {
+        self.step_counter_uses(tree, lp)
+            .into_iter()
+            .map(|u| Count {
+                value: u.count,
+                scheduler: None,
+                call: u.used,
+                key: format!("{STEP_COUNTER}{}", u.counter),
+                iterations: Some(Some(Missing::Accumulation(
+                    lp.factor.clone(),
+                    lp.header.clone(),
+                ))),
+            })
+            .collect()
+    }
+
     /// What a counter of optimizer steps is compared with, or divides, in the function of the
     /// loop: a name the loop adds one to beside its optimizer step (in the statements of the
     /// step's block) and nowhere else in the file.
-    pub(super) fn counter_counts(&self, tree: &Tree, lp: &AccumLoop) -> Vec<Count> {
-        if lp.factor_value.is_some_and(|v| v <= 1.0) {
+    pub(in super::super) fn step_counter_uses(
+        &self,
+        tree: &Tree,
+        lp: &AccumLoop,
+    ) -> Vec<CounterUse> {
+        // Under accelerate's `accumulate()` the optimizer is called on every micro-step.
+        if lp.accelerate || lp.factor_value.is_some_and(|v| v <= 1.0) {
             return Vec::new();
         }
         let root = tree.root_node();
@@ -78,7 +109,7 @@ impl Walker<'_> {
                     break;
                 }
             }
-            self.compared_with(function, &counter, lp, &mut out, 0);
+            self.compared_with(function, &counter, &mut out, 0);
         }
         out
     }
@@ -119,14 +150,7 @@ impl Walker<'_> {
 
     /// Comparisons of `counter` with a name (`counter >= n`, `n > counter`) and divisions of
     /// `counter` by one (`counter / n`) under `node`.
-    fn compared_with(
-        &self,
-        node: Node,
-        counter: &str,
-        lp: &AccumLoop,
-        out: &mut Vec<Count>,
-        depth: usize,
-    ) {
+    fn compared_with(&self, node: Node, counter: &str, out: &mut Vec<CounterUse>, depth: usize) {
         if depth > 64 {
             return;
         }
@@ -154,21 +178,90 @@ impl Walker<'_> {
                 _ => None,
             };
             if let Some(n) = other.filter(|n| matches!(n.ty(), "identifier" | "attribute")) {
-                out.push(Count {
-                    value: n.byte_range(),
-                    scheduler: None,
-                    call: node.byte_range(),
-                    key: format!("{STEP_COUNTER}{counter}"),
-                    iterations: Some(Some(Missing::Accumulation(
-                        lp.factor.clone(),
-                        lp.header.clone(),
-                    ))),
+                out.push(CounterUse {
+                    counter: counter.to_string(),
+                    count: n.byte_range(),
+                    used: node.byte_range(),
                 });
             }
         }
+        if node.ty() == "call" && depth < 32 {
+            self.handed_to_helper(node, counter, out, depth);
+        }
         let mut c = node.walk();
         for child in node.named_children(&mut c) {
-            self.compared_with(child, counter, lp, out, depth + 1);
+            self.compared_with(child, counter, out, depth + 1);
         }
     }
+
+    /// `lr_at(updates, total)`, a function of the file that compares or divides its parameters:
+    /// the counter measured against the argument the call hands in.
+    fn handed_to_helper(&self, call: Node, counter: &str, out: &mut Vec<CounterUse>, depth: usize) {
+        let (Some(func), Some(args)) = (call.field("function"), call.field("arguments")) else {
+            return;
+        };
+        let mut c = args.walk();
+        let args: Vec<Node> = args.named_children(&mut c).collect();
+        let Some(at) = args.iter().position(|a| self.text(*a) == counter) else {
+            return;
+        };
+        let name = self.text(func);
+        let mut root = call;
+        while let Some(p) = root.parent() {
+            root = p;
+        }
+        let mut c = root.walk();
+        let def = root.named_children(&mut c).find_map(|n| {
+            let d = match n.ty() {
+                "decorated_definition" => n.field("definition")?,
+                _ => n,
+            };
+            let named = d.field("name").is_some_and(|f| self.text(f) == name);
+            (d.ty() == "function_definition" && named).then_some(d)
+        });
+        let (Some(params), Some(body)) = (
+            def.and_then(|d| d.field("parameters")),
+            def.and_then(|d| d.field("body")),
+        ) else {
+            return;
+        };
+        let mut c = params.walk();
+        let params: Vec<&str> = params
+            .named_children(&mut c)
+            .map(|p| match p.ty() {
+                "identifier" => self.text(p),
+                _ => p.field("name").map_or("", |n| self.text(n)),
+            })
+            .collect();
+        let Some(param) = params.get(at).filter(|p| !p.is_empty()) else {
+            return;
+        };
+        let mut inner = Vec::new();
+        self.compared_with(body, param, &mut inner, depth + 1);
+        for u in inner {
+            let count = self.src.get(u.count.clone()).unwrap_or("");
+            // The argument given for the parameter the helper measures against, by position.
+            let given = params
+                .iter()
+                .position(|p| *p == count)
+                .and_then(|i| args.get(i))
+                .filter(|a| matches!(a.ty(), "identifier" | "attribute"));
+            if let Some(a) = given {
+                out.push(CounterUse {
+                    counter: counter.to_string(),
+                    count: a.byte_range(),
+                    used: call.byte_range(),
+                });
+            }
+        }
+    }
+}
+
+/// A counter of optimizer steps compared with a count, or dividing it.
+pub(in super::super) struct CounterUse {
+    pub(in super::super) counter: String,
+    /// The count as written where it is used (`total` in `updates >= total`).
+    pub(in super::super) count: Range<usize>,
+    /// The comparison or the division.
+    pub(in super::super) used: Range<usize>,
 }
