@@ -170,7 +170,7 @@ impl Walker<'_> {
             }
             _ => None,
         };
-        if let Some([a, b]) = operands {
+        if let Some([a, b]) = operands.filter(|_| !self.reported_only(node)) {
             let divides = node.ty() == "binary_operator";
             let other = match (self.text(a) == counter, self.text(b) == counter) {
                 (true, false) => Some(b),
@@ -192,6 +192,42 @@ impl Walker<'_> {
         for child in node.named_children(&mut c) {
             self.compared_with(child, counter, out, depth + 1);
         }
+    }
+
+    /// A value that is only shown (`print(f"{step / total:.0%}")`, `bar.set_postfix(...)`):
+    /// it sizes nothing.
+    fn reported_only(&self, node: Node) -> bool {
+        let mut at = node;
+        while let Some(p) = at.parent() {
+            if p.ty().ends_with("statement") || p.ty() == "block" {
+                return false;
+            }
+            let shown = match p.ty() {
+                "interpolation" => true,
+                "call" => p.field("function").is_some_and(|f| {
+                    matches!(
+                        last_segment(self.text(f)),
+                        "print"
+                            | "log"
+                            | "log_dict"
+                            | "log_metrics"
+                            | "info"
+                            | "debug"
+                            | "warning"
+                            | "write"
+                            | "add_scalar"
+                            | "set_postfix"
+                            | "set_description"
+                    )
+                }),
+                _ => false,
+            };
+            if shown {
+                return true;
+            }
+            at = p;
+        }
+        false
     }
 
     /// `lr_at(updates, total)`, a function of the file that compares or divides its parameters:
