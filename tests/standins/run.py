@@ -276,7 +276,14 @@ class Anything:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _tensor
     __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __pow__ = __neg__ = _tensor
-    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _tensor
+    __floordiv__ = __rfloordiv__ = __mod__ = _tensor
+
+    def __rmod__(self, o):
+        # A boundary test on a factor read from a config (`(i + 1) % cfg.accum == 0`): the
+        # factor is 4, as it reads as a number.
+        if isinstance(o, int) and not isinstance(o, bool):
+            return o % 4
+        return self._tensor(o)
 
     def __format__(self, spec):
         return format(4.0, spec) if spec else self._name
@@ -331,8 +338,22 @@ class Tensor:
     def __neg__(self):
         return self
 
+    # In place (`loss.div_(n)`): the same value, rescaled.
+    def div_(self, o):
+        self.scale = (self / o).scale
+        return self
+
+    true_divide_ = div_
+
+    def mul_(self, o):
+        self.scale = (self * o).scale
+        return self
+
     def __getitem__(self, key):
         return self
+
+    def __setitem__(self, key, value):
+        pass
 
     def __iter__(self):
         return iter([self, Tensor()])
@@ -368,6 +389,9 @@ class Tensor:
             return Tensor()
         if name in ("item",):
             return lambda: 1.0
+        if name == "mean" and self.scale is None:
+            # A mean of a ratio of tensors (a soft-dice term): a mean loss.
+            return lambda *a, **k: self._with(1.0)
         if name in ("size", "numel", "dim"):
             return lambda *a: 16
         if name == "shape":
@@ -469,8 +493,28 @@ class Model(metaclass=ModelMeta):
         if name.startswith("__"):
             raise AttributeError(name)
         if name in ("train", "eval", "cuda", "to", "float", "half", "requires_grad_"):
-            return lambda *a, **k: self
+            return ModelMethod(self, name)
+        # nanoGPT's `model.configure_optimizers(...)` builds the optimizer.
+        if name == "configure_optimizers":
+            return Optimizer
         return Anything(f"model.{name}")
+
+
+class ModelMethod:
+    """`model.train()` returns the model; on a config read as one (`cfg = OmegaConf.load(...)`),
+    `cfg.train.batch_size` reads a section."""
+
+    def __init__(self, model, name):
+        self._model = model
+        self._name = name
+
+    def __call__(self, *a, **k):
+        return self._model
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Anything(f"{self._name}.{name}")
 
 
 class Batch(Tensor):
@@ -480,7 +524,7 @@ class Batch(Tensor):
         return Output()
 
     def keys(self):
-        return ["input_ids", "labels"]
+        return ["input_ids", "attention_mask", "labels"]
 
     def items(self):
         return [(k, Tensor()) for k in self.keys()]
@@ -1174,7 +1218,13 @@ def called_names(tree):
 
 def run_file_with_stubs(path, tree):
     source = compile(tree, path, "exec")
-    module = {"__name__": "__main__", "__file__": path, "_unpack": unpack, "open": standin_open}
+    module = {
+        "__name__": "__main__",
+        "__file__": path,
+        "_unpack": unpack,
+        "_own_schedule": own_schedule,
+        "open": standin_open,
+    }
     stubbed_not_implemented(tree, module)
     exec(source, module)
     for name, factory in module["_stub_factories"].items():
@@ -1223,6 +1273,30 @@ class SiblingImports(ast.NodeTransformer):
             return ast.copy_location(ast.Import(names=node.names), node)
         node.level = 0
         return node
+
+
+class OwnSchedules(ast.NodeTransformer):
+    """A class of the file that is built on an optimizer and stepped (`warm = Warmup(opt, ...)`,
+    `warm.step()`) is a schedule: its steps are recorded as a scheduler's."""
+
+    def visit_ClassDef(self, node):
+        if any(isinstance(f, ast.FunctionDef) and f.name == "step" for f in node.body):
+            node.decorator_list.append(ast.Name("_own_schedule", ast.Load()))
+        return node
+
+
+def own_schedule(cls):
+    step = cls.step
+
+    def recorded(self, *a, **k):
+        if not isinstance(self, Optimizer) and any(
+            isinstance(v, Optimizer) for v in vars(self).values()
+        ):
+            REC.add("sched")
+        return step(self, *a, **k)
+
+    cls.step = recorded
+    return cls
 
 
 class Unpacking(ast.NodeTransformer):
@@ -1356,7 +1430,9 @@ def main(path):
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     ARITY = batch_arity(tree)
-    tree = ast.fix_missing_locations(Unpacking().visit(SiblingImports().visit(tree)))
+    tree = ast.fix_missing_locations(
+        OwnSchedules().visit(Unpacking().visit(SiblingImports().visit(tree)))
+    )
     # A config the program opens by a path it computes: a small DeepSpeed-like one.
     handle, CONFIG_FILE = tempfile.mkstemp(suffix=".json")
     with os.fdopen(handle, "w") as f:
