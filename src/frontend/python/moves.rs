@@ -81,18 +81,23 @@ fn to_boundary(m: &Model, f: &Found) -> Option<(String, Vec<Edit>)> {
         .copied()
         .find(|e| matches!(calls[*e].kind, CallKind::Step { .. }))?;
     let (block, step_anchor) = boundary_statement(m, f, first_step)?;
+    let moved_ids: Vec<usize> = moved.iter().map(|g| g.ev).collect();
+    // The boundary's own clips stay; a moved clip is no anchor (in an inner micro-step loop,
+    // the statement holding it is that loop, which runs before the backward it must follow).
     let anchor = match moves_unscale {
         false => step_anchor,
         true => calls
             .iter()
-            .filter(|c| !c.inlined && matches!(c.kind, CallKind::Clip { .. }))
-            .filter_map(|c| child_of(call_node(m, &c.call.span)?, block))
+            .enumerate()
+            .filter(|(i, c)| {
+                !c.inlined && matches!(c.kind, CallKind::Clip { .. }) && !moved_ids.contains(i)
+            })
+            .filter_map(|(_, c)| child_of(call_node(m, &c.call.span)?, block))
             .filter(|n| n.start_byte() < step_anchor.start_byte())
             .min_by_key(|n| n.start_byte())
             .unwrap_or(step_anchor),
     };
     let anchor_call = first_step;
-    let moved_ids: Vec<usize> = moved.iter().map(|g| g.ev).collect();
     let units = units_of(m, f, &moved_ids, block)?;
     // With a scaler the clip must come after an `unscale_`: one at the boundary already, one
     // moved with it, or one added.
