@@ -735,6 +735,9 @@ pub struct MicroSchedule {
     /// A schedule written by hand: the counter of optimizer steps compared with the length
     /// (`step` and `built` are then the comparison).
     pub counter: Option<String>,
+    /// The counter's comparison ends the training (`while updates < total`, `if updates >=
+    /// total: break`).
+    pub ends_training: bool,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

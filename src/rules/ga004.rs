@@ -66,11 +66,15 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             if let Some(counter) = &m.counter {
                 let (length, used) = (&m.length, cx.file.slice(&m.built));
                 let at = line_of(cx.file, m.built.start);
+                let sized = match m.ends_training {
+                    true => "the training it bounds",
+                    false => "the hand-written schedule",
+                };
                 out.push(
                     Diagnostic::new(
                         "GA004",
                         m.length_at.clone(),
-                        format!("`{length}` counts micro-batches, but `{counter}`, measured against it in `{used}` ({at}), advances once per optimizer step (every `{n}` micro-batches): it reaches the length `{n}` times later than meant, so the hand-written schedule runs `{n}` times too long"),
+                        format!("`{length}` counts micro-batches, but `{counter}`, measured against it in `{used}` ({at}), advances once per optimizer step (every `{n}` micro-batches): it reaches the length `{n}` times later than meant, so {sized} runs `{n}` times too long"),
                     )
                     .with_help(format!("count it in optimizer steps: divide the micro-batch count by `{n}` (rounding up)")),
                 );

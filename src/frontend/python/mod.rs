@@ -356,8 +356,8 @@ struct Walker<'s> {
     /// What each scheduler's length reads, its names followed.
     schedule_lengths: Vec<String>,
     /// Counters that go up by one where the optimizer steps (under `sync_gradients` or the
-    /// accumulation boundary): they count optimizer steps.
-    step_counters: Vec<String>,
+    /// accumulation boundary): they count optimizer steps. With where each is added to.
+    step_counters: Vec<(String, usize)>,
     /// `while c < total` and `if c >= total: break`: a counter and the total that ends training.
     step_bounds: Vec<(String, String)>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.

@@ -141,7 +141,7 @@ impl<'s> Walker<'s> {
         if let Some(length) = length {
             self.note_multiplied(name, ctor, length, false);
         }
-        if let Some(m) = self.micro_length(name, ctor, length.unwrap_or(ctor), false) {
+        if let Some(m) = self.micro_length(name, ctor, length.unwrap_or(ctor), false, &|_| false) {
             self.micro_schedules.push(m);
         }
     }
@@ -152,7 +152,7 @@ impl<'s> Walker<'s> {
             return;
         }
         if let Some(warmup) = self.warmup_length(ctor) {
-            if let Some(m) = self.micro_length(name, ctor, warmup, true) {
+            if let Some(m) = self.micro_length(name, ctor, warmup, true, &|_| false) {
                 self.micro_schedules.push(m);
             }
             self.note_multiplied(name, ctor, warmup, true);
@@ -218,12 +218,15 @@ impl<'s> Walker<'s> {
     }
 
     /// `name = Scheduler(..., len(loader) * epochs ...)`: `length` counts the loader's batches.
+    /// `per_process` tells a text whose divisions keep the count in micro-batches (one
+    /// process's share of them).
     fn micro_length(
         &self,
         name: &str,
         ctor: Node,
         length_node: Node,
         warmup: bool,
+        per_process: &dyn Fn(&str) -> bool,
     ) -> Option<MicroSized> {
         let mut texts: Vec<&'s str> = Vec::new();
         let length = length_node;
@@ -273,7 +276,7 @@ impl<'s> Walker<'s> {
         // steps: not known.
         // A count read from outside (`args.max_steps`) is not followed.
         let unknown = texts.iter().any(|t| {
-            t.contains('/')
+            (t.contains('/') && !per_process(t))
                 || t.contains(" if ")
                 || words(t).any(|w| {
                     !self.assigned_text.contains_key(w)
@@ -517,6 +520,7 @@ impl<'s> Walker<'s> {
                         by_factor,
                         prepared,
                         counter: None,
+                        ends_training: false,
                     });
                 }
             }
@@ -530,6 +534,10 @@ impl<'s> Walker<'s> {
     /// loader the loop iterates, read as a scheduler's length is.
     pub(super) fn match_counter_schedules(&self, tree: &Tree, loops: &mut [AccumLoop]) {
         let root = tree.root_node();
+        // A counter of optimizer steps counts one process's: a count divided by the
+        // data-parallel size alone is still in micro-batches.
+        let seeds: Vec<AccumLoop> = loops.to_vec();
+        let per_process = |t: &str| self.divides_by_world_only(tree, &seeds, t);
         for lp in loops.iter_mut() {
             let Some(iterates) = lp.iterates.clone() else {
                 continue;
@@ -539,7 +547,7 @@ impl<'s> Walker<'s> {
                 let (Some(count), Some(used)) = (node(&u.count), node(&u.used)) else {
                     continue;
                 };
-                if let Some(m) = self.micro_length(&u.counter, used, count, false) {
+                if let Some(m) = self.micro_length(&u.counter, used, count, false, &per_process) {
                     let once = !lp
                         .micro_sized_schedules
                         .iter()
@@ -557,6 +565,10 @@ impl<'s> Walker<'s> {
                             by_factor: false,
                             prepared: false,
                             counter: Some(u.counter.clone()),
+                            ends_training: used.ty() == "comparison_operator"
+                                && self.step_bounds.iter().any(|(c, total)| {
+                                    *c == u.counter && contains_word(self.text(used), total)
+                                }),
                         });
                     }
                 }
@@ -689,7 +701,8 @@ impl<'s> Walker<'s> {
             })
         });
         if at_step {
-            self.step_counters.push(counter.to_string());
+            self.step_counters
+                .push((counter.to_string(), node.start_byte()));
         }
     }
 
@@ -763,7 +776,8 @@ impl<'s> Walker<'s> {
     /// steps (`while completed_steps < max_train_steps`): the schedule counts optimizer steps.
     pub(super) fn length_bounds_optimizer_steps(&self) -> bool {
         self.step_bounds.iter().any(|(counter, total)| {
-            self.step_counters.iter().any(|c| c == counter) && self.schedule_length_reads(total)
+            self.step_counters.iter().any(|(c, _)| c == counter)
+                && self.schedule_length_reads(total)
         })
     }
 }

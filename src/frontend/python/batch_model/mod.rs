@@ -529,6 +529,27 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// Whether `text`, written in the file, divides by the data-parallel size and by nothing
+    /// else (`math.ceil(len(loader) / accelerator.num_processes)`): one process's share of a
+    /// count, in the count's unit.
+    pub(super) fn divides_by_world_only(
+        &self,
+        tree: &Tree,
+        loops: &[AccumLoop],
+        text: &str,
+    ) -> bool {
+        let Some(at) = offset_in(self.src, text) else {
+            return false;
+        };
+        let model = self.model(tree, loops);
+        let Some(node) = model.node(&(at..at + text.len())) else {
+            return false;
+        };
+        let mut divisors = Vec::new();
+        divisors_in(node, &mut divisors, 0);
+        !divisors.is_empty() && divisors.iter().all(|d| model.factors(*d, 0) == WORLD)
+    }
+
     /// The products written as global batches whose values, as the model reads them, do leave
     /// out the factor they are missing by their names (`ws = dist.get_world_size()` is the
     /// world size whatever it is called).
@@ -1121,6 +1142,21 @@ impl<'a> Model<'a, '_> {
 }
 
 /// The file defines a class derived from `IterableDataset` (`class Stream(IterableDataset):`).
+/// The right operands of the divisions under `node`.
+fn divisors_in<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let op = node.field("operator").map(|o| o.kind());
+    if node.ty() == "binary_operator" && matches!(op, Some("/" | "//")) {
+        out.extend(node.field("right"));
+    }
+    let mut c = node.walk();
+    for child in node.named_children(&mut c) {
+        divisors_in(child, out, depth + 1);
+    }
+}
+
 pub(super) fn defines_iterable_dataset(src: &str) -> bool {
     word_positions(src, "IterableDataset").any(|at| {
         let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];

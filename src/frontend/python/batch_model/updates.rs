@@ -66,20 +66,30 @@ impl Walker<'_> {
     }
 
     /// What a counter of optimizer steps is compared with, or divides, in the function of the
-    /// loop: a name the loop adds one to beside its optimizer step (in the statements of the
-    /// step's block) and nowhere else in the file.
+    /// loop: a name the loop adds one to where its optimizer steps and nowhere else in the
+    /// file. Where it steps is the statements of the step's block, or a branch taken only on
+    /// the iteration that steps (`if accelerator.sync_gradients:`, the accumulation boundary);
+    /// under accelerate's `accumulate()` the optimizer is called on every micro-step, so only
+    /// the branch tells.
     pub(in super::super) fn step_counter_uses(
         &self,
         tree: &Tree,
         lp: &AccumLoop,
     ) -> Vec<CounterUse> {
-        // Under accelerate's `accumulate()` the optimizer is called on every micro-step.
-        if lp.accelerate || lp.factor_value.is_some_and(|v| v <= 1.0) {
+        if lp.factor_value.is_some_and(|v| v <= 1.0) {
             return Vec::new();
         }
         let root = tree.root_node();
-        let mut counters: Vec<(String, Node)> = Vec::new();
-        for step in &lp.steps {
+        let Some(lp_node) = loop_node(root, &lp.header) else {
+            return Vec::new();
+        };
+        let mut counters: Vec<String> = Vec::new();
+        let mut add = |name: String| {
+            if !counters.contains(&name) && self.increments(&name) == 1 {
+                counters.push(name);
+            }
+        };
+        for step in lp.steps.iter().filter(|_| !lp.accelerate) {
             let at = step.statement.as_ref().unwrap_or(&step.span);
             let Some(mut stmt) = root.descendant_for_byte_range(at.start, at.end) else {
                 continue;
@@ -92,23 +102,25 @@ impl Walker<'_> {
             };
             let mut c = block.walk();
             for s in block.named_children(&mut c) {
-                let Some(name) = self.added_one(s) else {
-                    continue;
-                };
-                if !counters.iter().any(|(n, _)| *n == name) && self.increments(&name) == 1 {
-                    counters.push((name, block));
+                if let Some(name) = self.added_one(s) {
+                    add(name);
                 }
             }
         }
-        let mut out = Vec::new();
-        for (counter, block) in counters {
-            let mut function = block;
-            while let Some(p) = function.parent() {
-                function = p;
-                if function.ty() == "function_definition" {
-                    break;
-                }
+        for (name, at) in &self.step_counters {
+            if lp_node.byte_range().contains(at) {
+                add(name.clone());
             }
+        }
+        let mut function = lp_node;
+        while let Some(p) = function.parent() {
+            function = p;
+            if function.ty() == "function_definition" {
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        for counter in counters {
             self.compared_with(function, &counter, &mut out, 0);
         }
         out
@@ -300,4 +312,17 @@ pub(in super::super) struct CounterUse {
     pub(in super::super) count: Range<usize>,
     /// The comparison or the division.
     pub(in super::super) used: Range<usize>,
+}
+
+/// The loop statement whose first line is `header`.
+fn loop_node<'t>(root: Node<'t>, header: &Range<usize>) -> Option<Node<'t>> {
+    let mut node = root.descendant_for_byte_range(header.start, header.start)?;
+    loop {
+        if matches!(node.ty(), "for_statement" | "while_statement")
+            && node.start_byte() == header.start
+        {
+            return Some(node);
+        }
+        node = node.parent()?;
+    }
 }
