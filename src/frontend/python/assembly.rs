@@ -160,12 +160,20 @@ impl<'s> Walker<'s> {
             accelerate_deepspeed: contains_word(self.src, "DeepSpeedPlugin(")
                 || contains_word(self.src, "deepspeed_plugin="),
             accumulate_blocks: &self.accumulate_at,
+            // An Accelerator built elsewhere (a helper of the project) tells its factor as
+            // `accelerator.gradient_accumulation_steps`.
             accelerate_factor: self
                 .accelerators
                 .iter()
                 .flatten()
                 .find(|g| g.trim() != "1")
-                .cloned(),
+                .cloned()
+                .or_else(|| {
+                    let receiver = self.accumulate_receiver.as_ref()?;
+                    self.accelerators
+                        .is_empty()
+                        .then(|| format!("{receiver}.gradient_accumulation_steps"))
+                }),
         };
         let mut assembled = loops::assemble(&recorded);
         for lp in &mut assembled.loops {

@@ -168,19 +168,43 @@ impl<'s> Walker<'s> {
 }
 
 /// Whether code calls something that clamps or clips (`torch.clamp(g, -c, c)`, `g.clamp_(...)`,
-/// `clip_grad_value_(...)`, a helper such as `clamp_tensor(...)`).
+/// `clip_grad_value_(...)`, a helper such as `clamp_tensor(...)`) on every backward: a call
+/// under `if accelerator.sync_gradients:` runs only on the micro-step that steps.
 fn clips(text: &str) -> bool {
-    let mut rest = text;
-    while let Some(open) = rest.find('(') {
-        let before = &rest[..open];
+    let mut from = 0;
+    while let Some(open) = text[from..].find('(').map(|i| from + i) {
+        let before = &text[..open];
         let start = before
             .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
             .map_or(0, |i| i + 1);
         let callee = before[start..].to_ascii_lowercase();
-        if callee.contains("clamp") || callee.starts_with("clip") {
+        if (callee.contains("clamp") || callee.starts_with("clip")) && !under_sync(text, start) {
             return true;
         }
-        rest = &rest[open + 1..];
+        from = open + 1;
+    }
+    false
+}
+
+/// Whether the line holding byte `at` sits in the body of an `if` that tests
+/// `sync_gradients` (the lines above it with less indentation are the blocks around it).
+fn under_sync(text: &str, at: usize) -> bool {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let mut depth = indent(&text[line_start..]);
+    for line in text[..line_start].lines().rev() {
+        let own = indent(line);
+        if line.trim().is_empty() || own >= depth {
+            continue;
+        }
+        depth = own;
+        let header = line.trim_start();
+        if header.starts_with("if ")
+            && header.contains("sync_gradients")
+            && !header.contains("not ")
+        {
+            return true;
+        }
     }
     false
 }

@@ -339,6 +339,8 @@ struct Walker<'s> {
     step_receivers: Vec<String>,
     /// `with accelerator.accumulate(...)` blocks: their scope and the loops around them.
     accumulate_at: Vec<(usize, Vec<usize>)>,
+    /// The object the first `accumulate()` block is opened on, as written (`accelerator`).
+    accumulate_receiver: Option<String>,
     /// Schedulers whose length counts a loader's batches: name, construction, length as
     /// written, the loader.
     micro_schedules: Vec<schedules::MicroSized>,
@@ -454,6 +456,7 @@ impl<'s> Walker<'s> {
             zero_grads: Vec::new(),
             step_receivers: Vec::new(),
             accumulate_at: Vec::new(),
+            accumulate_receiver: None,
             micro_schedules: Vec::new(),
             sample_sized: Vec::new(),
             global_products: Vec::new(),
@@ -693,6 +696,9 @@ impl<'s> Walker<'s> {
                 if block.is_some() {
                     let loops = self.ctx(node.start_byte()).loops;
                     self.accumulate_at.push((self.scope(), loops));
+                    if self.accumulate_receiver.is_none() {
+                        self.accumulate_receiver = receiver_of(&items, ".accumulate(");
+                    }
                 }
                 // `with ctx:` where `ctx = nullcontext() if last else model.no_sync()`.
                 let opened = self
@@ -1178,4 +1184,14 @@ mod tests {
         let src = format!("x = {}1{}\n", "(".repeat(100_000), ")".repeat(100_000));
         let _ = extract(&src);
     }
+}
+
+/// The object a method is called on, as written before `marker` (`.accumulate(`) in `text`.
+fn receiver_of(text: &str, marker: &str) -> Option<String> {
+    let before = &text[..text.find(marker)?];
+    let start = before
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .map_or(0, |i| i + 1);
+    let receiver = &before[start..];
+    (!receiver.is_empty() && !receiver.starts_with('.')).then(|| receiver.to_string())
 }
