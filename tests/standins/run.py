@@ -145,8 +145,9 @@ class Knob(int):
         return ["input_ids"]
 
     def __bool__(self):
+        # Tested for truth only: a flag, tried off as well as on.
         KNOBS.tested.add(self._path)
-        return int(self) != 0
+        return int.__int__(self) != 0
 
     def _num(self):
         KNOBS.numeric.add(self._path)
@@ -1392,8 +1393,9 @@ class ParsedArgs:
         if name.startswith("__"):
             raise AttributeError(name)
         v = getattr(self._real, name)
-        if isinstance(v, bool) or (isinstance(v, int) and v >= 0):
-            return knob(f"args.{name}", int(v))
+        # Read without testing it: a knob it already is stays as the program will use it.
+        if isinstance(v, bool) or (isinstance(v, int) and int.__int__(v) >= 0):
+            return knob(f"args.{name}", int.__int__(v))
         return v
 
 

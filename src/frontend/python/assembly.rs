@@ -199,15 +199,22 @@ impl<'s> Walker<'s> {
             self.facts.schedule_in_optimizer_steps = true;
         }
         self.match_micro_schedules(&mut assembled.loops);
-        self.match_counter_schedules(tree, &mut assembled.loops);
+        // The counters of optimizer steps of each loop and what they measure, found once for
+        // the schedules (GA004) and the counts (BS004).
+        let counter_uses: Vec<Vec<batch_model::CounterUse>> = assembled
+            .loops
+            .iter()
+            .map(|lp| self.step_counter_uses(tree, lp))
+            .collect();
+        self.match_counter_schedules(tree, &mut assembled.loops, &counter_uses);
         let products = self.global_batches(&assembled.loops);
         self.facts.global_batches = self.confirmed_products(tree, &assembled.loops, products);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);
         self.facts.loader_batches = self.loader_batches(tree, &assembled.loops);
-        self.facts.batch_equations = self.batch_equations(tree, &assembled.loops);
+        self.facts.batch_equations = self.batch_equations(tree, &assembled.loops, &counter_uses);
         self.facts.loader_keys = self.loader_keys();
         if !assembled.loops.is_empty() {
-            self.facts.token_means = self.token_means();
+            self.facts.token_means = self.token_means(tree);
         }
         self.facts.loops = assembled.loops;
         self.facts.missteps = assembled

@@ -1150,6 +1150,16 @@ fn is_count_like(text: &str) -> bool {
             .any(|w| ["bs", "nbs", "bsz"].iter().any(|b| w.eq_ignore_ascii_case(b)))
 }
 
+/// The object a method is called on, as written before `marker` (`.accumulate(`) in `text`.
+fn receiver_of(text: &str, marker: &str) -> Option<String> {
+    let before = &text[..text.find(marker)?];
+    let start = before
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .map_or(0, |i| i + 1);
+    let receiver = &before[start..];
+    (!receiver.is_empty() && !receiver.starts_with('.')).then(|| receiver.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1184,14 +1194,4 @@ mod tests {
         let src = format!("x = {}1{}\n", "(".repeat(100_000), ")".repeat(100_000));
         let _ = extract(&src);
     }
-}
-
-/// The object a method is called on, as written before `marker` (`.accumulate(`) in `text`.
-fn receiver_of(text: &str, marker: &str) -> Option<String> {
-    let before = &text[..text.find(marker)?];
-    let start = before
-        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-        .map_or(0, |i| i + 1);
-    let receiver = &before[start..];
-    (!receiver.is_empty() && !receiver.starts_with('.')).then(|| receiver.to_string())
 }

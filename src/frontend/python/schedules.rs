@@ -532,17 +532,22 @@ impl<'s> Walker<'s> {
     /// Schedules written by hand: what a loop's counter of optimizer steps is compared with or
     /// divides (`g["lr"] = base * (1 - updates / total)`), when it counts the batches of the
     /// loader the loop iterates, read as a scheduler's length is.
-    pub(super) fn match_counter_schedules(&self, tree: &Tree, loops: &mut [AccumLoop]) {
+    pub(super) fn match_counter_schedules(
+        &self,
+        tree: &Tree,
+        loops: &mut [AccumLoop],
+        counter_uses: &[Vec<batch_model::CounterUse>],
+    ) {
         let root = tree.root_node();
         // A counter of optimizer steps counts one process's: a count divided by the
         // data-parallel size alone is still in micro-batches.
         let seeds: Vec<AccumLoop> = loops.to_vec();
         let per_process = |t: &str| self.divides_by_world_only(tree, &seeds, t);
-        for lp in loops.iter_mut() {
+        for (lp, uses) in loops.iter_mut().zip(counter_uses) {
             let Some(iterates) = lp.iterates.clone() else {
                 continue;
             };
-            for u in self.step_counter_uses(tree, lp) {
+            for u in uses {
                 let node = |r: &Range<usize>| root.descendant_for_byte_range(r.start, r.end);
                 let (Some(count), Some(used)) = (node(&u.count), node(&u.used)) else {
                     continue;

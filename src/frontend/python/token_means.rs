@@ -29,31 +29,55 @@ const EVEN: &[&str] = &[
 ];
 
 impl Walker<'_> {
-    pub(super) fn token_means(&self) -> Option<TokenMeans> {
+    pub(super) fn token_means(&self, tree: &Tree) -> Option<TokenMeans> {
         let src = self.src.as_bytes();
-        // The last place any of `words` is written. A forward search is vectorised, a
-        // backward one is not; none of the words overlaps itself, so the last match found
-        // forward is the last one written.
-        let find = |words: &[&str]| {
-            words
-                .iter()
-                .filter_map(|w| {
-                    let at = memchr::memmem::find_iter(src, w.as_bytes()).last()?;
-                    Some(at..at + w.len())
-                })
-                .max_by_key(|r| r.start)
+        let root = tree.root_node();
+        // Where each of `words` is written in the code, not in a comment or a docstring.
+        let written = |w: &'static str| {
+            memchr::memmem::find_iter(src, w.as_bytes())
+                .filter(move |at| in_code(root, *at..*at + w.len()))
+                .map(move |at| at..at + w.len())
         };
-        if EVEN
-            .iter()
-            .any(|w| memchr::memmem::find(src, w.as_bytes()).is_some())
-        {
+        if EVEN.iter().any(|w| written(w).next().is_some()) {
             return None;
         }
-        let token_loss = find(TOKEN_LOSS)?;
-        let padding = find(PADDING)?;
+        // The last place any of `words` is written.
+        let last = |words: &[&'static str]| {
+            words
+                .iter()
+                .filter_map(|w| written(w).last())
+                .max_by_key(|r| r.start)
+        };
+        let token_loss = last(TOKEN_LOSS)?;
+        let padding = last(PADDING)?;
         Some(TokenMeans {
             token_loss,
             padding,
         })
+    }
+}
+
+/// Whether `span` is code: not in a comment, nor in a string that is a statement of its own
+/// (a docstring).
+fn in_code(root: Node, span: Range<usize>) -> bool {
+    let Some(mut node) = root.descendant_for_byte_range(span.start, span.end) else {
+        return false;
+    };
+    loop {
+        match node.ty() {
+            "comment" => return false,
+            "string"
+                if node
+                    .parent()
+                    .is_some_and(|p| p.ty() == "expression_statement") =>
+            {
+                return false
+            }
+            _ => {}
+        }
+        match node.parent() {
+            Some(p) => node = p,
+            None => return true,
+        }
     }
 }

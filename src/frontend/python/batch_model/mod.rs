@@ -11,6 +11,8 @@ use std::collections::HashSet;
 
 mod arms;
 mod updates;
+
+pub(super) use updates::CounterUse;
 mod written;
 
 /// Where the run's factors sit in a value, as exponents (`len(ds) // (bs * accum)` is
@@ -430,9 +432,14 @@ impl<'s> Walker<'s> {
     }
 
     /// The equations the file's batches and counts break.
-    pub(super) fn batch_equations(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<BatchEquation> {
+    pub(super) fn batch_equations(
+        &self,
+        tree: &Tree,
+        loops: &[AccumLoop],
+        counter_uses: &[Vec<CounterUse>],
+    ) -> Vec<BatchEquation> {
         let notes = &self.batch;
-        let updates = self.loop_counts(tree, loops);
+        let updates = self.loop_counts(loops, counter_uses);
         let nothing = notes.counts.is_empty() && notes.rates.is_empty();
         if nothing && notes.loaders.is_empty() && updates.is_empty() {
             return Vec::new();

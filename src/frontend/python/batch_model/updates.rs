@@ -9,9 +9,16 @@ use crate::facts::{LOOP_ITERATIONS, STEP_COUNTER};
 impl Walker<'_> {
     /// The counts of optimizer steps the loops show: their bounds and what their counters are
     /// compared with.
-    pub(super) fn loop_counts(&self, tree: &Tree, loops: &[AccumLoop]) -> Vec<Count> {
+    pub(super) fn loop_counts(
+        &self,
+        loops: &[AccumLoop],
+        counter_uses: &[Vec<CounterUse>],
+    ) -> Vec<Count> {
         let bounds = loops.iter().filter_map(|lp| self.update_count(lp));
-        let counted = loops.iter().flat_map(|lp| self.counter_counts(tree, lp));
+        let counted = loops
+            .iter()
+            .zip(counter_uses)
+            .flat_map(|(lp, uses)| counter_counts(lp, uses));
         bounds.chain(counted).collect()
     }
 
@@ -45,24 +52,6 @@ impl Walker<'_> {
                     .then(|| Missing::Accumulation(lp.factor.clone(), lp.header.clone())),
             ),
         })
-    }
-
-    /// What the loop's counters of optimizer steps are compared with or divide: counts of
-    /// optimizer steps.
-    fn counter_counts(&self, tree: &Tree, lp: &AccumLoop) -> Vec<Count> {
-        self.step_counter_uses(tree, lp)
-            .into_iter()
-            .map(|u| Count {
-                value: u.count,
-                scheduler: None,
-                call: u.used,
-                key: format!("{STEP_COUNTER}{}", u.counter),
-                iterations: Some(Some(Missing::Accumulation(
-                    lp.factor.clone(),
-                    lp.header.clone(),
-                ))),
-            })
-            .collect()
     }
 
     /// What a counter of optimizer steps is compared with, or divides, in the function of the
@@ -325,4 +314,21 @@ fn loop_node<'t>(root: Node<'t>, header: &Range<usize>) -> Option<Node<'t>> {
         }
         node = node.parent()?;
     }
+}
+
+/// What the loop's counters of optimizer steps are compared with or divide: counts of
+/// optimizer steps.
+fn counter_counts(lp: &AccumLoop, uses: &[CounterUse]) -> Vec<Count> {
+    uses.iter()
+        .map(|u| Count {
+            value: u.count.clone(),
+            scheduler: None,
+            call: u.used.clone(),
+            key: format!("{STEP_COUNTER}{}", u.counter),
+            iterations: Some(Some(Missing::Accumulation(
+                lp.factor.clone(),
+                lp.header.clone(),
+            ))),
+        })
+        .collect()
 }
