@@ -1,0 +1,142 @@
+//! The run's factors a value holds, as exponents: what a batch, a count or a learning rate is a
+//! product of.
+
+/// Where the run's factors sit in a value, as exponents (`len(ds) // (bs * accum)` is
+/// samples · micro⁻¹ · accum⁻¹), and whether a value of unknown meaning multiplies or divides it
+/// (`epochs` multiplies a count harmlessly; an unknown divisor may be any factor).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Factors {
+    pub(super) micro: i8,
+    pub(super) accum: i8,
+    pub(super) world: i8,
+    pub(super) samples: i8,
+    pub(super) unknown_up: bool,
+    pub(super) unknown_down: bool,
+    /// A choice between values with different factors (`a * w if ddp else a`): no single
+    /// equation holds, so none is judged.
+    pub(super) choice: bool,
+}
+
+pub(super) const ONE: Factors = Factors {
+    micro: 0,
+    accum: 0,
+    world: 0,
+    samples: 0,
+    unknown_up: false,
+    unknown_down: false,
+    choice: false,
+};
+pub(super) const UNKNOWN: Factors = Factors {
+    unknown_up: true,
+    ..ONE
+};
+pub(super) const MICRO: Factors = Factors { micro: 1, ..ONE };
+pub(super) const ACCUM: Factors = Factors { accum: 1, ..ONE };
+pub(super) const WORLD: Factors = Factors { world: 1, ..ONE };
+pub(super) const SAMPLES: Factors = Factors { samples: 1, ..ONE };
+/// A batch declared global: micro × accumulation × data-parallel size.
+pub(super) const GLOBAL: Factors = Factors {
+    micro: 1,
+    accum: 1,
+    world: 1,
+    ..ONE
+};
+
+impl Factors {
+    pub(super) fn times(self, o: Factors) -> Factors {
+        Factors {
+            micro: self.micro.saturating_add(o.micro),
+            accum: self.accum.saturating_add(o.accum),
+            world: self.world.saturating_add(o.world),
+            samples: self.samples.saturating_add(o.samples),
+            unknown_up: self.unknown_up || o.unknown_up,
+            unknown_down: self.unknown_down || o.unknown_down,
+            choice: self.choice || o.choice,
+        }
+    }
+
+    pub(super) fn over(self, o: Factors) -> Factors {
+        Factors {
+            micro: self.micro.saturating_sub(o.micro),
+            accum: self.accum.saturating_sub(o.accum),
+            world: self.world.saturating_sub(o.world),
+            samples: self.samples.saturating_sub(o.samples),
+            unknown_up: self.unknown_up || o.unknown_down,
+            unknown_down: self.unknown_down || o.unknown_up,
+            choice: self.choice || o.choice,
+        }
+    }
+
+    /// A sum keeps the factors its terms share; a constant added changes none
+    /// (`len(ds) + bs - 1` is still the samples, rounded up).
+    pub(super) fn plus(self, o: Factors) -> Factors {
+        Factors {
+            choice: self.choice || o.choice,
+            ..self.sum(o)
+        }
+    }
+
+    pub(super) fn sum(self, o: Factors) -> Factors {
+        if self.same_factors(o) {
+            return Factors {
+                unknown_up: self.unknown_up || o.unknown_up,
+                unknown_down: self.unknown_down || o.unknown_down,
+                ..self
+            };
+        }
+        match (self.is_constant(), o.is_constant()) {
+            (_, true) => self,
+            (true, _) => o,
+            _ if self.samples == 1 && o.samples == 0 && !o.unknown_down => self,
+            _ if o.samples == 1 && self.samples == 0 && !self.unknown_down => o,
+            _ => UNKNOWN,
+        }
+    }
+
+    pub(super) fn same_factors(self, o: Factors) -> bool {
+        (self.micro, self.accum, self.world, self.samples) == (o.micro, o.accum, o.world, o.samples)
+    }
+
+    pub(super) fn is_constant(self) -> bool {
+        self == ONE
+    }
+
+    pub(super) fn is_unknown(self) -> bool {
+        self.same_factors(ONE) && (self.unknown_up || self.unknown_down)
+    }
+
+    pub(super) fn holds_batch(self) -> bool {
+        self.micro != 0 || self.accum != 0 || self.world != 0
+    }
+
+    /// The batch factors, as a product of words (`micro-batch × accumulation`).
+    pub(super) fn describe(self) -> String {
+        let mut parts = Vec::new();
+        for (e, word) in [
+            (self.micro, "micro-batch"),
+            (self.accum, "accumulation"),
+            (self.world, "data-parallel size"),
+        ] {
+            if e > 0 {
+                parts.push(word);
+            }
+        }
+        match parts.is_empty() {
+            true => "no batch factor".into(),
+            false => parts.join(" × "),
+        }
+    }
+}
+
+impl Factors {
+    /// What a count divides the samples by (`micro-batch × accumulation`).
+    pub(super) fn describe_inverse(self) -> String {
+        Factors {
+            micro: -self.micro,
+            accum: -self.accum,
+            world: -self.world,
+            ..ONE
+        }
+        .describe()
+    }
+}
