@@ -250,6 +250,29 @@ impl<'s> Walker<'s> {
 }
 
 impl Walker<'_> {
+    /// What a `with` statement calls `.accumulate(...)` on (`accelerator` in
+    /// `with accelerator.accumulate(model), autocast():`).
+    pub(super) fn accumulate_receiver_of(&self, with: Node) -> Option<String> {
+        let mut c = with.walk();
+        let clause = with.children(&mut c).find(|c| c.ty() == "with_clause")?;
+        let mut c = clause.walk();
+        let items: Vec<Node> = clause.named_children(&mut c).collect();
+        items.into_iter().find_map(|item| {
+            let call = item.field("value").unwrap_or(item);
+            let call = if call.ty() == "as_pattern" {
+                call.named_child(0)?
+            } else {
+                call
+            };
+            let function = call.field("function").filter(|_| call.ty() == "call")?;
+            let method = function.field("attribute")?;
+            (self.text(method) == "accumulate")
+                .then(|| function.field("object"))
+                .flatten()
+                .map(|o| self.text(o).to_string())
+        })
+    }
+
     /// A loss a helper of the file divides by the factor (`return out.loss / GA`), handed to
     /// a framework that divides again: reported at the framework's backward, without a fix.
     fn helper_divisions(&mut self, accelerate_divides: bool) {

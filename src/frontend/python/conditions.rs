@@ -670,6 +670,37 @@ pub(super) fn other_arms(src: &str, a: usize, b: usize) -> bool {
         })
 }
 
+/// Whether the arm of a test that names checkpointing (`taken`: its body, else its `else:`)
+/// runs with checkpointing on: the body of `if use_ckpt:` or `if cfg.ckpt and fits:`, the
+/// `else:` of `if not use_ckpt:`. An arm of `a or b`, and the `else:` of a conjunction, may
+/// run either way.
+pub(super) fn checkpointing_arm(test: &str, taken: bool) -> bool {
+    let test = test
+        .trim()
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .trim();
+    if test.contains(" or ") {
+        return false;
+    }
+    let conjuncts: Vec<&str> = test.split(" and ").collect();
+    if conjuncts.len() > 1 && !taken {
+        return false;
+    }
+    let Some(named) = conjuncts
+        .iter()
+        .find(|c| crate::facts::Topics::of(c).checkpointing)
+    else {
+        return false;
+    };
+    let named = named.trim();
+    let negated = named.starts_with("not ")
+        ^ ["== False", "is False", "== 0", "is None", "!= True"]
+            .iter()
+            .any(|s| named.ends_with(s));
+    taken != negated
+}
+
 #[cfg(test)]
 mod tests {
     use super::other_arms;
@@ -692,5 +723,35 @@ mod tests {
         assert!(!other_arms(src, at(src, "a = 1"), at(src, "b = 2")));
         assert!(!other_arms(src, at(src, "a = 1"), at(src, "e = 4")));
         assert!(other_arms(src, at(src, "d = 3"), at(src, "e = 4")));
+    }
+
+    #[test]
+    fn checkpointing_is_on_in_the_arm_its_test_says() {
+        assert!(super::checkpointing_arm(
+            "args.gradient_checkpointing",
+            true
+        ));
+        assert!(!super::checkpointing_arm(
+            "args.gradient_checkpointing",
+            false
+        ));
+        assert!(!super::checkpointing_arm("not use_ckpt", true));
+        assert!(super::checkpointing_arm("not use_ckpt", false));
+        assert!(super::checkpointing_arm(
+            "(cfg.use_checkpoint and fits)",
+            true
+        ));
+        assert!(!super::checkpointing_arm(
+            "cfg.use_checkpoint and fits",
+            false
+        ));
+        assert!(!super::checkpointing_arm(
+            "cfg.use_checkpoint or tiny",
+            true
+        ));
+        assert!(!super::checkpointing_arm(
+            "use_checkpointing == False",
+            true
+        ));
     }
 }

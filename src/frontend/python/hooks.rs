@@ -98,7 +98,7 @@ impl<'s> Walker<'s> {
         self.hooks.fp32_casts.push((what, node.byte_range()));
     }
 
-    pub(super) fn finish_hooks(&mut self) {
+    pub(super) fn finish_hooks(&mut self, root: Node) {
         let notes = std::mem::take(&mut self.hooks);
         // The weights are fp32 when a loaded model, or one the file trains, is cast to fp32.
         for (what, span) in &notes.fp32_casts {
@@ -137,17 +137,17 @@ impl<'s> Walker<'s> {
                 self.def_texts
                     .get(w)
                     .or_else(|| notes.class_texts.get(w))
-                    .is_some_and(|t| clips(t))
+                    .is_some_and(|t| self.clips(root, t))
             };
             // A hook bound to a name first (`h = partial(clip, c)`, `h = Clamp(c)`) is read
             // through it.
             let named_clips = words(hook).any(|w| {
                 defined_clips(w)
                     || self.assigned_text.get(w).is_some_and(|value| {
-                        clips(value) || words(value).any(|v| v != w && defined_clips(v))
+                        self.clips(root, value) || words(value).any(|v| v != w && defined_clips(v))
                     })
             });
-            if !(clips(hook) || named_clips) {
+            if !(self.clips(root, hook) || named_clips) {
                 continue;
             }
             self.facts.clip_hooks.push(span);
@@ -167,46 +167,72 @@ impl<'s> Walker<'s> {
     }
 }
 
-/// Whether code calls something that clamps or clips (`torch.clamp(g, -c, c)`, `g.clamp_(...)`,
-/// `clip_grad_value_(...)`, a helper such as `clamp_tensor(...)`) on every backward: a call
-/// under `if accelerator.sync_gradients:` runs only on the micro-step that steps.
-fn clips(text: &str) -> bool {
-    let mut from = 0;
-    while let Some(open) = text[from..].find('(').map(|i| from + i) {
-        let before = &text[..open];
-        let start = before
-            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .map_or(0, |i| i + 1);
-        let callee = before[start..].to_ascii_lowercase();
-        if (callee.contains("clamp") || callee.starts_with("clip")) && !under_sync(text, start) {
-            return true;
+impl Walker<'_> {
+    /// Whether `text` (a slice of the file: a hook expression, a function or class, a bound
+    /// value) calls something that clamps or clips (`torch.clamp(g, -c, c)`, `g.clamp_(...)`,
+    /// `clip_grad_value_(...)`, a helper such as `clamp_tensor(...)`) on every backward: a call
+    /// in an arm that runs only on the micro-step that syncs (`if accelerator.sync_gradients:`,
+    /// its `else:` under a negated test) clips the accumulated gradient.
+    fn clips(&self, root: Node, text: &str) -> bool {
+        let start = (text.as_ptr() as usize).wrapping_sub(self.src.as_ptr() as usize);
+        let Some(top) = self
+            .src
+            .get(start..start + text.len())
+            .and_then(|_| root.descendant_for_byte_range(start, start + text.len()))
+        else {
+            return false;
+        };
+        let mut stack = vec![top];
+        while let Some(n) = stack.pop() {
+            if n.ty() == "call" && self.clip_callee(n) && !self.on_sync_only(n, top) {
+                return true;
+            }
+            let mut c = n.walk();
+            stack.extend(n.named_children(&mut c));
         }
-        from = open + 1;
+        false
     }
-    false
-}
 
-/// Whether the line holding byte `at` sits in the body of an `if` that tests
-/// `sync_gradients` (the lines above it with less indentation are the blocks around it).
-fn under_sync(text: &str, at: usize) -> bool {
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let indent = |line: &str| line.len() - line.trim_start().len();
-    let mut depth = indent(&text[line_start..]);
-    for line in text[..line_start].lines().rev() {
-        let own = indent(line);
-        if line.trim().is_empty() || own >= depth {
-            continue;
-        }
-        depth = own;
-        let header = line.trim_start();
-        if header.starts_with("if ")
-            && header.contains("sync_gradients")
-            && !header.contains("not ")
-        {
-            return true;
-        }
+    /// Whether a call's callee names a clamp or a clip (its last identifier).
+    fn clip_callee(&self, call: Node) -> bool {
+        let Some(f) = call.field("function") else {
+            return false;
+        };
+        let name = f.field("attribute").unwrap_or(f);
+        let callee = self.text(name).to_ascii_lowercase();
+        callee.contains("clamp") || callee.starts_with("clip")
     }
-    false
+
+    /// Whether `node` sits, below `top`, in an arm that runs only when gradients sync.
+    fn on_sync_only(&self, node: Node, top: Node) -> bool {
+        let mut child = node;
+        while let Some(parent) = child.parent() {
+            if child.id() == top.id() {
+                break;
+            }
+            let (test, arm_polarity) = match parent.ty() {
+                "if_statement" | "elif_clause"
+                    if parent.field("consequence").map(|c| c.id()) == Some(child.id()) =>
+                {
+                    (parent.field("condition"), true)
+                }
+                // `else:` of `if not accelerator.sync_gradients:`.
+                "else_clause" => (
+                    parent
+                        .parent()
+                        .filter(|p| p.ty() == "if_statement")
+                        .and_then(|p| p.field("condition")),
+                    false,
+                ),
+                _ => (None, true),
+            };
+            if test.and_then(|t| self.sync_test(t, true)) == Some(arm_polarity) {
+                return true;
+            }
+            child = parent;
+        }
+        false
+    }
 }
 
 /// The identifiers of an expression (`partial(clamp_grad, c)` → `partial`, `clamp_grad`, `c`).

@@ -697,7 +697,7 @@ impl<'s> Walker<'s> {
                     let loops = self.ctx(node.start_byte()).loops;
                     self.accumulate_at.push((self.scope(), loops));
                     if self.accumulate_receiver.is_none() {
-                        self.accumulate_receiver = receiver_of(&items, ".accumulate(");
+                        self.accumulate_receiver = self.accumulate_receiver_of(node);
                     }
                 }
                 // `with ctx:` where `ctx = nullcontext() if last else model.no_sync()`.
@@ -987,7 +987,7 @@ impl<'s> Walker<'s> {
 
     fn finish(mut self, tree: &Tree) -> (Facts, Option<Deferred>) {
         let deferred = self.value_or_defer();
-        self.finish_hooks();
+        self.finish_hooks(tree.root_node());
         let (accelerate_divides, calls) = self.assemble_loops(tree);
         if self.loop_model {
             self.facts.exports = self.exports();
@@ -1047,8 +1047,13 @@ impl<'s> Walker<'s> {
         self.stack
             .iter()
             .fold(Topics::default(), |t, (_, f)| match f {
-                Frame::Branch(c, _) => match self.cond_spans.get(*c) {
-                    Some((_, span)) => t.union(self.topics(span)),
+                Frame::Branch(c, taken) => match self.cond_spans.get(*c) {
+                    Some((_, span)) => {
+                        let mut topics = self.topics(span);
+                        let test = self.src.get(span.clone()).unwrap_or("");
+                        topics.checkpointing &= conditions::checkpointing_arm(test, *taken);
+                        t.union(topics)
+                    }
                     None => t,
                 },
                 _ => t,
@@ -1148,16 +1153,6 @@ fn is_count_like(text: &str) -> bool {
         || text
             .split(|c: char| !c.is_ascii_alphanumeric())
             .any(|w| ["bs", "nbs", "bsz"].iter().any(|b| w.eq_ignore_ascii_case(b)))
-}
-
-/// The object a method is called on, as written before `marker` (`.accumulate(`) in `text`.
-fn receiver_of(text: &str, marker: &str) -> Option<String> {
-    let before = &text[..text.find(marker)?];
-    let start = before
-        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-        .map_or(0, |i| i + 1);
-    let receiver = &before[start..];
-    (!receiver.is_empty() && !receiver.starts_with('.')).then(|| receiver.to_string())
 }
 
 #[cfg(test)]

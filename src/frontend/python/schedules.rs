@@ -541,10 +541,11 @@ impl<'s> Walker<'s> {
         let root = tree.root_node();
         // A counter of optimizer steps counts one process's: a count divided by the
         // data-parallel size alone is still in micro-batches.
-        let seeds: Vec<AccumLoop> = loops.to_vec();
-        let per_process = |t: &str| self.divides_by_world_only(tree, &seeds, t);
-        for (lp, uses) in loops.iter_mut().zip(counter_uses) {
-            let Some(iterates) = lp.iterates.clone() else {
+        let per_process = |t: &str| self.divides_by_world_only(tree, loops, t);
+        // Found against the loops as read, then added (the batch model reads them all).
+        let mut found: Vec<(usize, MicroSchedule)> = Vec::new();
+        for (i, (lp, uses)) in loops.iter().zip(counter_uses).enumerate() {
+            let Some(iterates) = &lp.iterates else {
                 continue;
             };
             for u in uses {
@@ -552,13 +553,23 @@ impl<'s> Walker<'s> {
                 let (Some(count), Some(used)) = (node(&u.count), node(&u.used)) else {
                     continue;
                 };
-                if let Some(m) = self.micro_length(&u.counter, used, count, false, &per_process) {
-                    let once = !lp
-                        .micro_sized_schedules
-                        .iter()
-                        .any(|s| s.length_at == m.length_at);
-                    if once && self.iterates_over(&iterates, &m.loader, 0) {
-                        lp.micro_sized_schedules.push(MicroSchedule {
+                let Some(m) = self.micro_length(&u.counter, used, count, false, &per_process)
+                else {
+                    continue;
+                };
+                let once = !lp
+                    .micro_sized_schedules
+                    .iter()
+                    .chain(found.iter().filter(|(j, _)| *j == i).map(|(_, s)| s))
+                    .any(|s| s.length_at == m.length_at);
+                if once && self.iterates_over(iterates, &m.loader, 0) {
+                    let ends_training = used.ty() == "comparison_operator"
+                        && self.step_bounds.iter().any(|(c, total)| {
+                            *c == u.counter && contains_word(self.text(used), total)
+                        });
+                    found.push((
+                        i,
+                        MicroSchedule {
                             step: Call {
                                 span: u.used.clone(),
                                 statement: None,
@@ -570,14 +581,14 @@ impl<'s> Walker<'s> {
                             by_factor: false,
                             prepared: false,
                             counter: Some(u.counter.clone()),
-                            ends_training: used.ty() == "comparison_operator"
-                                && self.step_bounds.iter().any(|(c, total)| {
-                                    *c == u.counter && contains_word(self.text(used), total)
-                                }),
-                        });
-                    }
+                            ends_training,
+                        },
+                    ));
                 }
             }
+        }
+        for (i, schedule) in found {
+            loops[i].micro_sized_schedules.push(schedule);
         }
     }
 
