@@ -10,9 +10,9 @@ pub use program::PARAM_COUNT_MIN;
 pub mod units;
 
 pub use names::{
-    billions, count_scale, counts_parameters, device_count, is_memory_name, may_count_by_use,
-    names_a_count, names_a_rate, names_memory_unit, params_from_name, part_of, role_of,
-    sizes_memory, DeviceCount, Role,
+    billions, billions_suffix, count_scale, counts_parameters, device_count, is_memory_name,
+    may_count_by_use, names_a_count, names_a_rate, names_memory_unit, params_from_name, part_of,
+    role_of, sizes_memory, DeviceCount, Role,
 };
 use std::ops::Range;
 use units::Conversion;

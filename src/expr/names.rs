@@ -331,6 +331,24 @@ fn role_of_segment(name: &str) -> Role {
     {
         return Role::ParamCount;
     }
+    // A count of the whole model's parameters in words of any order (`param_total`,
+    // `num_base_params`, `params_count`); not a layer's or a tensor's (`layer_params`).
+    let segs: Vec<&str> = n.split('_').collect();
+    let count_words = [
+        "n", "num", "nb", "total", "count", "cnt", "all", "base", "model", "full",
+    ];
+    if !rate
+        && !sized
+        && segs.len() > 1
+        && segs
+            .iter()
+            .any(|s| matches!(*s, "param" | "params" | "parameter" | "parameters"))
+        && segs.iter().all(|s| {
+            matches!(*s, "param" | "params" | "parameter" | "parameters") || count_words.contains(s)
+        })
+    {
+        return Role::ParamCount;
+    }
     if has(&[
         "total",
         "peak",
@@ -420,6 +438,24 @@ pub fn count_scale(name: &str) -> Option<f64> {
         "m" | "mn" if about_params => Some(1e6),
         _ => None,
     }
+}
+
+/// A name whose last segment says billions whatever its head (`size_b`, `base_bn`, `llmB`),
+/// for a count known by its use: not a batch, a sequence or a step's, nor an amount of memory,
+/// and not a one-letter name's (`x_b`, `w_b`).
+pub fn billions_suffix(name: &str) -> bool {
+    let name = &*snake(name);
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let Some((head, tail)) = last.rsplit_once('_') else {
+        return false;
+    };
+    const ELSE: [&str; 8] = [
+        "batch", "seq", "token", "step", "sample", "layer", "lr", "flop",
+    ];
+    matches!(tail, "b" | "bn" | "billion" | "billions")
+        && head.len() > 1
+        && !ELSE.iter().any(|w| head.contains(w))
+        && !names_memory_unit(&last)
 }
 
 /// A count of nodes (`nodes`, `num_nodes`, `nnodes`): times the GPUs of a node, every GPU.
@@ -629,6 +665,17 @@ mod tests {
         assert_eq!(snake("weights_gb"), "weights_gb");
         assert_eq!(snake("TOTAL_GB"), "TOTAL_GB");
         assert_eq!(count_scale("nB"), Some(1e9));
+        // A suffix alone says billions only where a product with bytes shows a count.
+        assert!(billions_suffix("size_b"));
+        assert!(billions_suffix("llmBn"));
+        assert!(!billions_suffix("w_b"));
+        assert!(!billions_suffix("batch_b"));
+        assert!(!billions_suffix("size"));
+        // A count of the whole model's parameters in words of any order.
+        assert_eq!(role_of("param_total"), Role::ParamCount);
+        assert_eq!(role_of("total_num_params"), Role::ParamCount);
+        assert_eq!(role_of("params"), Role::Unknown);
+        assert_ne!(role_of("layer_params"), Role::ParamCount);
         assert_eq!(count_scale("paramsBn"), Some(1e9));
         assert_eq!(count_scale("fp32B"), None);
         assert_eq!(role_of("numParams"), role_of("num_params"));

@@ -390,13 +390,14 @@ impl Scan<'_> {
             .chain(finder!(b"b param").find_iter(lower))
             .chain(finder!(b"get_memory_footprint").find_iter(lower));
         // A name ending in `_b`, `_bn`, `_m`, `_mn` or `illion` whose words count parameters
-        // in billions or millions (`count_scale`); `billion` anywhere is a word above.
+        // in billions or millions (`count_scale`), or that its use may show counts them in
+        // billions (`billions_suffix`); `billion` anywhere is a word above.
         let count_scale_at = move |at: usize, end: usize| {
             !lower.get(end).is_some_and(|b| is_ident(*b)) && {
                 let (start, end) = identifier_at(lower, at, false);
-                self.text
-                    .get(start..end)
-                    .is_some_and(|n| crate::expr::count_scale(n).is_some())
+                self.text.get(start..end).is_some_and(|n| {
+                    crate::expr::count_scale(n).is_some() || crate::expr::billions_suffix(n)
+                })
             }
         };
         let suffixes = |word: &'static memchr::memmem::Finder<'static>| {

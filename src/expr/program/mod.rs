@@ -11,9 +11,12 @@
 //!   words of its name.
 
 mod calls;
+mod counts;
 mod items;
 
-use super::names::{count_scale, is_node_count, may_count_by_use, names_a_count, params_from_name};
+use super::names::{
+    billions_suffix, count_scale, is_node_count, may_count_by_use, names_a_count, params_from_name,
+};
 use super::{counts_parameters, part_of, role_of, sizes_memory, DeviceCount, Lin, Role};
 use std::cell::OnceCell;
 use std::cell::{Cell, RefCell};
@@ -159,6 +162,9 @@ pub const PARAM_COUNT_MIN: f64 = 1e6;
 /// The most bytes a parameter takes in any regime the knowledge lists (fp32 Adam with master
 /// weights and extra states stays below it).
 const MAX_BYTES_PER_PARAM: f64 = 40.0;
+
+/// The largest model, in billions of parameters, a count in billions may hold.
+const MAX_BILLIONS: f64 = 5000.0;
 /// How many helpers deep valuing follows calls.
 const MAX_CALL_DEPTH: u8 = 3;
 /// How many call sites of one helper its formulas are valued for.
@@ -516,8 +522,14 @@ fn bundle_total(entries: Vec<(String, Value)>) -> Option<Lin> {
             continue;
         }
         let Some(lin) = v.scalar() else { continue };
+        // A count beside the memory (`"num_params_total": n` in a summary) is no memory.
+        if lin.counts_only() {
+            continue;
+        }
         let role = role_of(&key);
-        if role == Role::Total && lin.is_sized() {
+        // The entry named for the total states it, even where its value is not known
+        // (`param_gb * (4 if training else 1)`).
+        if role == Role::Total && (lin.is_sized() || !lin.is_constant()) {
             total = Some(lin);
         } else if lin.is_sized() || role.is_component() {
             parts.push(lin);
@@ -787,7 +799,7 @@ impl Valuer<'_, '_> {
     ) -> Value {
         let p = self.p;
         let at = span.start;
-        if let Some(value) = self.member(name, span.clone(), scope, frame) {
+        if let Some(value) = self.member(name, span.clone(), scope, path, frame) {
             return value;
         }
         let mut cur = Some(scope);
@@ -849,6 +861,7 @@ impl Valuer<'_, '_> {
         name: &str,
         span: Range<usize>,
         scope: usize,
+        path: u32,
         frame: Option<&Frame>,
     ) -> Option<Value> {
         let p = self.p;
@@ -856,7 +869,21 @@ impl Valuer<'_, '_> {
         let (class, field) = match name.split_once('.') {
             Some(("self", field)) => (p.class_of(scope), field),
             Some((object, field)) if !field.contains('.') => {
-                (Some(p.instance_class(object, scope)?), field)
+                match p.instance_class(object, scope) {
+                    Some(class) => (Some(class), field),
+                    // `parts.grads` of `parts = Breakdown(weights=w, grads=g)`: a bundle's entry.
+                    None => {
+                        let Value::Bundle(entries) =
+                            self.name(object, span.clone(), scope, path, frame)
+                        else {
+                            return None;
+                        };
+                        return entries
+                            .into_iter()
+                            .find(|(k, _)| k == field)
+                            .map(|(_, v)| v);
+                    }
+                }
             }
             _ => return None,
         };
@@ -944,42 +971,6 @@ impl Valuer<'_, '_> {
         let mut read = Lin::read(name, span, Some(&lin));
         self.apply_role(name, scope, &mut read);
         Value::Scalar(read)
-    }
-
-    /// `x * y`, with a count known by its use read as one (see [`Valuer::counted`]). Out of
-    /// line: valuing recurses through `compute`, whose frame must stay small.
-    #[inline(never)]
-    fn product(&self, a: Id, b: Id, x: Lin, y: Lin, text: &str, span: Range<usize>) -> Lin {
-        let (cx, cy) = (self.counted(a, &x, &y), self.counted(b, &y, &x));
-        binary("*", cx.unwrap_or(x), cy.unwrap_or(y), text, span)
-    }
-
-    /// A number read through a name that says nothing of it (`N_BASE = 3_212_749_824`), times
-    /// bytes for each parameter (`N_BASE * 8`): a parameter count, known by its use (see
-    /// [`may_count_by_use`]).
-    fn counted(&self, id: Id, lin: &Lin, other: &Lin) -> Option<Lin> {
-        if !other.is_constant() || !(1.0..=MAX_BYTES_PER_PARAM).contains(&other.constant) {
-            return None;
-        }
-        // A number folded in under its name, or one kept as a known symbol (`n_total`, a
-        // total of something).
-        let (name, count) = match lin.terms.as_slice() {
-            // One number as written: a product of dimensions (`152_064 * 5_120`) is a
-            // tensor's size, not a model's.
-            [] if lin
-                .const_literal
-                .as_ref()
-                .is_some_and(|l| is_number(self.p.text(l))) =>
-            {
-                (lin.const_name.as_deref()?, lin.constant)
-            }
-            [t] if t.coef == 1.0 && lin.constant == 0.0 && !t.opaque => {
-                (t.symbol.as_str(), t.value?)
-            }
-            _ => return None,
-        };
-        may_count_by_use(name, count)
-            .then(|| Lin::known(name, self.p.span(id), count).with_role(Role::ParamCount))
     }
 
     /// A name with no known value: its role from what a statement said of it, else its words.
