@@ -673,7 +673,10 @@ def clip_grad(parameters=None, *a, **k):
 
 class Accelerator:
     """accelerate: divides the loss by its factor, syncs every `factor` calls of accumulate(),
-    and gates a prepared optimizer's step and zero_grad on the syncs."""
+    and gates a prepared optimizer's step and zero_grad on the syncs. Under its DeepSpeed plugin
+    (a program that reads it runs under it), the engine divides every backward by its config's
+    factor and steps itself on every `factor`-th backward; a prepared optimizer's own step and
+    zero_grad do nothing."""
 
     def __init__(self, *a, gradient_accumulation_steps=1, **k):
         self.factor = int(gradient_accumulation_steps)
@@ -682,6 +685,9 @@ class Accelerator:
         self.device = "cpu"
         self.num_processes = 1
         self.is_main_process = True
+        self.deepspeed = False
+        self.backwards = 0
+        self.optimizers = []
 
     @contextlib.contextmanager
     def accumulate(self, *models):
@@ -692,8 +698,15 @@ class Accelerator:
     def backward(self, loss, **k):
         scale = loss.scale / self.factor if loss.scale is not None and self.factor > 1 else loss.scale
         REC.add("backward", scale, None)
+        if self.deepspeed:
+            self.backwards += 1
+            if self.backwards % self.factor == 0:
+                for opt in self.optimizers:
+                    opt.step()
+                    opt.zero_grad()
 
     def prepare(self, *objs):
+        self.optimizers += [o for o in objs if isinstance(o, Optimizer)]
         out = tuple(Prepared(o, self) if isinstance(o, (Optimizer, Scheduler)) else o for o in objs)
         return out[0] if len(out) == 1 else out
 
@@ -708,6 +721,7 @@ class Accelerator:
         # A program that reads the DeepSpeed plugin runs under it: the engine divides by its
         # config's factor.
         self.factor = int(knob("deepspeed_config.gradient_accumulation_steps"))
+        self.deepspeed = True
         return knob("accelerator.state")
 
     def __getattr__(self, name):
@@ -721,11 +735,11 @@ class Prepared:
         self.opt, self.acc = opt, acc
 
     def step(self, *a, **k):
-        if self.acc.sync_gradients:
+        if self.acc.sync_gradients and not self.acc.deepspeed:
             self.opt.step()
 
     def zero_grad(self, *a, **k):
-        if self.acc.sync_gradients:
+        if self.acc.sync_gradients and not self.acc.deepspeed:
             self.opt.zero_grad()
 
 
