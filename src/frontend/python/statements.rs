@@ -110,6 +110,10 @@ impl<'s> Walker<'s> {
             }
         }
         let target = self.text(left).to_string();
+        // `done = done + 1`, as `done += 1`.
+        if self.loop_model && self.counts_up(node).is_some() {
+            self.note_step_counter(node, &target);
+        }
         let simple_target = matches!(left.ty(), "identifier" | "attribute");
         if left.ty() == "subscript" {
             self.note_item(left, right);
@@ -405,7 +409,7 @@ impl<'s> Walker<'s> {
         }
         let target = self.text(left).to_string();
         let op = self.text(op).trim_end_matches('=').to_string();
-        if self.loop_model && op == "+" && self.text(right).trim() == "1" {
+        if self.loop_model && self.counts_up(node).is_some() {
             self.note_step_counter(node, &target);
         }
         if op == "%" {
@@ -823,6 +827,31 @@ fn receiver_before(src: &str, end: usize) -> Option<String> {
         .map_or(0, |(i, c)| i + c.len_utf8());
     let name = &head[start..];
     (!name.is_empty() && !name.starts_with('.')).then(|| name.to_string())
+}
+
+impl<'s> Walker<'s> {
+    /// What an assignment adds one to: `n += 1`, `n = n + 1` or `n = 1 + n` (a name, an
+    /// attribute or an item: `self.step += 1`, `state["step"] += 1`).
+    pub(super) fn counts_up(&self, assign: Node) -> Option<&'s str> {
+        let left = assign.field("left")?;
+        if !matches!(left.ty(), "identifier" | "attribute" | "subscript") {
+            return None;
+        }
+        let name = self.text(left);
+        let right = unparen(assign.field("right")?);
+        let op = assign.field("operator").map(|o| self.text(o));
+        let added = match (assign.ty(), op) {
+            ("augmented_assignment", Some("+=")) => self.text(right) == "1",
+            ("assignment", _) if right.ty() == "binary_operator" => {
+                let (a, b) = (right.field("left")?, right.field("right")?);
+                let plus = right.field("operator").map(|o| self.text(o)) == Some("+");
+                let (a, b) = (self.text(unparen(a)), self.text(unparen(b)));
+                plus && ((a == name && b == "1") || (a == "1" && b == name))
+            }
+            _ => false,
+        };
+        added.then_some(name)
+    }
 }
 
 #[cfg(test)]

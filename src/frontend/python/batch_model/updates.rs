@@ -115,19 +115,15 @@ impl Walker<'_> {
         out
     }
 
-    /// `name += 1` as a statement: the name.
+    /// `name += 1` (or `name = name + 1`) as a statement: the name.
     fn added_one(&self, stmt: Node) -> Option<String> {
         let inc = stmt
             .named_child(0)
-            .filter(|e| stmt.ty() == "expression_statement" && e.ty() == "augmented_assignment")?;
-        let (left, right, op) = (
-            inc.field("left")?,
-            inc.field("right")?,
-            inc.field("operator")?,
-        );
-        let plain = matches!(left.ty(), "identifier" | "attribute");
-        (plain && self.text(op) == "+=" && self.text(right) == "1")
-            .then(|| self.text(left).to_string())
+            .filter(|_| stmt.ty() == "expression_statement")?;
+        let plain = inc
+            .field("left")
+            .is_some_and(|l| matches!(l.ty(), "identifier" | "attribute"));
+        self.counts_up(inc).filter(|_| plain).map(str::to_string)
     }
 
     /// How many statements of the file add to `name` (`name += ...`, `name = name + ...`).
