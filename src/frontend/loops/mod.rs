@@ -110,6 +110,9 @@ pub struct Cond {
     pub reads: Option<Vec<String>>,
     /// An arm of `match` on a ZeRO stage (`case 2:`): the stages it is taken for.
     pub stages: Option<u8>,
+    /// Whether its body, and its `else:`, run with gradient checkpointing on (`if use_ckpt:`,
+    /// the `else:` of `if not use_ckpt:`); read for the value model only.
+    pub checkpointing: [bool; 2],
 }
 
 /// A function of the file: the names assigned in it, its parameters included (a function that

@@ -52,7 +52,15 @@ impl<'s> Walker<'s> {
             scope: self.scope(),
             accum,
             above_one: self.above_one(cond, true, 0),
-            sync: self.sync_test(cond, true),
+            sync: self.sync_test(cond),
+            checkpointing: if self.value_model {
+                [true, false].map(|taken| {
+                    self.arm_holds(cond, taken, &|w, n| Topics::of(w.text(n)).checkpointing)
+                        == Some(true)
+                })
+            } else {
+                [false; 2]
+            },
             reads,
             stages: None,
         });
@@ -235,20 +243,71 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// `accelerator.sync_gradients` (its negation, a conjunction holding it): whether the test is true on the iteration
-    /// that syncs.
-    pub(super) fn sync_test(&self, cond: Node, polarity: bool) -> Option<bool> {
+    /// `accelerator.sync_gradients` (its negation, a conjunction holding it): whether the test
+    /// is true on the iteration that syncs.
+    pub(super) fn sync_test(&self, cond: Node) -> Option<bool> {
+        self.arm_holds(cond, true, &Self::syncs)
+    }
+
+    /// `accelerator.sync_gradients`.
+    pub(super) fn syncs(&self, n: Node) -> bool {
+        n.ty() == "attribute" && self.text(n).ends_with(".sync_gradients")
+    }
+
+    /// On one arm of a test (`taken`: its body, else its `else:`), whether `leaf` is known to
+    /// hold: through parentheses, `not`, a comparison with `True`, `False`, `None` or `0`, the
+    /// body of `a and b` (both hold) and the `else:` of `a or b` (neither holds). `None`: the
+    /// arm may run either way.
+    pub(super) fn arm_holds(
+        &self,
+        cond: Node,
+        taken: bool,
+        leaf: &dyn Fn(&Self, Node) -> bool,
+    ) -> Option<bool> {
         let cond = unparen(cond);
         match cond.ty() {
-            "not_operator" => self.sync_test(cond.field("argument")?, !polarity),
-            // `max_norm > 0 and accelerator.sync_gradients`: the arm runs only on a sync.
-            "boolean_operator" if cond.field("operator").map(|o| self.text(o)) == Some("and") => {
-                let left = self.sync_test(cond.field("left")?, polarity);
-                left.or_else(|| self.sync_test(cond.field("right")?, polarity))
+            "not_operator" => self.arm_holds(cond.field("argument")?, !taken, leaf),
+            "boolean_operator" => {
+                let both = match cond.field("operator").map(|o| self.text(o)) {
+                    Some("and") => true,
+                    Some("or") => false,
+                    _ => return None,
+                };
+                if taken != both {
+                    return None;
+                }
+                let left = self.arm_holds(cond.field("left")?, taken, leaf);
+                left.or_else(|| self.arm_holds(cond.field("right")?, taken, leaf))
             }
-            "attribute" if self.text(cond).ends_with(".sync_gradients") => Some(polarity),
-            _ => None,
+            "comparison_operator" => match self.truth_compared(cond) {
+                Some((operand, same)) => self.arm_holds(operand, taken == same, leaf),
+                None => leaf(self, cond).then_some(taken),
+            },
+            _ => leaf(self, cond).then_some(taken),
         }
+    }
+
+    /// `x == False`, `x is None`, `x != True`: `x`, and whether the test is true when `x` is.
+    fn truth_compared<'t>(&self, cmp: Node<'t>) -> Option<(Node<'t>, bool)> {
+        let operand = cmp.named_child(0)?;
+        let constant = cmp.named_child(1)?;
+        if cmp.named_child_count() != 2 {
+            return None;
+        }
+        let op = self
+            .text(cmp)
+            .get(operand.end_byte() - cmp.start_byte()..constant.start_byte() - cmp.start_byte())?;
+        let equal = match op.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["=="] | ["is"] => true,
+            ["!="] | ["is", "not"] => false,
+            _ => return None,
+        };
+        let truthy = match self.text(constant) {
+            "True" => true,
+            "False" | "None" | "0" => false,
+            _ => return None,
+        };
+        Some((operand, equal == truthy))
     }
 
     /// Names bound by an assignment target, a loop variable or a pattern: noted in the loops
@@ -670,37 +729,6 @@ pub(super) fn other_arms(src: &str, a: usize, b: usize) -> bool {
         })
 }
 
-/// Whether the arm of a test that names checkpointing (`taken`: its body, else its `else:`)
-/// runs with checkpointing on: the body of `if use_ckpt:` or `if cfg.ckpt and fits:`, the
-/// `else:` of `if not use_ckpt:`. An arm of `a or b`, and the `else:` of a conjunction, may
-/// run either way.
-pub(super) fn checkpointing_arm(test: &str, taken: bool) -> bool {
-    let test = test
-        .trim()
-        .trim_start_matches('(')
-        .trim_end_matches(')')
-        .trim();
-    if test.contains(" or ") {
-        return false;
-    }
-    let conjuncts: Vec<&str> = test.split(" and ").collect();
-    if conjuncts.len() > 1 && !taken {
-        return false;
-    }
-    let Some(named) = conjuncts
-        .iter()
-        .find(|c| crate::facts::Topics::of(c).checkpointing)
-    else {
-        return false;
-    };
-    let named = named.trim();
-    let negated = named.starts_with("not ")
-        ^ ["== False", "is False", "== 0", "is None", "!= True"]
-            .iter()
-            .any(|s| named.ends_with(s));
-    taken != negated
-}
-
 #[cfg(test)]
 mod tests {
     use super::other_arms;
@@ -725,33 +753,40 @@ mod tests {
         assert!(other_arms(src, at(src, "d = 3"), at(src, "e = 4")));
     }
 
+    /// The conditions of `src`'s `if`s, read as the value model reads them.
+    fn conds(src: &str) -> Vec<crate::frontend::loops::Cond> {
+        let tree = crate::frontend::python::parse(src).expect("parses");
+        let mut w = super::Walker::new(src);
+        w.value_model = true;
+        w.loop_model = true;
+        w.walk(&tree);
+        w.conds
+    }
+
     #[test]
     fn checkpointing_is_on_in_the_arm_its_test_says() {
-        assert!(super::checkpointing_arm(
-            "args.gradient_checkpointing",
-            true
-        ));
-        assert!(!super::checkpointing_arm(
-            "args.gradient_checkpointing",
-            false
-        ));
-        assert!(!super::checkpointing_arm("not use_ckpt", true));
-        assert!(super::checkpointing_arm("not use_ckpt", false));
-        assert!(super::checkpointing_arm(
-            "(cfg.use_checkpoint and fits)",
-            true
-        ));
-        assert!(!super::checkpointing_arm(
-            "cfg.use_checkpoint and fits",
-            false
-        ));
-        assert!(!super::checkpointing_arm(
-            "cfg.use_checkpoint or tiny",
-            true
-        ));
-        assert!(!super::checkpointing_arm(
-            "use_checkpointing == False",
-            true
-        ));
+        let on = |test: &str| {
+            let src = format!("if {test}:\n    a = 1\nelse:\n    b = 2\n");
+            conds(&src)[0].checkpointing
+        };
+        assert_eq!(on("args.gradient_checkpointing"), [true, false]);
+        assert_eq!(on("not use_checkpointing"), [false, true]);
+        assert_eq!(on("(cfg.use_checkpointing and fits)"), [true, false]);
+        // Either side of `or` may be what holds; its `else:` holds neither.
+        assert_eq!(on("cfg.use_checkpointing or tiny"), [false, false]);
+        assert_eq!(on("not cfg.checkpointing or tiny"), [false, true]);
+        assert_eq!(on("use_checkpointing == False"), [false, true]);
+        assert_eq!(on("cfg.recompute is not None"), [true, false]);
+        assert_eq!(on("tiny"), [false, false]);
+    }
+
+    #[test]
+    fn a_sync_test_is_read_through_negations_and_conjunctions() {
+        let sync = |test: &str| conds(&format!("if {test}:\n    a = 1\n"))[0].sync;
+        assert_eq!(sync("accelerator.sync_gradients"), Some(true));
+        assert_eq!(sync("not accelerator.sync_gradients"), Some(false));
+        assert_eq!(sync("clip and accelerator.sync_gradients"), Some(true));
+        assert_eq!(sync("accelerator.sync_gradients == False"), Some(false));
+        assert_eq!(sync("clip or accelerator.sync_gradients"), None);
     }
 }

@@ -210,7 +210,7 @@ impl Walker<'_> {
             if child.id() == top.id() {
                 break;
             }
-            let (test, arm_polarity) = match parent.ty() {
+            let (test, taken) = match parent.ty() {
                 "if_statement" | "elif_clause"
                     if parent.field("consequence").map(|c| c.id()) == Some(child.id()) =>
                 {
@@ -226,7 +226,7 @@ impl Walker<'_> {
                 ),
                 _ => (None, true),
             };
-            if test.and_then(|t| self.sync_test(t, true)) == Some(arm_polarity) {
+            if test.and_then(|t| self.arm_holds(t, taken, &Self::syncs)) == Some(true) {
                 return true;
             }
             child = parent;

@@ -1050,8 +1050,10 @@ impl<'s> Walker<'s> {
                 Frame::Branch(c, taken) => match self.cond_spans.get(*c) {
                     Some((_, span)) => {
                         let mut topics = self.topics(span);
-                        let test = self.src.get(span.clone()).unwrap_or("");
-                        topics.checkpointing &= conditions::checkpointing_arm(test, *taken);
+                        topics.checkpointing = self
+                            .conds
+                            .get(*c)
+                            .is_some_and(|cond| cond.checkpointing[usize::from(!taken)]);
                         t.union(topics)
                     }
                     None => t,
