@@ -81,7 +81,7 @@ impl Rule for MissingGradientTerm {
             };
             if parts::part_of_larger(cx, f)
                 || parts::stored(cx, f)
-                || parts::charged_later(cx, f, Role::Grads)
+                || parts::charged_elsewhere(cx, f, Role::Grads)
                 || reported.contains(&weights.symbol_span)
             {
                 continue;

@@ -226,59 +226,15 @@ pub fn stored(cx: &Checker<'_>, f: &Formula) -> bool {
     same_terms(cx, f).any(|g| super::states::target(g).is_some_and(names_storage))
 }
 
-/// A remainder (`left = gpu - weights - states`) that a statement of its block reduces by a
-/// term of `role` (`if left - max(prefetch, grads_mem) < 0:`): the term is charged there.
-pub fn charged_later(cx: &Checker<'_>, f: &Formula, role: Role) -> bool {
-    let file = cx.file;
-    // The name assigned, or the remainder compared (`if left < 0:`, `if left - act < 0:`).
-    let compared = file.slice(&f.span).trim();
-    let leading = compared
-        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-        .next()
-        .filter(|w| !w.is_empty() && !w.starts_with(|c: char| c.is_ascii_digit()));
-    let Some(target) = super::states::target(f).or(leading) else {
-        return false;
-    };
-    let indent = file.indent_at(f.span.start).len();
-    let words = |line: &str| {
-        line.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-            .filter(|w| !w.is_empty())
-            .map(|w| w.to_string())
-            .collect::<Vec<_>>()
-    };
-    let in_block = |line: usize| {
-        let text = file.line_text(line);
-        let body = text.trim_start();
-        body.is_empty() || body.starts_with('#') || text.len() - body.len() >= indent
-    };
-    // The block the formula is written in: up to its first line, then down to its end.
-    let mut line = file.lines.line_of(f.span.start.min(file.text.len()));
-    while line > 0 && in_block(line - 1) {
-        line -= 1;
-    }
-    let count = file.lines.line_count();
-    while line < count && in_block(line) {
-        let body = file.line_text(line).trim_start();
-        line += 1;
-        let seen = words(body);
-        if !seen.iter().any(|w| w == target) || !body.contains('-') {
-            continue;
-        }
-        // The statement may run over the lines below it (an open bracket).
-        let mut statement = seen;
-        let depth =
-            |t: &str| t.matches(['(', '[']).count() as i64 - t.matches([')', ']']).count() as i64;
-        let mut open = depth(body);
-        let mut next = line;
-        while open > 0 && next < count {
-            let more = file.line_text(next);
-            open += depth(more);
-            statement.extend(words(more));
-            next += 1;
-        }
-        if statement.iter().any(|w| crate::expr::role_of(w) == role) {
-            return true;
-        }
-    }
-    false
+/// A remainder (`left = gpu - weights - states`) that another formula of its function reduces
+/// by a term of `role` (`if left - max(prefetch, grads_mem) < 0:`): the term is charged there.
+pub fn charged_elsewhere(cx: &Checker<'_>, f: &Formula, role: Role) -> bool {
+    let mine = keys(f);
+    !mine.is_empty()
+        && cx.facts.formulas.iter().any(|g| {
+            g.scope == f.scope
+                && g.span != f.span
+                && g.lin.saw(role)
+                && mine.iter().all(|k| keys(g).contains(k))
+        })
 }

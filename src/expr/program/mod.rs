@@ -714,9 +714,13 @@ impl Valuer<'_, '_> {
             },
             Node::Extreme(args) => {
                 let lins: Vec<Lin> = args.iter().filter_map(|a| scalar(*a)).collect();
-                let mut varying = lins.into_iter().filter(|l| !l.is_constant());
-                match (varying.next(), varying.next()) {
-                    (Some(one), None) => one,
+                let varying: Vec<&Lin> = lins.iter().filter(|l| !l.is_constant()).collect();
+                match varying[..] {
+                    [one] => one.clone(),
+                    // `max(grads, 0.05 * gpu)`: at least each of its parts, whose roles it keeps.
+                    _ if lins.len() == args.len() => {
+                        Lin::opaque(text, span, &lins.iter().collect::<Vec<_>>())
+                    }
                     _ => opaque(text, span),
                 }
             }
