@@ -449,12 +449,9 @@ pub fn billions_suffix(name: &str) -> bool {
     let Some((head, tail)) = last.rsplit_once('_') else {
         return false;
     };
-    const ELSE: [&str; 8] = [
-        "batch", "seq", "token", "step", "sample", "layer", "lr", "flop",
-    ];
     matches!(tail, "b" | "bn" | "billion" | "billions")
         && head.len() > 1
-        && !ELSE.iter().any(|w| head.contains(w))
+        && !counts_something_else(head)
         && !names_memory_unit(&last)
 }
 
@@ -552,12 +549,18 @@ const COUNT_BY_USE_MIN: f64 = 5e7;
 /// else of it (`largest_layer_params`, `LARGEST` and `train_tokens` count something else;
 /// `n_total` is a total of something, in no unit of memory; `scratch_bytes` is an amount of
 /// memory). A unit (`GB = 1e9`, `GIB = 2**30`) is a power of 1000 or 1024, never a count.
-pub fn may_count_by_use(name: &str, value: f64) -> bool {
-    // (`largest`: the largest layer or tensor, a part of the model.)
-    const ELSE: [&str; 11] = [
-        "param", "layer", "token", "sample", "step", "flop", "elem", "vocab", "seq", "row",
+/// A name that counts something other than the model's parameters: batches, tokens, steps,
+/// a layer or the largest tensor (a part of the model), a learning rate.
+fn counts_something_else(name: &str) -> bool {
+    const ELSE: [&str; 12] = [
+        "batch", "seq", "token", "step", "sample", "layer", "lr", "flop", "elem", "vocab", "row",
         "largest",
     ];
+    let name = name.to_ascii_lowercase();
+    ELSE.iter().any(|w| name.contains(w))
+}
+
+pub fn may_count_by_use(name: &str, value: f64) -> bool {
     let unit_power = || {
         [1000.0_f64, 1024.0].iter().any(|base| {
             let k = value.ln() / base.ln();
@@ -570,7 +573,9 @@ pub fn may_count_by_use(name: &str, value: f64) -> bool {
         && !unit_power()
         // `_MAX_IMAGE_BYTES`, `scratch_mb`: an amount of memory, whatever it sizes.
         && !names_memory_unit(name)
-        && !ELSE.iter().any(|w| name.to_ascii_lowercase().contains(w))
+        // A name with `param` in it says what it counts: its role is read from it.
+        && !name.to_ascii_lowercase().contains("param")
+        && !counts_something_else(name)
         // `n_total`: a total of something that is no memory unit.
         && matches!(role_of(name), Role::Unknown | Role::Total)
 }

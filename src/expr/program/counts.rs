@@ -17,7 +17,15 @@ impl Valuer<'_, '_> {
         span: Range<usize>,
     ) -> Lin {
         let (cx, cy) = (self.counted(a, &x, &y), self.counted(b, &y, &x));
-        binary("*", cx.unwrap_or(x), cy.unwrap_or(y), text, span)
+        let (x, y) = (cx.unwrap_or(x), cy.unwrap_or(y));
+        // `self.n_params * self.weight_bytes`, both known: a count times the bytes each of its
+        // parameters takes.
+        let (x, y) = match (bytes_each(&x, &y), bytes_each(&y, &x)) {
+            (Some(v), _) => (Lin::constant(v, None), y),
+            (_, Some(v)) => (x, Lin::constant(v, None)),
+            _ => (x, y),
+        };
+        binary("*", x, y, text, span)
     }
 
     /// A number read through a name that says nothing of it (`N_BASE = 3_212_749_824`), times
@@ -32,23 +40,14 @@ impl Valuer<'_, '_> {
         if let Some(scaled) = self.billions_by_use(id, lin) {
             return Some(scaled);
         }
-        // A number folded in under its name, or one kept as a known symbol (`n_total`, a
-        // total of something).
-        let (name, count) = match lin.terms.as_slice() {
-            // One number as written: a product of dimensions (`152_064 * 5_120`) is a
-            // tensor's size, not a model's.
-            [] if lin
-                .const_literal
-                .as_ref()
-                .is_some_and(|l| is_number(self.p.text(l))) =>
-            {
-                (lin.const_name.as_deref()?, lin.constant)
-            }
-            [t] if t.coef == 1.0 && lin.constant == 0.0 && !t.opaque => {
-                (t.symbol.as_str(), t.value?)
-            }
-            _ => return None,
-        };
+        // One number as written: a product of dimensions (`152_064 * 5_120`) is a tensor's
+        // size, not a model's.
+        let written = |l: &Range<usize>| is_number(self.p.text(l));
+        if lin.terms.is_empty() && !lin.const_literal.as_ref().is_some_and(written) {
+            return None;
+        }
+        let (name, count, _) = named(lin)?;
+        let count = count?;
         may_count_by_use(name, count)
             .then(|| Lin::known(name, self.p.span(id), count).with_role(Role::ParamCount))
     }
@@ -56,15 +55,8 @@ impl Valuer<'_, '_> {
     /// A roleless name whose last segment says billions (`size_b`, `llm_bn`) and that holds a
     /// model's size in billions when its value is known, read as a parameter count.
     fn billions_by_use(&self, id: Id, lin: &Lin) -> Option<Lin> {
-        // A number folded in under its name, or a symbol that may carry one.
-        let (name, value) = match lin.terms.as_slice() {
-            [] => (lin.const_name.as_deref()?, Some(lin.constant)),
-            [t] if t.coef == 1.0 && lin.constant == 0.0 && !t.opaque && t.role == Role::Unknown => {
-                (t.symbol.as_str(), t.value)
-            }
-            _ => return None,
-        };
-        if !billions_suffix(name) {
+        let (name, value, role) = named(lin)?;
+        if role != Role::Unknown || !billions_suffix(name) {
             return None;
         }
         let span = self.p.span(id);
@@ -84,4 +76,26 @@ impl Valuer<'_, '_> {
             ),
         }
     }
+}
+
+/// The name a value is read through, its number when known and its role: a number folded in
+/// under its name (`N_BASE = 3_212_749_824`), or one plain symbol (`n_total`, `size_b`).
+fn named(lin: &Lin) -> Option<(&str, Option<f64>, Role)> {
+    match lin.terms.as_slice() {
+        [] => Some((lin.const_name.as_deref()?, Some(lin.constant), Role::Unknown)),
+        [t] if t.coef == 1.0 && lin.constant == 0.0 && !t.opaque => {
+            Some((t.symbol.as_str(), t.value, t.role))
+        }
+        _ => None,
+    }
+}
+
+/// A name for bytes known to hold a number (`weight_bytes = 4`, `bpp`), multiplied by a
+/// parameter count: that number, the bytes each parameter takes.
+fn bytes_each(lin: &Lin, count: &Lin) -> Option<f64> {
+    let counts = count.terms.len() == 1 && count.terms[0].role == Role::ParamCount;
+    let (name, value, _) = named(lin).filter(|_| counts && !lin.terms.is_empty())?;
+    let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    let bytes = last.split('_').any(|w| matches!(w, "byte" | "bytes" | "bpp"));
+    value.filter(|v| bytes && (1.0..=MAX_BYTES_PER_PARAM).contains(v))
 }
