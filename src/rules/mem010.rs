@@ -164,15 +164,7 @@ fn judge_params(
     let device = device(params);
     // A layer's size is what stays: `largest_layer_params * 4`. Read on the count the term
     // multiplies (its span may be the whole sum it was divided with).
-    let whole_model = |t: &&Term| {
-        t.coef > 0.0
-            && !cx
-                .file
-                .slice(&t.symbol_span)
-                .to_ascii_lowercase()
-                .contains("layer")
-            && !t.symbol.to_ascii_lowercase().contains("layer")
-    };
+    let whole_model = |t: &&Term| t.coef > 0.0 && !t.symbol.to_ascii_lowercase().contains("layer");
     let help = "count the offloaded parameters where they now live (host memory or NVMe); the GPU keeps the layers being computed (DeepSpeed: 4 bytes x the largest layer's parameters)";
     if let Some(t) = f
         .lin
