@@ -68,17 +68,10 @@ pub fn evidence_of<'a>(roots: impl Iterator<Item = &'a Node>) -> Evidence {
             _ => {
                 if let Some(text) = node.scalar_text() {
                     flag_evidence(key, &text, node.span.clone(), &mut ev);
-                    // `dtype: bf16` (torchtune) trains in that dtype; `fp32` keeps fp32 weights.
-                    if matches!(key, "dtype" | "torch_dtype") {
-                        let t = text.to_ascii_lowercase();
-                        let value = match t.trim_start_matches("torch.") {
-                            "bf16" | "bfloat16" | "fp16" | "float16" | "half" => {
-                                Some(Precision::Pure16)
-                            }
-                            "fp32" | "float32" | "float" => Some(Precision::Fp32),
-                            _ => None,
-                        };
-                        if let Some(value) = value {
+                    // `dtype: bf16` (torchtune) trains in that dtype; `fp32` keeps fp32 weights
+                    // (`torch_dtype` is read as a flag is).
+                    if key == "dtype" {
+                        if let Some(value) = super::loaded_dtype(&text.to_ascii_lowercase()) {
                             ev.precision.push(Mention {
                                 value,
                                 span: node.span.clone(),

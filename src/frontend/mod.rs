@@ -174,6 +174,12 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
                 span,
             })
         }
+        // Hugging Face's `--torch_dtype bfloat16` loads the weights in that dtype.
+        "torch_dtype" => {
+            if let Some(value) = loaded_dtype(&v) {
+                ev.precision.push(Mention { value, span })
+            }
+        }
         "precision" if matches!(v.as_str(), "16-true" | "bf16-true") => {
             ev.precision.push(Mention {
                 value: Precision::Pure16,
@@ -197,5 +203,15 @@ pub fn flag_evidence(key: &str, value: &str, span: Range<usize>, ev: &mut Eviden
             ev.sharding.push(span)
         }
         _ => {}
+    }
+}
+
+/// The precision of weights loaded or trained in dtype `v` (lowercase): `bf16`, `torch.float16`,
+/// `fp32`.
+pub fn loaded_dtype(v: &str) -> Option<Precision> {
+    match v.trim_start_matches("torch.") {
+        "bf16" | "bfloat16" | "fp16" | "float16" | "half" => Some(Precision::Pure16),
+        "fp32" | "float32" | "float" => Some(Precision::Fp32),
+        _ => None,
     }
 }

@@ -77,13 +77,14 @@ fn collect<'n>(f: Fid, node: &'n Node, parent: &str, out: &mut Vec<Keyed<'n>>) {
 /// The run's inputs, named by where it starts and what it runs; `None` when nothing gives the
 /// model's size.
 pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
+    // The command line's flags first: they override the configs and the scripts' defaults.
     let mut keyed = Vec::new();
+    collect(run.origin, &run.flags, "", &mut keyed);
     for (f, c) in &run.configs {
         if let Some(root) = files.config(*f, *c) {
             collect(*f, root, "", &mut keyed);
         }
     }
-    collect(run.origin, &run.flags, "", &mut keyed);
     let number = |keys: &[&str]| {
         keyed.iter().find_map(|k| {
             let n = k.node.as_number()?;
@@ -147,7 +148,15 @@ pub(super) fn run_inputs(files: &Files, run: &Run) -> Option<(String, Inputs)> {
     if inputs.shape.is_none() && inputs.params.is_none() {
         return None;
     }
-    inputs.micro_batch = number(MICRO_BATCH_KEYS);
+    // A run's own `batch_size` (torchtune's recipes, nanoGPT's constants, a loader's flag) is
+    // what one step of each process loads, when nothing names the micro-batch.
+    inputs.micro_batch = number(MICRO_BATCH_KEYS).or_else(|| {
+        keyed.iter().find_map(|k| {
+            let n = k.node.as_number()?;
+            (k.key == "batch_size" && k.parent.is_empty() && n >= 1.0 && n.fract() == 0.0)
+                .then(|| Given::new(n as u64, format!("`{}` at {}", k.key, k.at(files))))
+        })
+    });
     inputs.seq_len = number(SEQ_KEYS).or(block.flatten());
     inputs.gradient_accumulation = number(ACCUM_KEYS);
     inputs.gpu_memory = keyed.iter().find_map(|k| {
@@ -276,7 +285,13 @@ fn read_context(files: &Files, cx: &TrainingContext, keyed: &[Keyed<'_>], inputs
         };
         inputs.sharding = sharding.map(|v| Given::new(v, s.at.clone()));
     }
-    if let Some(p) = cx.precisions.first() {
+    // Weights loaded in 16 bits stay so under a trainer's autocast flag (`--bf16`).
+    let precision = cx
+        .precisions
+        .iter()
+        .find(|p| p.value == Precision::Pure16)
+        .or(cx.precisions.first());
+    if let Some(p) = precision {
         let v = match p.value {
             Precision::Fp32 => est::Precision::Fp32,
             Precision::Amp => est::Precision::Bf16Mixed,

@@ -81,20 +81,18 @@ impl<'s> Walker<'s> {
                 &mut self.facts.evidence,
             );
         }
-        // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights'.
-        let in_autocast = || self.callee_ends_with(node, "autocast");
-        if matches!(key, "torch_dtype" | "dtype")
-            && (v.contains("bfloat16") || v.contains("float16"))
-            && !in_autocast()
-        {
+        // `torch.autocast(..., dtype=torch.bfloat16)` picks the compute dtype, not the weights';
+        // a string given to `torch_dtype=` was read above, as a flag.
+        let dtype = matches!(key, "torch_dtype" | "dtype")
+            && !(key == "torch_dtype" && value.ty() == "string");
+        let loaded = if v.contains("bfloat16") || v.contains("float16") {
+            Some(Precision::Pure16).filter(|_| !self.callee_ends_with(node, "autocast"))
+        } else {
+            Some(Precision::Fp32).filter(|_| v.ends_with("float32"))
+        };
+        if let Some(value) = loaded.filter(|_| dtype) {
             self.facts.evidence.precision.push(Mention {
-                value: Precision::Pure16,
-                span: node.byte_range(),
-            });
-        }
-        if matches!(key, "torch_dtype" | "dtype") && v.ends_with("float32") {
-            self.facts.evidence.precision.push(Mention {
-                value: Precision::Fp32,
+                value,
                 span: node.byte_range(),
             });
         }
