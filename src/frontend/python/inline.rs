@@ -141,6 +141,11 @@ impl<'s> Walker<'s> {
                             None => *in_helper = site.is_some(),
                         }
                     }
+                    if let (Some(s), CallKind::Unscale { key }) = (site, &mut ev.kind) {
+                        // `scaler.unscale_(optimizer)` in `clip(model, adam, scaler)` unscales
+                        // `adam`: told apart from other optimizers by what the caller passed.
+                        *key = rename_names(key, &s.names);
+                    }
                     if let (Some(s), Some(order)) = (site, order) {
                         ev.ctx = e.ctx.inside(&s.ctx);
                         ev.order = order;
@@ -168,6 +173,16 @@ impl<'s> Walker<'s> {
                         .iter()
                         .map(|(k, p, ..)| (k.clone(), self.resolve(p, env, 0)))
                         .collect();
+                    let params = &self.scopes[target].params;
+                    let names = params
+                        .iter()
+                        .filter_map(|p| {
+                            let (_, text) = handed(inv, params, p)?;
+                            let text: String = text.split_whitespace().collect();
+                            let text = site.map_or(text.clone(), |s| rename_names(&text, &s.names));
+                            Some((p.clone(), text))
+                        })
+                        .collect();
                     let inner = Site {
                         ctx: match site {
                             Some(s) => inv.ctx.inside(&s.ctx),
@@ -176,8 +191,8 @@ impl<'s> Walker<'s> {
                         order: order.unwrap_or((inv.call.start, 0)),
                         call: inv,
                         outer: site.map_or(inv, |s| s.outer),
+                        names,
                     };
-                    let params = &self.scopes[target].params;
                     self.expand(
                         target,
                         Some((params, &args)),
@@ -202,6 +217,32 @@ struct Site<'a> {
     call: &'a Invoke,
     /// The call in the code being analysed that led here.
     outer: &'a Invoke,
+    /// The helper's parameters and the arguments they were given, as the code being analysed
+    /// names them (without spaces).
+    names: Vec<(String, String)>,
+}
+
+/// `text` with each name that `names` binds replaced by what it is bound to; attributes
+/// (`.optimizer`) keep their names.
+fn rename_names(text: &str, names: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_alphabetic() || c == '_') {
+        let (before, word) = rest.split_at(start);
+        out.push_str(before);
+        let end = word
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(word.len());
+        let name = &word[..end];
+        let attribute = out.ends_with('.');
+        match names.iter().find(|(p, _)| p == name) {
+            Some((_, given)) if !attribute => out.push_str(given),
+            _ => out.push_str(name),
+        }
+        rest = &word[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `prov` with each divisor `rename` knows replaced by what it returns.
@@ -226,4 +267,23 @@ fn handed(
 ) -> Option<(std::ops::Range<usize>, String)> {
     given_for(params, &call.args, |(k, ..)| k.as_deref(), name)
         .map(|(_, _, span, text)| (span.clone(), text.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_renamed_but_attributes_keep_theirs() {
+        let names = vec![
+            ("optimizer".to_string(), "adam".to_string()),
+            ("scaler".to_string(), "self.scaler".to_string()),
+        ];
+        assert_eq!(
+            super::rename_names("scaler.unscale_(optimizer)", &names),
+            "self.scaler.unscale_(adam)"
+        );
+        assert_eq!(
+            super::rename_names("amp.unscale_(self.optimizer)", &names),
+            "amp.unscale_(self.optimizer)"
+        );
+    }
 }
