@@ -174,7 +174,18 @@ impl Walker<'_> {
                 (false, true) if !divides => Some(a),
                 _ => None,
             };
-            if let Some(n) = other.filter(|n| matches!(n.ty(), "identifier" | "attribute")) {
+            // A count named or written in place (`updates / (len(loader) * epochs)`).
+            let count = |n: &Node| {
+                matches!(
+                    n.ty(),
+                    "identifier"
+                        | "attribute"
+                        | "parenthesized_expression"
+                        | "binary_operator"
+                        | "call"
+                )
+            };
+            if let Some(n) = other.filter(count).map(super::super::unparen) {
                 out.push(CounterUse {
                     counter: counter.to_string(),
                     count: n.byte_range(),
