@@ -677,8 +677,19 @@ fn check_sums(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
     {
         return;
     }
+    // With every parameter training, those that require gradients are all of them
+    // (`sum(p.numel() for p in model.parameters() if p.requires_grad)`).
+    let all_train = super::parts::trainable_fraction(cx).is_none();
     let mut reported: Vec<std::ops::Range<usize>> = Vec::new();
     for f in cx.facts.formulas.iter().filter(|f| !f.inference) {
+        let whole;
+        let f = match all_train {
+            true => {
+                whole = super::parts::whole_model(f);
+                &whole
+            }
+            false => f,
+        };
         let Some((w, g, states)) = model_states(&f.lin.terms) else {
             continue;
         };
