@@ -929,6 +929,9 @@ def named(path, name):
         return Model
     if name in ("save", "manual_seed", "set_seed"):
         return lambda *a, **k: None
+    # A config file read by a library (`yaml.safe_load(open(path))`): the run's settings.
+    if path.split(".")[0] in ("yaml", "toml", "tomli") and name in ("safe_load", "load", "full_load"):
+        return lambda *a, **k: knob("config")
     return Anything(f"{path}.{name}")
 
 
