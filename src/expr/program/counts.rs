@@ -82,7 +82,11 @@ impl Valuer<'_, '_> {
 /// under its name (`N_BASE = 3_212_749_824`), or one plain symbol (`n_total`, `size_b`).
 fn named(lin: &Lin) -> Option<(&str, Option<f64>, Role)> {
     match lin.terms.as_slice() {
-        [] => Some((lin.const_name.as_deref()?, Some(lin.constant), Role::Unknown)),
+        [] => Some((
+            lin.const_name.as_deref()?,
+            Some(lin.constant),
+            Role::Unknown,
+        )),
         [t] if t.coef == 1.0 && lin.constant == 0.0 && !t.opaque => {
             Some((t.symbol.as_str(), t.value, t.role))
         }
@@ -96,6 +100,8 @@ fn bytes_each(lin: &Lin, count: &Lin) -> Option<f64> {
     let counts = count.terms.len() == 1 && count.terms[0].role == Role::ParamCount;
     let (name, value, _) = named(lin).filter(|_| counts && !lin.terms.is_empty())?;
     let last = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
-    let bytes = last.split('_').any(|w| matches!(w, "byte" | "bytes" | "bpp"));
+    let bytes = last
+        .split('_')
+        .any(|w| matches!(w, "byte" | "bytes" | "bpp"));
     value.filter(|v| bytes && (1.0..=MAX_BYTES_PER_PARAM).contains(v))
 }
