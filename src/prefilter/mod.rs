@@ -573,6 +573,10 @@ mod tests {
         assert!(yes("n = model.num_parameters()\nneed_gb = 16 * n / 1e9\n"));
         assert!(!yes("n = model.num_parameters()\nflops = 6 * tokens * n\n"));
         assert!(yes("PARAMS_B = 8\nprint(PARAMS_B * 16, 'GB')\n"));
+        // The library bitsandbytes is no unit of memory.
+        assert!(!yes(
+            "if is_bitsandbytes_available():\n    scale = lora_B.weight * 2\n"
+        ));
         // A memory function's count parameter, near memory arithmetic.
         assert!(yes(
             "def train_mem_gb(P, bpp=2):\n    return P * bpp / 1e9\n"
