@@ -319,7 +319,13 @@ impl Lin {
             .filter(|p| p.is_component());
         let first = parts.next();
         let mixed = parts.any(|p| Some(p) != first);
-        let several = (has(Role::Trainable) && has(Role::ParamCount)) || mixed;
+        // One part is sharded one way: terms divided by different device counts (weights kept
+        // whole beside states divided over the data-parallel ranks) are several parts.
+        let uneven = self
+            .terms
+            .windows(2)
+            .any(|w| w[0].device_divisors != w[1].device_divisors);
+        let several = (has(Role::Trainable) && has(Role::ParamCount)) || mixed || uneven;
         if name_role.is_component() && !several {
             for t in &mut self.terms {
                 t.part = name_role;

@@ -98,8 +98,9 @@ impl Rule for ShardingDivisor {
             // The stage read from this function's name holds for this formula only.
             let by_name = f.stages.is_none() && facts.and_then(|s| s.named_stage()).is_some();
             // Terms a function that tests the stage wrote (`_estimate(stage=1)` under
-            // `if stage >= 1:`) are judged there, under its tests.
-            if by_name && written_under_stage_tests(cx, f) {
+            // `if stage >= 1:`, a calculator called with the stage) are judged there, under
+            // its tests.
+            if f.stages.is_none() && written_under_stage_tests(cx, f) {
                 continue;
             }
             if let Some(d) = judge(cx, f, sharding, &why) {

@@ -227,7 +227,14 @@ impl Valuer<'_, '_> {
     /// once for each (and once as written). Call sites inside other helpers are valued for
     /// each of their callers' frames in turn.
     pub fn frames(&self, function: usize) -> Vec<Frame> {
-        self.frames_at(function, 1)
+        // The frames are kept by function, at the depth they were first worked out at (from a
+        // caller's, deeper): the helper's own formulas are valued from the top, every call
+        // under them with the same depth left.
+        let mut frames = self.frames_at(function, 1);
+        for f in &mut frames {
+            f.depth = 1;
+        }
+        frames
     }
 
     pub(super) fn frames_at(&self, function: usize, depth: u8) -> Vec<Frame> {

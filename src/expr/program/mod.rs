@@ -326,6 +326,9 @@ impl<'s> Program<'s> {
     /// What a statement said `name` holds, in `scope` or the nearest enclosing scope that said
     /// it (a function reads the module's `P = 7e9` as the module does).
     fn role_in(&self, scope: usize, name: &str) -> Option<(Role, f64)> {
+        if self.counted_field(scope, name) {
+            return Some((Role::ParamCount, 1.0));
+        }
         let mut cur = Some(scope);
         while let Some(s) = cur {
             if let Some(r) = self.roles.get(&(s, name)) {
@@ -338,6 +341,27 @@ impl<'s> Program<'s> {
             cur = self.scopes.get(s).and_then(|d| d.parent);
         }
         None
+    }
+
+    /// In a method for memory (`def zero1_gb(self)`), a field of the instance with a count's
+    /// name (`self.params`, `self.n`) is the parameter count it sizes, as a parameter so named
+    /// is in a function (see [`Program::count_roles`]).
+    fn counted_field(&self, scope: usize, name: &str) -> bool {
+        let Some(field) = name.strip_prefix("self.") else {
+            return false;
+        };
+        let Some(def) = self.scopes.get(scope) else {
+            return false;
+        };
+        let method = def
+            .parent
+            .and_then(|p| self.scopes.get(p))
+            .is_some_and(|p| p.is_class);
+        method
+            && !field.contains('.')
+            && sizes_memory(def.name)
+            && counts_parameters(field)
+            && !self.bindings.contains_key(&(scope, name))
     }
 
     pub fn span(&self, id: Id) -> Range<usize> {

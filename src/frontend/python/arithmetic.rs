@@ -256,6 +256,28 @@ impl<'s> Walker<'s> {
             .name_role(scope, self.text(count), Role::Model, 1.0 / bytes);
     }
 
+    /// The calls a test is made of (`if not fits(w, act, cap):`, `while need(b) and ok(b):`)
+    /// are valued, so a helper called only in tests is valued with their arguments. A
+    /// comparison values its own sides.
+    pub(super) fn value_tested_calls(&mut self, statement: Node) {
+        let mut test = statement.field("condition");
+        let mut pending = Vec::new();
+        while let Some(node) = test.take().or_else(|| pending.pop()) {
+            match node.ty() {
+                "call" => {
+                    self.value_of(node, 0);
+                }
+                "not_operator" => test = node.field("argument"),
+                "parenthesized_expression" => test = node.named_child(0),
+                "boolean_operator" => {
+                    pending.extend(node.field("right"));
+                    test = node.field("left");
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub(super) fn comparison(&mut self, node: Node) {
         let mut cur = node.walk();
         let kids: Vec<Node> = node.children(&mut cur).collect();

@@ -625,6 +625,9 @@ impl<'s> Walker<'s> {
                         .map(|r| self.text(r).to_string())
                         .unwrap_or_default(),
                 });
+                if node.ty() == "while_statement" && self.value_model {
+                    self.value_tested_calls(node);
+                }
                 self.push(node, Frame::Loop(id));
                 if self.loop_model {
                     self.note_step_bound(node);
@@ -643,6 +646,7 @@ impl<'s> Walker<'s> {
                 }
                 if self.value_model {
                     self.chain_table(node);
+                    self.value_tested_calls(node);
                 }
             }
             "match_statement" if self.value_model => self.match_table(node),
@@ -668,6 +672,9 @@ impl<'s> Walker<'s> {
                     if let Some(cond) = self.cond_of(parent) {
                         self.push(node, Frame::Branch(cond, false));
                     }
+                }
+                if node.ty() == "elif_clause" && self.value_model {
+                    self.value_tested_calls(node);
                 }
             }
             "with_statement" => {
