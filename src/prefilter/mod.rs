@@ -10,7 +10,7 @@
 //! - the training-loop rules (GA001-GA006, GA008, GA009) need an attribute call named exactly `step`
 //!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
-//!   return divided by `accumulate_grad_batches`; GA008's second `unscale_` and GA009's
+//!   return divided by `accumulate_grad_batches` or by a factor named for accumulation; GA008's second `unscale_` and GA009's
 //!   backward-only `no_sync()` and late `require_backward_grad_sync` are read only in a file
 //!   whose walk saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
@@ -492,7 +492,7 @@ impl Scan<'_> {
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
     /// compares the text after the callee's last `.`) with a `backward`, a `manual_backward` or a
     /// gradient clip, or an `accelerator.accumulate(` block, or a Lightning return divided by
-    /// `accumulate_grad_batches`.
+    /// `accumulate_grad_batches` or by a factor named for accumulation.
     fn training_loop(&self) -> bool {
         let attribute = |word: &memchr::memmem::Finder| {
             let len = word.needle().len();
@@ -510,8 +510,19 @@ impl Scan<'_> {
                 && has!(self.lower, b"scaler")
                 && !has!(self.lower, b"unscale_")
         };
+        // A `LightningModule` subclass's `training_step` returning a loss divided by a factor
+        // named for accumulation (`/ ACCUMULATE_EVERY`, a constant a Trainer elsewhere is given).
+        let lightning_division = || {
+            has!(self.bytes, b"training_step")
+                && has!(self.bytes, b"LightningModule")
+                && memchr::memchr(b'/', self.bytes).is_some()
+                && (has!(self.lower, b"accum")
+                    || has!(self.lower, b"grad_acc")
+                    || has!(self.lower, b"gas"))
+        };
         self.has(Word::AccumulateGradBatches)
             || has!(self.lower, b".accumulate(")
+            || lightning_division()
             || ((backward || scaled_clip())
                 && (attribute(finder!(b".step")) || attribute(finder!(b".optimizer_step"))))
     }
@@ -535,6 +546,9 @@ mod tests {
         assert!(!yes("loss.backward()\n"));
         assert!(!yes("loss.Backward()\nopt.steps()\n"));
         assert!(yes("return loss / self.trainer.accumulate_grad_batches\n"));
+        assert!(yes(
+            "class M(LightningModule):\n    def training_step(self, batch, i):\n        return self.loss(batch) / ACCUMULATE_EVERY\n"
+        ));
         assert!(yes("x = 1  # noqa: MEM001\n"));
         assert!(yes("free_gib = free / 1e9\n"));
         // MEM004 needs decimal and binary units to meet.

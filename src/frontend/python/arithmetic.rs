@@ -260,6 +260,10 @@ impl<'s> Walker<'s> {
     /// are valued, so a helper called only in tests is valued with their arguments. A
     /// comparison values its own sides.
     pub(super) fn value_tested_calls(&mut self, statement: Node) {
+        if !self.value_model {
+            return;
+        }
+        // A `for` or an `else` tests nothing.
         let mut test = statement.field("condition");
         let mut pending = Vec::new();
         while let Some(node) = test.take().or_else(|| pending.pop()) {

@@ -625,9 +625,7 @@ impl<'s> Walker<'s> {
                         .map(|r| self.text(r).to_string())
                         .unwrap_or_default(),
                 });
-                if node.ty() == "while_statement" && self.value_model {
-                    self.value_tested_calls(node);
-                }
+                self.value_tested_calls(node);
                 self.push(node, Frame::Loop(id));
                 if self.loop_model {
                     self.note_step_bound(node);
@@ -646,8 +644,8 @@ impl<'s> Walker<'s> {
                 }
                 if self.value_model {
                     self.chain_table(node);
-                    self.value_tested_calls(node);
                 }
+                self.value_tested_calls(node);
             }
             "match_statement" if self.value_model => self.match_table(node),
             "list" | "tuple"
@@ -673,9 +671,7 @@ impl<'s> Walker<'s> {
                         self.push(node, Frame::Branch(cond, false));
                     }
                 }
-                if node.ty() == "elif_clause" && self.value_model {
-                    self.value_tested_calls(node);
-                }
+                self.value_tested_calls(node);
             }
             "with_statement" => {
                 let items = node
