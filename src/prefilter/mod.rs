@@ -10,9 +10,9 @@
 //! - the training-loop rules (GA001-GA006, GA008, GA009) need an attribute call named exactly `step`
 //!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
-//!   return divided by `accumulate_grad_batches` or by a factor named for accumulation; GA008's second `unscale_` and GA009's
-//!   backward-only `no_sync()` and late `require_backward_grad_sync` are read only in a file
-//!   whose walk saw a backward and a step;
+//!   return divided by `accumulate_grad_batches` or by a factor named for accumulation; GA008's
+//!   second `unscale_` and GA009's backward-only `no_sync()` and late
+//!   `require_backward_grad_sync` are read only in a file whose walk saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or the word GiB or MiB (a name, a helper, a label); every way to write a
 //!   divisor as literals contains one of `DIVISORS`;

@@ -227,25 +227,22 @@ impl Valuer<'_, '_> {
     /// once for each (and once as written). Call sites inside other helpers are valued for
     /// each of their callers' frames in turn.
     pub fn frames(&self, function: usize) -> Vec<Frame> {
-        // The frames are kept by function, at the depth they were first worked out at (from a
-        // caller's, deeper): the helper's own formulas are valued from the top, every call
-        // under them with the same depth left.
-        let mut frames = self.frames_at(function, 1);
-        for f in &mut frames {
-            f.depth = 1;
-        }
-        frames
+        self.frames_at(function, 1)
     }
 
     pub(super) fn frames_at(&self, function: usize, depth: u8) -> Vec<Frame> {
         if depth > MAX_CALL_DEPTH || !self.p.is_function(function) {
             return Vec::new();
         }
-        if let Some(known) = self.frames.borrow().get(&function) {
+        // Kept by depth too: frames first worked out for a caller's, deeper, leave fewer calls
+        // to value under them than the helper's own formulas have.
+        if let Some(known) = self.frames.borrow().get(&(function, depth)) {
             return known.clone();
         }
         // Recursion finds no frame while its own are worked out.
-        self.frames.borrow_mut().insert(function, Vec::new());
+        self.frames
+            .borrow_mut()
+            .insert((function, depth), Vec::new());
         let mut out: Vec<Frame> = Vec::new();
         let calls = self.calls_to(function);
         for &c in calls {
@@ -276,7 +273,9 @@ impl Valuer<'_, '_> {
                 ));
             }
         }
-        self.frames.borrow_mut().insert(function, out.clone());
+        self.frames
+            .borrow_mut()
+            .insert((function, depth), out.clone());
         out
     }
 

@@ -605,7 +605,7 @@ pub struct Valuer<'p, 's> {
     memo: RefCell<HashMap<(Id, usize), (Value, usize)>>,
     busy: RefCell<Vec<Id>>,
     depth: Cell<usize>,
-    frames: RefCell<HashMap<usize, Vec<Frame>>>,
+    frames: RefCell<HashMap<(usize, u8), Vec<Frame>>>,
     /// The calls of each function, in the program's order, each callee resolved once.
     call_index: OnceCell<HashMap<usize, Vec<Id>>>,
     /// Attributes and fields worked out, by where they are bound and the alternative read
