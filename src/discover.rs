@@ -14,6 +14,9 @@ use std::sync::Mutex;
 pub struct Candidate {
     pub path: PathBuf,
     pub language: Language,
+    /// Read only for the context it gives the files linted (a launcher or a config around a
+    /// file named on the command line): never reported on.
+    pub context: bool,
 }
 
 /// A problem with an input path: reported, and the run's exit code becomes 2.
@@ -75,6 +78,7 @@ pub fn discover(
                     f.push(Candidate {
                         path: path.clone(),
                         language,
+                        context: false,
                     });
                 }
             }
@@ -125,6 +129,7 @@ pub fn discover(
                                     f.push(Candidate {
                                         path: e.path().to_path_buf(),
                                         language,
+                                        context: false,
                                     });
                                 }
                             }
@@ -173,6 +178,43 @@ fn walk_error(err: &ignore::Error) -> (Option<PathBuf>, String) {
         },
         _ => (None, err.to_string()),
     }
+}
+
+/// Launchers and configs that give a file its project: the shell scripts and
+/// JSON, YAML and TOML files beside its name and in the folders above it, up to the repository
+/// root (a folder holding `.git`) or the current folder. Large files and more than a few hundred
+/// are left out, as the Language Server leaves them out.
+pub fn neighbours(abs: &Path, cwd: &Path) -> Vec<PathBuf> {
+    const MAX_FILES: usize = 200;
+    const MAX_BYTES: u64 = 1 << 20;
+    let mut out = Vec::new();
+    for dir in abs.ancestors().skip(1) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            break;
+        };
+        let mut here: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.is_file() && m.len() <= MAX_BYTES)
+            })
+            .map(|e| e.path())
+            .filter(|p| {
+                p != abs
+                    && matches!(
+                        Language::from_path(p),
+                        Some(Language::Shell | Language::Yaml | Language::Json | Language::Toml)
+                    )
+            })
+            .collect();
+        here.sort();
+        out.extend(here);
+        if dir.join(".git").exists() || dir == cwd || !dir.starts_with(cwd) {
+            break;
+        }
+    }
+    out.truncate(MAX_FILES);
+    out
 }
 
 pub fn cwd() -> PathBuf {

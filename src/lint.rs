@@ -127,6 +127,7 @@ pub fn candidates_with(
             candidates.push(Candidate {
                 path: p.clone(),
                 language,
+                context: false,
             });
         }
     }
@@ -139,6 +140,35 @@ pub fn candidates_with(
     keyed.dedup_by(|a, b| a.0 == b.0);
     let candidates: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
     (candidates, errors)
+}
+
+/// Lint `candidates` with the files at `around` (launchers and configs beside them) read for the
+/// context they give, never reported on: a run's launcher and its config still reach a script
+/// named alone.
+pub fn lint_in_context(
+    mut candidates: Vec<Candidate>,
+    errors: Vec<PathError>,
+    around: &[PathBuf],
+    resolver: &Resolver,
+    opts: LintOptions,
+    overlay: &Overlay,
+) -> Run {
+    let cwd = crate::discover::cwd();
+    let named: HashSet<PathBuf> = candidates.iter().map(|c| absolute(&c.path, &cwd)).collect();
+    let around: Vec<PathBuf> = around
+        .iter()
+        .filter(|p| !named.contains(&absolute(p, &cwd)))
+        .cloned()
+        .collect();
+    if !around.is_empty() {
+        let (context, _) = candidates_with(&around, resolver, opts, overlay);
+        candidates.extend(
+            context
+                .into_iter()
+                .map(|c| Candidate { context: true, ..c }),
+        );
+    }
+    lint_candidates(candidates, errors, resolver, opts, overlay)
 }
 
 /// Lint the files [`candidates_with`] found.
@@ -309,6 +339,17 @@ pub fn lint_candidates(
         })
         .collect();
     results.extend(reported);
+    // Files read only for their context are not reported on, nor are problems reading them.
+    let context: HashSet<String> = candidates
+        .iter()
+        .filter(|c| c.context)
+        .map(|c| display_path(&c.path, &cwd))
+        .collect();
+    if !context.is_empty() {
+        results.retain(|r| !context.contains(&r.file.display));
+        errors.retain(|e| !context.contains(&e.path));
+        skipped.retain(|s| !context.contains(&s.path));
+    }
     results.sort_by(|a, b| a.file.display.cmp(&b.file.display));
     errors.sort();
     skipped.sort();
@@ -740,6 +781,7 @@ fn load_bytes(
             file: Arc::new(file),
             facts,
             defaults,
+            reported: !c.context,
         },
         settings,
         deferred,

@@ -563,3 +563,81 @@ fn launcher_context_reaches_the_script() {
         "{out}"
     );
 }
+
+#[test]
+fn a_file_named_alone_keeps_the_context_around_it() {
+    // What a pre-commit hook passes: only the files that changed. The launcher beside the script
+    // runs it under DeepSpeed with a config that does not accumulate, so dividing the loss by
+    // the config's factor (1) is harmless.
+    let script = "import json\nimport deepspeed\n\ndef train(args, model, loader):\n    engine, _, _, _ = deepspeed.initialize(model=model, config=args.deepspeed_config)\n    with open(args.deepspeed_config) as f:\n        gas = json.load(f)[\"gradient_accumulation_steps\"]\n    for batch in loader:\n        loss = engine(batch) / gas\n        engine.backward(loss)\n        engine.step()\n";
+    let dir = project(&[
+        ("train.py", script),
+        (
+            "ds.json",
+            "{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": 1\n}\n",
+        ),
+        (
+            "launch.sh",
+            "#!/bin/bash\ndeepspeed --num_gpus 1 train.py --deepspeed --deepspeed_config ds.json\n",
+        ),
+    ]);
+    let concise = |args: &[&str]| {
+        let mut all = vec![
+            "--isolated",
+            "--select",
+            "ALL",
+            "--output-format",
+            "concise",
+        ];
+        all.extend_from_slice(args);
+        stdout(memlint(dir.path()).args(&all))
+    };
+    // The whole project: the script is clean under the config its launcher names.
+    let (_, whole, _) = concise(&["."]);
+    assert!(!whole.contains("train.py:"), "{whole}");
+    // The script alone: the same verdict, and nothing reported on the files around it.
+    let (code, alone, _) = concise(&["train.py"]);
+    assert_eq!((code, alone.trim()), (0, "All checks passed!"), "{alone}");
+    // The script run alone without that context divides by an unknown factor again.
+    let lone = project(&[("train.py", script)]);
+    let (_, bare, _) =
+        stdout(memlint(lone.path()).args(["--isolated", "--output-format", "concise", "train.py"]));
+    assert!(bare.contains("train.py:10:9: GA002"), "{bare}");
+}
+
+#[test]
+fn a_launcher_or_config_named_alone_is_judged_with_the_other() {
+    let dir = project(&[
+        (
+            "train.py",
+            "import deepspeed\n\ndef main(args, model):\n    engine, _, _, _ = deepspeed.initialize(args=args, model=model)\n",
+        ),
+        (
+            "ds.json",
+            "{\n  \"train_batch_size\": 64,\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": 4\n}\n",
+        ),
+        (
+            "launch.sh",
+            "#!/bin/bash\ndeepspeed --num_gpus 8 train.py --deepspeed --deepspeed_config ds.json\n",
+        ),
+    ]);
+    let concise = |path: &str| {
+        stdout(memlint(dir.path()).args(["--isolated", "--output-format", "concise", path]))
+    };
+    // The config alone: the world size comes from the launcher beside it.
+    let (code, config, _) = concise("ds.json");
+    assert_eq!(code, 1, "{config}");
+    assert!(config.starts_with("ds.json:2:23: BS001 DeepSpeed refuses this batch: train_batch_size 64 != micro batch 4 x accumulation 4 x 8 data-parallel ranks = 128"), "{config}");
+    // The launcher alone: the config is read for context only, so the launcher is where the
+    // finding lands.
+    let (code, launcher, _) = concise("launch.sh");
+    assert_eq!(code, 1, "{launcher}");
+    assert!(
+        launcher.starts_with("launch.sh:2:45: BS001 ds.json: DeepSpeed refuses this batch"),
+        "{launcher}"
+    );
+    assert!(!launcher.contains("\nds.json:"), "{launcher}");
+    // The script alone: nothing of its own to report.
+    let (code, script, _) = concise("train.py");
+    assert_eq!((code, script.trim()), (0, "All checks passed!"));
+}

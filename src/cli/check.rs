@@ -5,6 +5,7 @@
 
 use super::{print_out, show, use_color, Color};
 use crate::diagnostic::Applicability;
+use crate::discover::Candidate;
 use crate::fix;
 use crate::lint::{self, LintOptions, Overlay, Run};
 use crate::report::{self, Format, Tally};
@@ -203,11 +204,32 @@ pub fn check(args: CheckArgs) -> i32 {
     if candidates.is_empty() {
         warn(level, "no files found under the given paths");
     }
-    let run = lint::lint_candidates(candidates, errors, &resolver, opts, &Overlay::new());
+    let run = lint_in_context(candidates, errors, &paths, &resolver, opts);
     if args.add_noqa {
         return add_noqa(&run, level);
     }
     finish(&args, level, run, None)
+}
+
+/// Lint `candidates`, with the launchers and configs around each file named on the command line
+/// read for context (a pre-commit hook names only the files that changed: the launcher that runs
+/// a script, and the config it opens, still give the script its context).
+fn lint_in_context(
+    candidates: Vec<Candidate>,
+    errors: Vec<crate::discover::PathError>,
+    paths: &[PathBuf],
+    resolver: &Resolver,
+    opts: LintOptions,
+) -> Run {
+    let cwd = crate::discover::cwd();
+    let mut around: Vec<PathBuf> = paths
+        .iter()
+        .filter(|p| p.is_file())
+        .flat_map(|p| crate::discover::neighbours(&settings::absolute(p, &cwd), &cwd))
+        .collect();
+    around.sort();
+    around.dedup();
+    lint::lint_in_context(candidates, errors, &around, resolver, opts, &Overlay::new())
 }
 
 /// The name standard input is linted under: `Some` when `-` is the only path (or no path is
@@ -271,54 +293,13 @@ fn check_stdin(
         return 0;
     }
     let overlay: Overlay = [(abs.clone(), text.clone())].into_iter().collect();
-    let mut paths = vec![name.to_path_buf()];
-    paths.extend(neighbours(&abs, &cwd));
-    let mut run = lint::lint_with(&paths, resolver, opts, &overlay);
-    // The project gave the context; only the text read is reported on.
-    let shown = crate::source::display_path(name, &cwd);
-    run.results
-        .retain(|r| settings::absolute(&r.file.path, &cwd) == abs);
-    run.errors.retain(|e| e.path == shown);
-    run.skipped.retain(|s| s.path == shown);
+    // The project gives the context; only the text read is reported on.
+    let (candidates, errors) =
+        lint::candidates_with(&[name.to_path_buf()], resolver, opts, &overlay);
+    let around = crate::discover::neighbours(&abs, &cwd);
+    let mut run = lint::lint_in_context(candidates, errors, &around, resolver, opts, &overlay);
     run.warnings.clear();
     finish(args, level, run, Some(&text))
-}
-
-/// Launchers and configs that give the text read from stdin its project: the shell scripts and
-/// JSON, YAML and TOML files beside its name and in the folders above it, up to the repository
-/// root (a folder holding `.git`) or the current folder. Large files and more than a few hundred
-/// are left out, as the Language Server leaves them out.
-fn neighbours(abs: &Path, cwd: &Path) -> Vec<PathBuf> {
-    const MAX_FILES: usize = 200;
-    const MAX_BYTES: u64 = 1 << 20;
-    let mut out = Vec::new();
-    for dir in abs.ancestors().skip(1) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            break;
-        };
-        let mut here: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| {
-                e.metadata()
-                    .is_ok_and(|m| m.is_file() && m.len() <= MAX_BYTES)
-            })
-            .map(|e| e.path())
-            .filter(|p| {
-                p != abs
-                    && matches!(
-                        Language::from_path(p),
-                        Some(Language::Shell | Language::Yaml | Language::Json | Language::Toml)
-                    )
-            })
-            .collect();
-        here.sort();
-        out.extend(here);
-        if dir.join(".git").exists() || dir == cwd || !dir.starts_with(cwd) {
-            break;
-        }
-    }
-    out.truncate(MAX_FILES);
-    out
 }
 
 /// Apply or show fixes, print the report, and give the exit code. `stdin`: the text read from

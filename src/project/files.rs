@@ -22,6 +22,9 @@ pub struct Unit {
     pub abs: PathBuf,
     /// What the memlint configuration that applies to the file says about the project.
     pub defaults: Defaults,
+    /// Whether the file is reported on; `false` for one read only for the context it gives
+    /// (a config linted only as context counts, for a launcher, as a config not linted).
+    pub reported: bool,
 }
 
 /// A file that a run names and that is not linted, read for its context.

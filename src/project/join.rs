@@ -118,7 +118,10 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
                 let external = run
                     .named
                     .iter()
-                    .filter(|(f, _, _)| matches!(f, Fid::Extra(_)))
+                    .filter(|(f, _, _)| match f {
+                        Fid::Extra(_) => true,
+                        Fid::Unit(c) => !units[*c].reported,
+                    })
                     .filter_map(|(f, c, at)| {
                         Some(ExternalConfig {
                             display: files.file(*f).display.clone(),

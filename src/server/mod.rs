@@ -16,7 +16,7 @@
 mod actions;
 mod documents;
 
-use crate::lint::{lint_with, FileResult, LintOptions, Run};
+use crate::lint::{candidates_with, lint_in_context, FileResult, LintOptions, Run};
 use crate::settings::{CliOverrides, Resolver};
 use crate::source::Language;
 use documents::{uri_to_path, Cell, Documents, Encoding, NotebookDoc, TextDoc};
@@ -503,10 +503,10 @@ impl<'c> Server<'c> {
         }
     }
 
-    /// The files a lint reads: the open ones, and the launchers and configs next to them and in
-    /// the folders above them up to the workspace root (the project a run is joined from).
-    fn lint_paths(&self) -> Vec<PathBuf> {
-        let mut paths: Vec<PathBuf> = self.docs.overlay().into_keys().collect();
+    /// The launchers and configs next to the open files and in the folders above them up to the
+    /// workspace root (the project a run is joined from): read for context, never reported on.
+    fn around_open(&self) -> Vec<PathBuf> {
+        let paths: Vec<PathBuf> = self.docs.overlay().into_keys().collect();
         let mut folders: Vec<PathBuf> = Vec::new();
         for p in &paths {
             for dir in p.ancestors().skip(1) {
@@ -539,18 +539,20 @@ impl<'c> Server<'c> {
         }
         neighbours.sort();
         neighbours.truncate(MAX_NEIGHBOURS);
-        paths.extend(neighbours);
-        paths
+        neighbours
     }
 
     fn lint_now(&mut self) {
         self.stale = false;
         self.lint_at = None;
         let overlay = self.docs.overlay();
-        let paths = self.lint_paths();
+        let open: Vec<PathBuf> = overlay.keys().cloned().collect();
+        let around = self.around_open();
         let resolver = &self.resolver;
         let run = catch_unwind(AssertUnwindSafe(|| {
-            lint_with(&paths, resolver, LintOptions::default(), &overlay)
+            let opts = LintOptions::default();
+            let (candidates, errors) = candidates_with(&open, resolver, opts, &overlay);
+            lint_in_context(candidates, errors, &around, resolver, opts, &overlay)
         }));
         let run: Run = match run {
             Ok(run) => run,
