@@ -104,13 +104,23 @@ pub fn says_upper_bound(cx: &Checker<'_>, f: &Formula) -> bool {
             .iter()
             .any(|w| n.contains(w))
     });
-    let line = cx.file.lines.line_of(f.span.start);
-    let mut text = cx.file.line_text(line).to_ascii_lowercase();
-    // A comment alone on the line above speaks for the formula below it.
-    if let Some(above) = line.checked_sub(1) {
-        let above = cx.file.line_text(above).trim_start();
-        if above.starts_with('#') {
-            text.push_str(&above.to_ascii_lowercase());
+    // The formula's line and the lines that write what it counts (`if need_gb > gpu_gb:`
+    // judges `need_gb = n * 8 / 1e9`, two lines up); a comment alone on the line above one
+    // speaks for it.
+    let mut lines: Vec<usize> = std::iter::once(f.span.start)
+        .chain(counted(f).into_iter().map(|s| s.start))
+        .map(|at| cx.file.lines.line_of(at))
+        .collect();
+    lines.sort_unstable();
+    lines.dedup();
+    let mut text = String::new();
+    for line in lines {
+        text.push_str(&cx.file.line_text(line).to_ascii_lowercase());
+        if let Some(above) = line.checked_sub(1) {
+            let above = cx.file.line_text(above).trim_start();
+            if above.starts_with('#') {
+                text.push_str(&above.to_ascii_lowercase());
+            }
         }
     }
     let written = cx.file.slice(&f.span).to_ascii_lowercase();
