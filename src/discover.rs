@@ -180,40 +180,48 @@ fn walk_error(err: &ignore::Error) -> (Option<PathBuf>, String) {
     }
 }
 
-/// Launchers and configs that give a file its project: the shell scripts and
-/// JSON, YAML and TOML files beside its name and in the folders above it, up to the repository
-/// root (a folder holding `.git`) or the current folder. Large files and more than a few hundred
-/// are left out, as the Language Server leaves them out.
-pub fn neighbours(abs: &Path, cwd: &Path) -> Vec<PathBuf> {
+/// Launchers and configs that give files their project: the shell scripts and JSON, YAML and
+/// TOML files beside each file and in the folders above it, up to the repository root (a folder
+/// holding `.git`) or the current folder, each folder read once. Large files, and more than a
+/// few hundred files beside one file, are left out, as the Language Server leaves them out.
+pub fn neighbours(files: &[PathBuf], cwd: &Path) -> Vec<PathBuf> {
     const MAX_FILES: usize = 200;
     const MAX_BYTES: u64 = 1 << 20;
+    let mut read: std::collections::HashSet<&Path> = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for dir in abs.ancestors().skip(1) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            break;
-        };
-        let mut here: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| {
-                e.metadata()
-                    .is_ok_and(|m| m.is_file() && m.len() <= MAX_BYTES)
-            })
-            .map(|e| e.path())
-            .filter(|p| {
-                p != abs
-                    && matches!(
+    for abs in files {
+        let mut mine = 0;
+        for dir in abs.ancestors().skip(1) {
+            if !read.insert(dir) {
+                break;
+            }
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                break;
+            };
+            let mut here: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    matches!(
                         Language::from_path(p),
                         Some(Language::Shell | Language::Yaml | Language::Json | Language::Toml)
-                    )
-            })
-            .collect();
-        here.sort();
-        out.extend(here);
-        if dir.join(".git").exists() || dir == cwd || !dir.starts_with(cwd) {
-            break;
+                    ) && std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() <= MAX_BYTES)
+                })
+                .collect();
+            here.sort();
+            here.truncate(MAX_FILES - mine);
+            mine += here.len();
+            out.extend(here);
+            if mine == MAX_FILES || dir.join(".git").exists() || dir == cwd || !dir.starts_with(cwd)
+            {
+                break;
+            }
         }
     }
-    out.truncate(MAX_FILES);
+    let named: std::collections::HashSet<&PathBuf> = files.iter().collect();
+    out.retain(|p| !named.contains(p));
+    out.sort();
+    out.dedup();
     out
 }
 

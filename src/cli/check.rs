@@ -222,13 +222,12 @@ fn lint_in_context(
     opts: LintOptions,
 ) -> Run {
     let cwd = crate::discover::cwd();
-    let mut around: Vec<PathBuf> = paths
+    let files: Vec<PathBuf> = paths
         .iter()
         .filter(|p| p.is_file())
-        .flat_map(|p| crate::discover::neighbours(&settings::absolute(p, &cwd), &cwd))
+        .map(|p| settings::absolute(p, &cwd))
         .collect();
-    around.sort();
-    around.dedup();
+    let around = crate::discover::neighbours(&files, &cwd);
     lint::lint_in_context(candidates, errors, &around, resolver, opts, &Overlay::new())
 }
 
@@ -296,7 +295,7 @@ fn check_stdin(
     // The project gives the context; only the text read is reported on.
     let (candidates, errors) =
         lint::candidates_with(&[name.to_path_buf()], resolver, opts, &overlay);
-    let around = crate::discover::neighbours(&abs, &cwd);
+    let around = crate::discover::neighbours(std::slice::from_ref(&abs), &cwd);
     let mut run = lint::lint_in_context(candidates, errors, &around, resolver, opts, &overlay);
     run.warnings.clear();
     finish(args, level, run, Some(&text))
