@@ -401,9 +401,15 @@ fn invalid_configs(
 ) -> (Vec<FileResult>, Vec<String>) {
     let mut reported = Vec::new();
     let mut linted: Vec<PathBuf> = Vec::new();
+    // A config read only for context is not linted: where a run reaches it, it is a warning.
+    let mut around: Vec<PathBuf> = Vec::new();
     for c in invalid {
         let abs = absolute(&c.path, cwd);
         if outside.binary_search(&abs).is_err() {
+            continue;
+        }
+        if c.context {
+            around.push(abs);
             continue;
         }
         linted.push(abs.clone());
@@ -413,7 +419,7 @@ fn invalid_configs(
     }
     let mut warnings = Vec::new();
     for p in outside {
-        let unread = matches!(context.get(p), Some(None));
+        let unread = matches!(context.get(p), Some(None)) || around.contains(p);
         let config = matches!(
             Language::from_path(p),
             Some(Language::Yaml | Language::Json | Language::Toml)

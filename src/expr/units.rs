@@ -67,6 +67,9 @@ impl Conversion {
         at: Range<usize>,
         operand: Option<(String, Range<usize>)>,
     ) -> Option<Conversion> {
+        if let Some(c) = old.and_then(|c| c.between_units(1.0 / by, &at)) {
+            return Some(c);
+        }
         if !by.is_finite() || by <= 1.0 {
             return old.cloned();
         }
@@ -101,6 +104,9 @@ impl Conversion {
     /// factor undoes a division (`gb * 1e9` is bytes again); other factors keep the unit
     /// (`model_gb * 4`).
     pub fn multiply(old: Option<&Conversion>, k: f64, at: Range<usize>) -> Option<Conversion> {
+        if let Some(c) = old.and_then(|c| c.between_units(k, &at)) {
+            return Some(c);
+        }
         if k > 0.0 && k < 1.0 {
             return Conversion::divide(old, 1.0 / k, at, None);
         }
@@ -115,6 +121,27 @@ impl Conversion {
             }
             _ => old.cloned(),
         }
+    }
+}
+
+impl Conversion {
+    /// A value in one unit times the ratio to the other unit of the same power, as a rounded
+    /// literal may write it (`act_gib * 1.0737` is GB, `free_gb * 0.9313` GiB): that unit.
+    fn between_units(&self, k: f64, at: &Range<usize>) -> Option<Conversion> {
+        let unit = self.unit()?;
+        let other = match (unit.binary, unit.power) {
+            (true, 3) => 1e9,
+            (false, 3) => 1_073_741_824.0,
+            (true, 2) => 1e6,
+            (false, 2) => 1_048_576.0,
+            _ => return None,
+        };
+        let divisor = self.divisor / k;
+        ((divisor - other).abs() <= other * 1e-3).then(|| Conversion {
+            divisor: other,
+            at: at.clone(),
+            operand: None,
+        })
     }
 }
 

@@ -275,7 +275,9 @@ impl Topics {
             });
         Topics {
             stage,
-            offload: starts(&["offload"]),
+            // DeepSpeed's `activation_checkpointing.cpu_checkpointing` moves the checkpoints to
+            // the host.
+            offload: starts(&["offload"]) || t.contains("cpu_checkpointing"),
             checkpointing: starts(&["checkpointing", "recompute", "remat"])
                 // `checkpoint_activations`, `ckpt_layers`; not `save_checkpoint`.
                 || (starts(&["checkpoint", "ckpt"])
