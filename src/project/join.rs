@@ -157,6 +157,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
             views[u].estimates.push(RunEstimate { name, inputs, span });
         }
     }
+    launches_that_train(units, &files, &runs, &mut joined);
     join_siblings(&mut files, &runs, &mut joined);
     join_importers(units, &own, &mut joined);
     join_lone_accelerate_config(&files, units, &lone, &mut joined);
@@ -386,4 +387,57 @@ fn join_lone_accelerate_config(
             }
         }
     }
+}
+
+/// A launch command is training evidence for its launcher only when what it runs trains: the
+/// script's own evidence where the project holds it; otherwise the command's words (a
+/// distributed launcher, a flag only training takes). `python eval_harness.py --tasks arc` or
+/// `python serve.py --port 8000` does not make the launcher's memory check a training one.
+fn launches_that_train(units: &[&Unit], files: &Files, runs: &[Run], joined: &mut [Located]) {
+    for run in runs {
+        let (Fid::Unit(u), Some(k)) = (run.origin, run.invocation) else {
+            continue;
+        };
+        let Some(inv) = units[u].facts.invocations.get(k) else {
+            continue;
+        };
+        let trains = match run.script {
+            Some(s) if s != run.origin => {
+                let ev = &files.facts(s).evidence;
+                !ev.trains.is_empty() || !ev.optimizers.is_empty()
+            }
+            _ => command_trains(inv),
+        };
+        if !trains {
+            joined[u].evidence.trains.retain(|t| *t != inv.span);
+        }
+    }
+}
+
+/// Whether a command whose script is not in the project says it trains.
+fn command_trains(inv: &crate::facts::Invocation) -> bool {
+    const DISTRIBUTED: &[&str] = &["torchrun", "deepspeed", "accelerate", "composer", "tune"];
+    const TRAINING_FLAGS: &[&str] = &[
+        "train",
+        "learning_rate",
+        "lr",
+        "optim",
+        "epoch",
+        "accum",
+        "deepspeed",
+        "fsdp",
+        "max_steps",
+        "warmup",
+        "weight_decay",
+        "grad",
+    ];
+    DISTRIBUTED.contains(&inv.launcher.as_str())
+        || !inv.wrappers.is_empty()
+        || inv.args.iter().any(|a| {
+            let flag = a.value.trim_start_matches('-').to_ascii_lowercase();
+            a.value.starts_with("--")
+                && flag
+                    .split(['_', '-', '='])
+                    .any(|w| TRAINING_FLAGS.iter().any(|t| w.starts_with(t)))
+        })
 }
