@@ -100,6 +100,25 @@ impl Conversion {
         })
     }
 
+    /// A value in one unit times the ratio to the other unit of the same power, as a rounded
+    /// literal may write it (`act_gib * 1.0737` is GB, `free_gb * 0.9313` GiB): that unit.
+    fn between_units(&self, k: f64, at: &Range<usize>) -> Option<Conversion> {
+        let unit = self.unit()?;
+        let other = match (unit.binary, unit.power) {
+            (true, 3) => 1e9,
+            (false, 3) => 1_073_741_824.0,
+            (true, 2) => 1e6,
+            (false, 2) => 1_048_576.0,
+            _ => return None,
+        };
+        let divisor = self.divisor / k;
+        ((divisor - other).abs() <= other * 1e-3).then(|| Conversion {
+            divisor: other,
+            at: at.clone(),
+            operand: None,
+        })
+    }
+
     /// `old` multiplied by the constant `k`: a factor below one divides (`* 1e-9`); a prefix
     /// factor undoes a division (`gb * 1e9` is bytes again); other factors keep the unit
     /// (`model_gb * 4`).
@@ -121,27 +140,6 @@ impl Conversion {
             }
             _ => old.cloned(),
         }
-    }
-}
-
-impl Conversion {
-    /// A value in one unit times the ratio to the other unit of the same power, as a rounded
-    /// literal may write it (`act_gib * 1.0737` is GB, `free_gb * 0.9313` GiB): that unit.
-    fn between_units(&self, k: f64, at: &Range<usize>) -> Option<Conversion> {
-        let unit = self.unit()?;
-        let other = match (unit.binary, unit.power) {
-            (true, 3) => 1e9,
-            (false, 3) => 1_073_741_824.0,
-            (true, 2) => 1e6,
-            (false, 2) => 1_048_576.0,
-            _ => return None,
-        };
-        let divisor = self.divisor / k;
-        ((divisor - other).abs() <= other * 1e-3).then(|| Conversion {
-            divisor: other,
-            at: at.clone(),
-            operand: None,
-        })
     }
 }
 

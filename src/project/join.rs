@@ -414,9 +414,12 @@ fn launches_that_train(units: &[&Unit], files: &Files, runs: &[Run], joined: &mu
     }
 }
 
-/// Whether a command whose script is not in the project says it trains.
+/// Whether a command whose script is not in the project says it trains: a launcher other than
+/// the interpreter (`torchrun`, `deepspeed`, `accelerate launch`, `tune run`), a wrapper that
+/// starts several processes (`srun`, `mpirun`), or a flag only training takes.
 fn command_trains(inv: &crate::facts::Invocation) -> bool {
-    const DISTRIBUTED: &[&str] = &["torchrun", "deepspeed", "accelerate", "composer", "tune"];
+    const INTERPRETERS: &[&str] = &["python", "python3"];
+    const MULTI_PROCESS: &[&str] = &["srun", "mpirun"];
     const TRAINING_FLAGS: &[&str] = &[
         "train",
         "learning_rate",
@@ -431,8 +434,11 @@ fn command_trains(inv: &crate::facts::Invocation) -> bool {
         "weight_decay",
         "grad",
     ];
-    DISTRIBUTED.contains(&inv.launcher.as_str())
-        || !inv.wrappers.is_empty()
+    !INTERPRETERS.contains(&inv.launcher.as_str())
+        || inv
+            .wrappers
+            .iter()
+            .any(|(p, _)| MULTI_PROCESS.contains(&p.as_str()))
         || inv.args.iter().any(|a| {
             let flag = a.value.trim_start_matches('-').to_ascii_lowercase();
             a.value.starts_with("--")
