@@ -494,12 +494,13 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         let total = ["total", "sum", "model_state"]
             .iter()
             .any(|w| target.to_ascii_lowercase().contains(w));
-        // A value computed elsewhere (`return state_bytes / 1e9`) is judged where it is computed.
-        let elsewhere = f
-            .lin
-            .terms
-            .iter()
-            .any(|t| t.symbol_span.start < f.span.start || t.symbol_span.end > f.span.end);
+        // A value computed elsewhere (`return state_bytes / 1e9`) is judged where it is computed;
+        // the weights' size read where it is derived (`model.get_memory_footprint()`, a
+        // `numel() * element_size()` sum) is no multiplier of its own.
+        let elsewhere = f.lin.terms.iter().any(|t| {
+            !(t.derived && t.role == Role::Model)
+                && (t.symbol_span.start < f.span.start || t.symbol_span.end > f.span.end)
+        });
         let judged = out.iter().any(|d| d.range == f.span);
         if f.inference || from_arms || chosen || total || elsewhere || judged {
             continue;
@@ -512,7 +513,16 @@ fn check_assignments(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         if lin.constant != 0.0 || !matches!(role, Role::Model | Role::ParamCount) {
             continue;
         }
-        let mut k: f64 = lin.terms.iter().map(|t| t.coef).sum();
+        // A size of the weights converted to a unit where it is derived (`sum(...) / 1e9`)
+        // counts its copies of the weights, not its divisor.
+        let mut k: f64 = lin
+            .terms
+            .iter()
+            .map(|t| match t.role {
+                Role::Model => super::parts::copies(t).copysign(t.coef),
+                _ => t.coef,
+            })
+            .sum();
         // A count converted from bytes to a unit (`n * 8 / 2**20`): its bytes per parameter.
         let divisors: Vec<f64> = lin
             .terms

@@ -145,7 +145,13 @@ pub fn requirement(f: &Formula) -> Option<Requirement<'_>> {
         FormulaKind::Assign {
             role: Role::Unknown,
             target,
-        } if f.shown && !f.feeds && !part_of(target).is_component() => whole(Against::Total),
+        } if f.shown
+            && !f.feeds
+            && !part_of(target).is_component()
+            && !weights_as_they_are(lin) =>
+        {
+            whole(Against::Total)
+        }
         // A sum of named parts that nothing adds to later is a total too.
         FormulaKind::Assign { .. } | FormulaKind::Return { .. }
             if !f.feeds && named_parts(lin) >= 2 =>
@@ -154,6 +160,14 @@ pub fn requirement(f: &Formula) -> Option<Requirement<'_>> {
         }
         _ => None,
     }
+}
+
+/// The size of the weights and nothing else (`size_gb = sum(p.numel() * p.element_size() ...) /
+/// 1e9`): the model's size, whatever it is printed beside, not a need stated.
+fn weights_as_they_are(lin: &Lin) -> bool {
+    lin.constant == 0.0
+        && matches!(lin.terms.as_slice(), [t] if t.role == Role::Model
+            && (super::parts::copies(t) - 1.0).abs() < 1e-9)
 }
 
 /// How many distinct components a sum names (weights, gradients, states, activations, ...).

@@ -37,6 +37,9 @@ pub enum Source {
     DeviceMemory,
     /// The weights' own size in bytes: `model.get_memory_footprint()`.
     Weights,
+    /// The optimizer's states' size in bytes: `p.numel() * p.element_size()` summed over
+    /// `optimizer.state`.
+    OptimizerStates,
     /// A count of devices: `dist.get_world_size()`, `int(os.environ["WORLD_SIZE"])`.
     Devices(DeviceCount),
 }
@@ -807,6 +810,7 @@ impl Valuer<'_, '_> {
                 }
                 Source::DeviceMemory => Lin::derived(text, span, Role::Gpu),
                 Source::Weights => Lin::derived(text, span, Role::Model),
+                Source::OptimizerStates => Lin::derived(text, span, Role::Optimizer),
                 Source::Devices(kind) => Lin::devices(text, span, *kind),
             },
             Node::Opaque => opaque(text, span),

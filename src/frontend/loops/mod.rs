@@ -89,6 +89,10 @@ pub struct AccumTest {
     pub counter: Option<String>,
     /// The test is true on the step that updates the weights.
     pub boundary_when_true: bool,
+    /// The micro-step a plain remainder test picks, as written without spaces (`(i+1)%N==0`
+    /// for `(i + 1) % N == 0`, `not (i + 1) % N` and a bare `(i + 1) % N`): two tests that
+    /// pick the same one are the same boundary, whichever way each is negated.
+    pub phase: Option<String>,
 }
 
 /// An `if`'s condition.

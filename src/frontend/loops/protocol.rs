@@ -406,6 +406,10 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
             // A program that unscales only under a steady test (`if cfg.fp16:`) runs its scaler
             // only then: on a path where it does not unscale, nothing is scaled.
             CallKind::Clip { framework: false } if scaler_off(rec, p, v) => {}
+            // A clip handed the scaler's current scale (`max_norm * scaler.get_scale()`, or
+            // `scale=scaler.get_scale()` to a helper) compares scaled values with a scaled
+            // threshold.
+            CallKind::Clip { framework: false } if reads_scale(rec, t[i].ev) => {}
             CallKind::Clip { framework: false } => {
                 let start = cycle_start(i);
                 let scaled =
@@ -425,6 +429,33 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
             _ => {}
         }
     }
+}
+
+/// Whether a call's arguments, or those of the helper call it was reached through, read a
+/// GradScaler's current scale.
+fn reads_scale(rec: &Recorded, ev: usize) -> bool {
+    let c = &rec.calls[ev];
+    let own = rec.src.get(c.call.span.clone());
+    let site = c.inlined.then(|| call_at(rec.src, c.order.0)).flatten();
+    [own, site]
+        .into_iter()
+        .flatten()
+        .any(|text| text.contains(".get_scale("))
+}
+
+/// The call written from `start` to its closing parenthesis.
+fn call_at(src: &str, start: usize) -> Option<&str> {
+    let rest = src.get(start..)?;
+    let mut depth = 0usize;
+    for (i, b) in rest.bytes().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' if depth == 1 => return rest.get(..=i),
+            b')' => depth = depth.checked_sub(1)?,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// An `update()` of the same scaler earlier in the iteration of `t[i]`, at the same loop depth,

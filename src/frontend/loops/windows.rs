@@ -200,7 +200,7 @@ fn accumulating(i: usize, step: &CallEvent, rec: &Recorded) -> Option<Window> {
                 (Micro::Loop(l), rec.loops.get(l)?.header.clone())
             }
         };
-        let boundary_conds = step
+        let mut boundary_conds: Vec<usize> = step
             .ctx
             .branches
             .iter()
@@ -214,6 +214,26 @@ fn accumulating(i: usize, step: &CallEvent, rec: &Recorded) -> Option<Window> {
             })
             .map(|b| b.cond)
             .collect();
+        // The same test written elsewhere in the function, another way (`if (i + 1) % N ==
+        // 0: zero_grad()` before `if (i + 1) % N: continue` and the step): true on the same
+        // micro-step.
+        let phases: Vec<&String> = boundary_conds
+            .iter()
+            .filter_map(|c| rec.conds.get(*c)?.accum.as_ref()?.phase.as_ref())
+            .collect();
+        let same_phase: Vec<usize> = (0..rec.conds.len())
+            .filter(|c| !boundary_conds.contains(c))
+            .filter(|c| {
+                let cond = &rec.conds[*c];
+                cond.scope == step.ctx.scope
+                    && cond
+                        .accum
+                        .as_ref()
+                        .and_then(|t| t.phase.as_ref())
+                        .is_some_and(|p| phases.contains(&p))
+            })
+            .collect();
+        boundary_conds.extend(same_phase);
         return Some(Window {
             scope: step.ctx.scope,
             micro,

@@ -37,12 +37,14 @@ impl<'s> Walker<'s> {
                 factor,
                 counter: None,
                 boundary_when_true,
+                phase: self.phase(cond, 0),
             }),
             None => self.counter_test(cond, stmt.field("consequence")?).map(
                 |(factor, counter, boundary_when_true)| AccumTest {
                     factor,
                     counter: Some(counter),
                     boundary_when_true,
+                    phase: None,
                 },
             ),
         };
@@ -665,6 +667,44 @@ impl<'s> Walker<'s> {
     }
 
     /// `x % N` → N.
+    /// The micro-step a plain remainder test picks (see `AccumTest::phase`): `A % N == K`,
+    /// `A % N != K`, a bare `A % N` (`!= 0`), under any number of `not`s.
+    fn phase(&self, cond: Node, depth: usize) -> Option<String> {
+        let cond = unparen(cond);
+        let squeeze = |n: Node| -> String {
+            self.text(unparen(n))
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect()
+        };
+        match cond.ty() {
+            "not_operator" if depth < 8 => self.phase(cond.field("argument")?, depth + 1),
+            "binary_operator" => {
+                self.modulo(cond)?;
+                Some(format!("{}==0", squeeze(cond)))
+            }
+            "comparison_operator" => {
+                let mut cur = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut cur).collect();
+                let [a, op, b] = kids.as_slice() else {
+                    return None;
+                };
+                if !matches!(self.text(*op), "==" | "!=") {
+                    return None;
+                }
+                let (m, k) = match self.modulo(*a) {
+                    Some(_) => (*a, *b),
+                    None => {
+                        self.modulo(*b)?;
+                        (*b, *a)
+                    }
+                };
+                Some(format!("{}=={}", squeeze(m), squeeze(k)))
+            }
+            _ => None,
+        }
+    }
+
     pub(super) fn modulo(&self, node: Node) -> Option<(String, Range<usize>)> {
         let node = unparen(node);
         if node.ty() != "binary_operator" {

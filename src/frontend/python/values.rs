@@ -365,8 +365,29 @@ impl<'s> Walker<'s> {
         if matches!(arg.ty(), "generator_expression" | "list_comprehension") {
             // Over the parameters, or over a name bound to them (`params =
             // list(enc.parameters()) + list(head.parameters())`).
-            let counts = text.contains("numel")
-                && (text.contains("parameters") || self.iterates_bound_parameters(arg));
+            let over_parameters =
+                text.contains("parameters") || self.iterates_bound_parameters(arg);
+            // Each parameter's count times its element's bytes (`p.numel() * p.element_size()`,
+            // `p.nbytes`): the weights' size in bytes, in their own dtype.
+            let bytes = text.contains("element_size")
+                || text.contains("itemsize")
+                || text.contains(".nbytes");
+            let over_states = [".state.values()", ".state.items()", ".state["]
+                .iter()
+                .any(|w| text.contains(w));
+            if bytes && over_states && !over_parameters {
+                return V::Source(Source::OptimizerStates);
+            }
+            if over_parameters && bytes {
+                return match arg
+                    .named_children(&mut arg.walk())
+                    .any(|n| n.ty() == "if_clause")
+                {
+                    true => V::Opaque,
+                    false => V::Source(Source::Weights),
+                };
+            }
+            let counts = text.contains("numel") && over_parameters;
             if !counts {
                 return match self.keyed_items(arg, depth) {
                     Some(items) => V::Sum(self.program.add(items, arg.byte_range(), self.scope())),
