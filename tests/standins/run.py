@@ -1003,6 +1003,9 @@ def standin(name, annotation=""):
         return Criterion()
     if n == "next_batch":
         return lambda: Batch()
+    # An iterator of batches the program calls `next()` on, for as many steps as it likes.
+    if n.split("_")[0] in ("data", "train", "batch", "loader") and n.endswith("_iter"):
+        return itertools.cycle(Loader())
     if n in ("x", "y", "xb", "yb", "inputs", "labels", "targets", "images", "input_ids", "tokens", "logits") or "loss" in n:
         return Tensor()
     if n == "device":
@@ -1061,8 +1064,10 @@ def call(fn, fn_node):
         for n, a in params:
             # The batch's index: `i`, `step`, `batch_idx`, `global_step`, `iteration`.
             words = n.lower().split("_")
+            # `data_iter` and `train_iter` hand batches, not an index.
+            batches = words[-1] == "iter" and words[0] in ("data", "train", "batch", "loader")
             index = words[-1] in ("step", "idx", "iter", "index", "iteration") and not (
-                {"per", "num", "n", "accum", "update"} & set(words)
+                {"per", "num", "n", "accum", "update"} & set(words) or batches
             )
             if n in ("i", "it", "n") or index:
                 args.append(i)
