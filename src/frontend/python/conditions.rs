@@ -666,7 +666,6 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// `x % N` → N.
     /// The micro-step a plain remainder test picks (see `AccumTest::phase`): `A % N == K`,
     /// `A % N != K`, a bare `A % N` (`!= 0`), under any number of `not`s.
     fn phase(&self, cond: Node, depth: usize) -> Option<String> {
@@ -705,6 +704,7 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// `x % N` → N.
     pub(super) fn modulo(&self, node: Node) -> Option<(String, Range<usize>)> {
         let node = unparen(node);
         if node.ty() != "binary_operator" {
