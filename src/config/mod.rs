@@ -43,6 +43,23 @@ impl Node {
         }
     }
 
+    /// The first value of `key` at any depth (a section's `{"training": {"key": 8}}`).
+    pub fn find(&self, key: &str) -> Option<&Node> {
+        fn within<'n>(node: &'n Node, key: &str, depth: usize) -> Option<&'n Node> {
+            match &node.value {
+                _ if depth > MAX_DEPTH => None,
+                Value::Map(entries) => entries
+                    .iter()
+                    .find(|(k, _)| k.name == key)
+                    .map(|(_, v)| v)
+                    .or_else(|| entries.iter().find_map(|(_, v)| within(v, key, depth + 1))),
+                Value::List(items) => items.iter().find_map(|v| within(v, key, depth + 1)),
+                _ => None,
+            }
+        }
+        within(self, key, 0)
+    }
+
     pub fn as_number(&self) -> Option<f64> {
         match self.value {
             Value::Number(n) => Some(n),

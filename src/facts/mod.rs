@@ -58,6 +58,9 @@ pub struct Facts {
     /// `model.require_backward_grad_sync = ...` set after the micro-step's forward (DDP reads
     /// it there) and before its backward: the assignment and the forward.
     pub late_sync_flags: Vec<(Range<usize>, Range<usize>)>,
+    /// A `no_sync()` chosen by a remainder test that syncs another micro-step than the one
+    /// the optimizer steps at: the choice, the test it syncs on, and the step's test.
+    pub no_sync_off_boundary: Vec<OffBoundarySync>,
     /// HF Trainer losses written by hand that never read the window's item count.
     pub custom_losses: Vec<CustomLoss>,
     /// `gradient_accumulation_steps=<number>` keyword arguments (not `Accelerator`'s).
@@ -762,10 +765,14 @@ pub enum CustomLossKind {
     /// `Trainer(..., compute_loss_func=f)`.
     LossFunc,
     /// A `Trainer` subclass overriding `compute_loss`, in a file that loads a causal LM
-    /// (a model that accepts loss keywords), at `causal_lm`.
+    /// (a model that accepts loss keywords) at `causal_lm`, or deriving from TRL's
+    /// `SFTTrainer` (`causal_lm` is `None`: SFT trains a language model).
     Override {
         class: String,
-        causal_lm: Range<usize>,
+        causal_lm: Option<Range<usize>>,
+        /// The file builds no trainer and no training arguments: the class is for other code
+        /// to build, with whatever accumulation factor it chooses.
+        built_elsewhere: bool,
     },
 }
 
@@ -996,6 +1003,18 @@ impl Prov {
     pub fn divided(&self) -> bool {
         matches!(self, Prov::Known(Scaling::Scaled) | Prov::DividedBy(_))
     }
+}
+
+/// A `no_sync()` left on the optimizer's micro-step (GA009).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffBoundarySync {
+    /// The statement that chooses the context.
+    pub choice: Range<usize>,
+    /// The micro-step it syncs on, as `counter % factor == residue`.
+    pub syncs_on: String,
+    /// The test the step runs under, as written, and the step's call.
+    pub step_test: String,
+    pub step: Range<usize>,
 }
 
 /// A command that runs a script, with its arguments, from a shell launcher.

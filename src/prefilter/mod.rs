@@ -10,7 +10,8 @@
 //! - the training-loop rules (GA001-GA006, GA008, GA009) need an attribute call named exactly `step`
 //!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
-//!   return divided by `accumulate_grad_batches` or by a factor named for accumulation; GA008's
+//!   return divided by `accumulate_grad_batches` or by a factor named for accumulation, or a
+//!   backward beside `deepspeed:` (an engine's backward under `if args.deepspeed:`); GA008's
 //!   second `unscale_` and GA009's backward-only `no_sync()` and late
 //!   `require_backward_grad_sync` are read only in a file whose walk saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
@@ -34,9 +35,10 @@
 //!   training-loop condition holds. A schedule sized as `len(dataset) // batch` needs `len(`,
 //!   `batch` or `bs`, `schedul` or `lr`, and either the training-loop condition or a
 //!   `DistributedSampler`;
-//! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=`, or
-//!   `compute_loss` followed by `(` with `CausalLM` or `ConditionalGeneration`, and
-//!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on);
+//! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=` with
+//!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on), or
+//!   `compute_loss` followed by `(` with `CausalLM`, `ConditionalGeneration` or `SFTTrainer`
+//!   (an override in a file that builds no trainer is judged whatever factor is written);
 //! - ML900: suppression directives need `memlint` or `noqa`;
 //! - a YAML or JSON config needs a key some reader of configs looks at (`configs.rs`): a test
 //!   data file or a table of golden values holds none.
@@ -480,13 +482,15 @@ impl Scan<'_> {
                     == Some(&by)
             })
         };
-        // The rarer word first.
+        // The rarer word first. An override in a file that builds no trainer is judged
+        // whatever factor is written (its builder chooses one), so it needs no factor here.
         has!(self.bytes, b"compute_loss")
-            && self.has(Word::GradientAccumulationSteps)
-            && (followed(finder!(b"compute_loss_func"), b'=')
+            && ((self.has(Word::GradientAccumulationSteps)
+                && followed(finder!(b"compute_loss_func"), b'='))
                 || (followed(finder!(b"compute_loss"), b'(')
                     && (has!(self.bytes, b"CausalLM")
-                        || has!(self.bytes, b"ConditionalGeneration"))))
+                        || has!(self.bytes, b"ConditionalGeneration")
+                        || has!(self.bytes, b"SFTTrainer"))))
     }
 
     /// The training-loop rules need an attribute call named exactly `step` (the frontend
@@ -520,11 +524,15 @@ impl Scan<'_> {
                     || has!(self.lower, b"grad_acc")
                     || has!(self.lower, b"gas"))
         };
+        // A DeepSpeed engine's backward under DeepSpeed's `--deepspeed` flag (`if
+        // args.deepspeed: model.backward(out)`), in a schedule whose steps are elsewhere.
+        let engine_backward = || backward && has!(self.lower, b"deepspeed:");
         self.has(Word::AccumulateGradBatches)
             || has!(self.lower, b".accumulate(")
             || lightning_division()
             || ((backward || scaled_clip())
                 && (attribute(finder!(b".step")) || attribute(finder!(b".optimizer_step"))))
+            || engine_backward()
     }
 }
 

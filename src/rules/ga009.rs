@@ -38,6 +38,19 @@ impl Rule for DdpSyncEveryMicroStep {
                 .with_help("set `require_backward_grad_sync` before the micro-step's forward"),
             );
         }
+        if !cx.facts.ddp_wraps.is_empty() {
+            for off in &cx.facts.no_sync_off_boundary {
+                let (test, line) = (&off.step_test, line_of(cx.file, off.step.start));
+                out.push(
+                    Diagnostic::new(
+                        "GA009",
+                        off.choice.clone(),
+                        format!("this chooses `no_sync()` on every micro-step but the one where `{}`, while the optimizer steps when `{test}` ({line}): the backward before the step runs without the all-reduce, so each rank steps with its own gradients", off.syncs_on),
+                    )
+                    .with_help(format!("sync on the micro-step the optimizer steps at: choose `no_sync()` when `{test}` is false")),
+                );
+            }
+        }
         // Frameworks and sharded wrappers that skip the sync between boundaries themselves.
         let managed = cx.training.frameworks.iter().any(|f| {
             matches!(

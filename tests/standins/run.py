@@ -525,7 +525,16 @@ class Batch(Tensor):
         return Output()
 
     def keys(self):
-        return ["input_ids", "attention_mask", "labels"]
+        # The fields of the usual tasks, so that a dict rebuilt from the batch has them.
+        return [
+            "input_ids",
+            "attention_mask",
+            "labels",
+            "token_type_ids",
+            "start_positions",
+            "end_positions",
+            "pixel_values",
+        ]
 
     def items(self):
         return [(k, Tensor()) for k in self.keys()]
@@ -1436,6 +1445,15 @@ def patch_argparse():
 
     argparse.ArgumentParser.parse_args = parse_args
     argparse.ArgumentParser.parse_known_args = parse_known_args
+
+    # No command line is given: a required option reads as unset, as its default would.
+    add = argparse._ActionsContainer.add_argument
+
+    def add_argument(self, *a, **k):
+        k.pop("required", None)
+        return add(self, *a, **k)
+
+    argparse._ActionsContainer.add_argument = add_argument
 
 
 def main(path):

@@ -93,6 +93,19 @@ pub struct AccumTest {
     /// for `(i + 1) % N == 0`, `not (i + 1) % N` and a bare `(i + 1) % N`): two tests that
     /// pick the same one are the same boundary, whichever way each is negated.
     pub phase: Option<String>,
+    /// The same micro-step read for its value: which counter, modulo which factor, at which
+    /// remainder (`(i + 1) % N == 0` and `i % N == N - 1` both pick `i` at -1).
+    pub pick: Option<Pick>,
+}
+
+/// The micro-step a remainder test picks: `counter ≡ residue (mod factor)`, and whether the
+/// test is true on that micro-step alone (`==`) or on every other one (`!=`, a bare `i % N`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pick {
+    pub counter: String,
+    pub factor: String,
+    pub residue: i64,
+    pub true_on_pick: bool,
 }
 
 /// An `if`'s condition.

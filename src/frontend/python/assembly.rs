@@ -123,6 +123,7 @@ impl<'s> Walker<'s> {
             }
         }
         self.helper_divisions(accelerate_divides);
+        self.engine_helper_divisions();
         let calls = self.inlined_calls();
         let scopes: Vec<ScopeInfo> = self
             .scopes
@@ -296,6 +297,57 @@ impl Walker<'_> {
                     framework: Framework::Accelerate,
                     at: call.clone(),
                     divisor: d.to_string(),
+                    division: None,
+                    engine_config: false,
+                    engine_factor: false,
+                });
+            }
+        }
+        self.facts.manual_divisions.extend(found);
+    }
+}
+
+impl Walker<'_> {
+    /// A DeepSpeed engine's backward in a helper, handed a loss that a call site divided by the
+    /// factor (`out = forward_step(...)`, which returns `loss / n_micro`, then
+    /// `backward_step(out, model, args)`): the engine divides it again.
+    fn engine_helper_divisions(&mut self) {
+        let mut found = Vec::new();
+        for (at, scope, param) in &self.engine_param_backwards {
+            let Some(params) = self.scopes.get(*scope).map(|s| &s.params) else {
+                continue;
+            };
+            let divisor = self
+                .invokes
+                .iter()
+                .filter(|i| self.function(&i.callee) == Some(*scope))
+                .find_map(|i| {
+                    let (_, given, ..) = super::provenance::given_for(
+                        params,
+                        &i.args,
+                        |(k, ..)| k.as_deref(),
+                        param,
+                    )?;
+                    // Divided on every path (an arm that returns the loss whole, as under the
+                    // same flag, leaves it to the engine).
+                    let resolved = self.resolve(given, None, 0);
+                    if !matches!(resolved, Prov::DividedBy(_)) {
+                        return None;
+                    }
+                    let mut divisors = Vec::new();
+                    resolved.divisors(&mut divisors);
+                    // The micro-batches of a step are the engine's window (Megatron's
+                    // `get_num_microbatches()`).
+                    divisors
+                        .into_iter()
+                        .find(|d| self.is_factor(d) || names_micro_batches(d))
+                        .map(str::to_string)
+                });
+            if let Some(divisor) = divisor {
+                found.push(ManualDivision {
+                    framework: Framework::DeepSpeed,
+                    at: at.clone(),
+                    divisor,
                     division: None,
                     engine_config: false,
                     engine_factor: false,

@@ -1,6 +1,5 @@
 //! Calls: optimizer, framework and precision evidence, the training calls the loop model reads
-//! (steps, backwards, zeroing, schedulers, clips, unscales), helpers' call sites, and divisions of
-//! a loss by the accumulation factor.
+//! (steps, backwards, zeroing, schedulers, clips, unscales) and helpers' call sites.
 
 use super::*;
 use crate::frontend::fields::{PyField, PyKind};
@@ -114,6 +113,9 @@ impl<'s> Walker<'s> {
         let args = node.field("arguments");
         if last.ends_with("GradScaler") {
             self.facts.builds_scaler = true;
+        }
+        if self.trainer_loss.active {
+            self.trainer_loss.note_build(last);
         }
         if self.loop_model
             || (self.value_model && matches!(last, "parameters" | "named_parameters"))
@@ -579,9 +581,19 @@ impl<'s> Walker<'s> {
     /// `accelerator.backward(loss / n)` or `engine.backward(loss)` after `loss = loss / n`: a
     /// candidate for double scaling, judged once the whole file is read.
     pub(super) fn framework_backward(&mut self, node: Node, recv: &str) {
+        // Under `if args.deepspeed:` (DeepSpeed's own `--deepspeed` flag), the model is its engine.
+        let under_flag = || {
+            self.ctx(node.start_byte()).branches.iter().any(|b| {
+                b.taken
+                    && self
+                        .conds
+                        .get(b.cond)
+                        .is_some_and(|c| last_segment(c.text.trim()) == "deepspeed")
+            })
+        };
         let framework = if self.is_accelerator(recv) {
             Framework::Accelerate
-        } else if self.engine_names.iter().any(|n| n == recv) {
+        } else if self.engine_names.iter().any(|n| n == recv) || under_flag() {
             Framework::DeepSpeed
         } else if last_segment(recv).to_ascii_lowercase().contains("engine") {
             self.named_engines
@@ -602,10 +614,31 @@ impl<'s> Walker<'s> {
         }) {
             return;
         }
-        let Some(loss) = kids.iter().find(|k| k.ty() != "keyword_argument") else {
+        // The loss, positional or by keyword (`accelerator.backward(loss=scaled)`).
+        let by_keyword = || {
+            kids.iter().find_map(|k| {
+                (k.field("name").map(|n| self.text(n)) == Some("loss"))
+                    .then(|| k.field("value"))
+                    .flatten()
+            })
+        };
+        let Some(loss) = kids
+            .iter()
+            .find(|k| k.ty() != "keyword_argument")
+            .copied()
+            .or_else(by_keyword)
+        else {
             return;
         };
-        if let Some((divisor, division)) = self.division_of(*loss) {
+        // Handed in by the caller: judged with each call site's argument.
+        if framework == Framework::DeepSpeed {
+            if let Prov::Param(name) = self.prov(loss, 0) {
+                let scope = self.scope();
+                self.engine_param_backwards
+                    .push((node.byte_range(), scope, name));
+            }
+        }
+        if let Some((divisor, division)) = self.division_of(loss) {
             self.facts.manual_divisions.push(ManualDivision {
                 engine_config: false,
                 engine_factor: false,
@@ -624,183 +657,6 @@ impl<'s> Walker<'s> {
             || last_segment(recv)
                 .to_ascii_lowercase()
                 .contains("accelerator")
-    }
-
-    /// The division of a loss by the accumulation factor, in the expression or in the latest
-    /// assignment of the name (`loss = loss / n`, `loss /= n`).
-    pub(super) fn division_of(&self, node: Node) -> Option<DivisionBy> {
-        let node = unparen(node);
-        match node.ty() {
-            "binary_operator" => {
-                let op = node.field("operator").map(|o| self.text(o));
-                let left = node.field("left")?;
-                let right = node.field("right")?;
-                let divisor = self.text(right);
-                // `loss * accum / num_items` cancels the framework's division on purpose.
-                if op != Some("/")
-                    || !self.is_factor(divisor)
-                    || self.text(left).to_ascii_lowercase().contains("accum")
-                {
-                    return None;
-                }
-                Some((
-                    divisor.to_string(),
-                    Division {
-                        operator_and_divisor: left.end_byte()..right.end_byte(),
-                        statement: None,
-                    },
-                ))
-            }
-            "identifier" => {
-                let name = self.text(node);
-                let mut scope = Some(self.scope());
-                while let Some(s) = scope {
-                    if let Some(defs) = self.divisions.get(&(s, name.to_string())) {
-                        // Only a division that runs whenever this use does counts: one in the
-                        // other arm of an `if` does not reach it. `if gas > 1: loss /= gas`
-                        // runs exactly when the division matters.
-                        let here = self.ctx(node.start_byte()).branches;
-                        let reaches = |b: &Branch| {
-                            here.contains(b)
-                                || self.cond_reads_factor.get(b.cond).copied().unwrap_or(false)
-                        };
-                        return defs
-                            .iter()
-                            .rfind(|(at, _, _)| *at < node.start_byte())
-                            .filter(|(_, under, _)| under.iter().all(reaches))
-                            .and_then(|(_, _, d)| d.clone());
-                    }
-                    scope = self.scopes.get(s).and_then(|sc| sc.parent);
-                }
-                None
-            }
-            // `loss.div(n)`: the same division as a method.
-            "call" => {
-                let (object, divisor) = self.divide_method(node)?;
-                let divisor_text = self.text(divisor);
-                if !self.is_factor(divisor_text) {
-                    return None;
-                }
-                Some((
-                    divisor_text.to_string(),
-                    Division {
-                        operator_and_divisor: object.end_byte()..node.end_byte(),
-                        statement: None,
-                    },
-                ))
-            }
-            _ => None,
-        }
-    }
-
-    /// `x.div(n)` (also `divide`, `true_divide`), without a rounding mode: the object and the
-    /// divisor.
-    pub(super) fn divide_method<'t>(&self, call: Node<'t>) -> Option<(Node<'t>, Node<'t>)> {
-        let func = call.field("function")?;
-        if func.ty() != "attribute"
-            || !matches!(
-                func.field("attribute").map(|a| self.text(a)),
-                Some("div" | "divide" | "true_divide")
-            )
-        {
-            return None;
-        }
-        // `torch.div(a, b)` takes two arguments and is not read.
-        let object = func.field("object")?;
-        let args = call.field("arguments")?;
-        let mut c = args.walk();
-        let kids: Vec<Node> = args
-            .named_children(&mut c)
-            .filter(|n| n.ty() != "comment")
-            .collect();
-        match kids.as_slice() {
-            [divisor] if divisor.ty() != "keyword_argument" => Some((object, *divisor)),
-            _ => None,
-        }
-    }
-
-    /// Whether an expression, or a name it reads (followed back a few assignments), involves the
-    /// accumulation factor: `num_training_steps = len(loader) // accum * epochs`.
-    pub(super) fn counts_accumulation(&self, text: &str, depth: usize) -> bool {
-        if names_accumulation(text) {
-            return true;
-        }
-        depth < 3
-            && text
-                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-                .filter(|w| !w.is_empty())
-                // `len(loader)` counts the loader's batches, whatever its batch size was made of;
-                // `cfg["epochs"]` is one entry, not every setting of the dict `cfg` holds (the
-                // entry's key was read with the text).
-                .filter(|w| {
-                    !text.contains(&format!("len({w})")) && !text.contains(&format!("{w}["))
-                })
-                .any(|w| {
-                    // The arms are read last: they scan the lines between the two texts.
-                    self.assigned_text.get(w).is_some_and(|t| {
-                        self.counts_accumulation(t, depth + 1) && !self.in_other_arms(text, t)
-                    }) || self.divided_in_place_by_factor(w, depth)
-                })
-    }
-
-    /// Two texts of the source in different arms of one `if`: no run reads the one after the
-    /// other (`if args.max_steps > 0: epochs = ... // accum else: total = len(dl) * epochs`).
-    pub(super) fn in_other_arms(&self, a: &str, b: &str) -> bool {
-        let at = |t: &str| super::batch_model::offset_in(self.src, t);
-        matches!((at(a), at(b)), (Some(a), Some(b)) if super::conditions::other_arms(self.src, a, b))
-    }
-
-    /// `total //= accum` (or `/=`) somewhere in the file: the name ends up divided by the factor.
-    fn divided_in_place_by_factor(&self, name: &str, depth: usize) -> bool {
-        let src = self.src;
-        ["//=", "/="].iter().any(|op| {
-            let pattern = format!("{name} {op}");
-            memchr::memmem::find_iter(src.as_bytes(), pattern.as_bytes()).any(|at| {
-                let before = src[..at].chars().next_back();
-                let divisor_at = at + pattern.len();
-                let end = src[divisor_at..]
-                    .find('\n')
-                    .map_or(src.len(), |e| divisor_at + e);
-                let divisor = src[divisor_at..end].split('#').next().unwrap_or("").trim();
-                !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
-                    && (self.is_factor(divisor) || self.counts_accumulation(divisor, depth + 1))
-            })
-        })
-    }
-
-    /// An expression that is the accumulation factor: it names it, it is what a framework was
-    /// told to accumulate over (`Accelerator(gradient_accumulation_steps=k)`), or a name bound
-    /// to either, or it asks the engine (`engine.gradient_accumulation_steps()`).
-    pub(super) fn is_factor(&self, text: &str) -> bool {
-        let text = text.trim();
-        // A factor known to be 1 divides nothing.
-        let value = parse_number(text).or_else(|| self.module_numbers.get(text).copied());
-        if value.is_some_and(|v| v <= 1.0) {
-            return false;
-        }
-        let known = |t: &str| {
-            names_accumulation(t)
-                || self
-                    .factor_exprs
-                    .iter()
-                    .chain(self.accelerators.iter().flatten())
-                    .any(|f| crate::frontend::loops::same_expr(f, t))
-        };
-        known(text)
-            || self
-                .assigned_text
-                .get(text)
-                .is_some_and(|t| known(t.trim()))
-    }
-
-    /// Remember whether an assignment to `name` divided it by the accumulation factor.
-    pub(super) fn record_division(&mut self, stmt: Node, name: &str, division: Option<DivisionBy>) {
-        let scope = self.scope();
-        let under = self.ctx(stmt.start_byte()).branches;
-        self.divisions
-            .entry((scope, name.to_string()))
-            .or_default()
-            .push((stmt.start_byte(), under, division));
     }
 
     /// One of the call's arguments is an optimizer.

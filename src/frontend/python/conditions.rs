@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::frontend::fields::{PyField, PyKind};
+use crate::frontend::loops::Pick;
 
 impl<'s> Walker<'s> {
     /// The condition of an `if`/`elif`, registered once per node (both branches share it).
@@ -38,6 +39,7 @@ impl<'s> Walker<'s> {
                 counter: None,
                 boundary_when_true,
                 phase: self.phase(cond, 0),
+                pick: self.pick(cond, 0),
             }),
             None => self.counter_test(cond, stmt.field("consequence")?).map(
                 |(factor, counter, boundary_when_true)| AccumTest {
@@ -45,6 +47,7 @@ impl<'s> Walker<'s> {
                     counter: Some(counter),
                     boundary_when_true,
                     phase: None,
+                    pick: None,
                 },
             ),
         };
@@ -699,6 +702,89 @@ impl<'s> Walker<'s> {
                     }
                 };
                 Some(format!("{}=={}", squeeze(m), squeeze(k)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The micro-step a remainder test picks, by value (see [`Pick`]): `(i + c) % N == k`,
+    /// `!=`, a bare `(i + c) % N`, `k` a number or `N - d`, under any number of `not`s.
+    pub(super) fn pick(&self, cond: Node, depth: usize) -> Option<Pick> {
+        let cond = unparen(cond);
+        let int = |n: Node| parse_number(self.text(unparen(n))).filter(|v| v.fract() == 0.0);
+        // `i`, `i + c`, `i - c`: the counter and its offset.
+        let counter = |n: Node| -> Option<(String, i64)> {
+            let n = unparen(n);
+            if matches!(n.ty(), "identifier" | "attribute") {
+                return Some((self.text(n).to_string(), 0));
+            }
+            let op = n.field("operator").map(|o| self.text(o))?;
+            let (left, right) = (n.field("left")?, n.field("right")?);
+            let c = int(right)? as i64;
+            let left = unparen(left);
+            if !matches!(left.ty(), "identifier" | "attribute") {
+                return None;
+            }
+            let c = match op {
+                "+" => c,
+                "-" => -c,
+                _ => return None,
+            };
+            Some((self.text(left).to_string(), c))
+        };
+        let of = |m: Node, k: i64, equal: bool| -> Option<Pick> {
+            let m = unparen(m);
+            let (factor, _) = self.modulo(m)?;
+            let (counter, offset) = counter(m.field("left")?)?;
+            Some(Pick {
+                counter,
+                factor,
+                residue: k - offset,
+                true_on_pick: equal,
+            })
+        };
+        match cond.ty() {
+            "not_operator" if depth < 8 => {
+                let p = self.pick(cond.field("argument")?, depth + 1)?;
+                Some(Pick {
+                    true_on_pick: !p.true_on_pick,
+                    ..p
+                })
+            }
+            "binary_operator" => of(cond, 0, false),
+            "identifier" => self
+                .pick_names
+                .get(&(self.scope(), self.text(cond).to_string()))
+                .cloned(),
+            "comparison_operator" => {
+                let mut cur = cond.walk();
+                let kids: Vec<Node> = cond.children(&mut cur).collect();
+                let [a, op, b] = kids.as_slice() else {
+                    return None;
+                };
+                let equal = match self.text(*op) {
+                    "==" => true,
+                    "!=" => false,
+                    _ => return None,
+                };
+                let (m, k) = match self.modulo(*a) {
+                    Some(_) => (*a, *b),
+                    None => (*b, *a),
+                };
+                let (factor, _) = self.modulo(m)?;
+                // `N - d`: the remainder -d.
+                let k = unparen(k);
+                let k = match int(k) {
+                    Some(v) => v as i64,
+                    None if k.ty() == "binary_operator"
+                        && k.field("operator").map(|o| self.text(o)) == Some("-")
+                        && k.field("left").map(|l| self.text(unparen(l))) == Some(&*factor) =>
+                    {
+                        -(int(k.field("right")?)? as i64)
+                    }
+                    None => return None,
+                };
+                of(m, k, equal)
             }
             _ => None,
         }

@@ -13,9 +13,11 @@ mod arithmetic;
 mod assembly;
 mod batch_model;
 mod calls;
+mod comments;
 mod conditions;
 mod config_paths;
 mod deferred;
+mod divisions;
 mod exported;
 mod global_batch;
 mod hooks;
@@ -104,7 +106,7 @@ fn extract_inner(
     verify_fixes: bool,
     defer: bool,
 ) -> Result<(Facts, Option<Deferred>), String> {
-    let blanked = blank_long_comment_runs(text);
+    let blanked = comments::blank_long_comment_runs(text);
     let tree = parse(blanked.as_ref().map_or(text, |(t, _)| t.as_str()))?;
     let mut w = Walker::new(text);
     w.loop_model = reads.loops;
@@ -147,53 +149,6 @@ fn extract_inner(
     }
     facts.syntax_error = tree.root_node().has_error();
     Ok((facts, deferred))
-}
-
-/// A run of comment lines costs tree-sitter-python its length at every line (it looks ahead for
-/// the next line's indentation), so a run this large in lines x bytes is parsed as blank lines.
-const COMMENT_RUN_COST: usize = 1 << 20;
-
-/// The text with the comments of costly comment runs replaced by spaces (same offsets, still
-/// UTF-8), and the blanked comments' ranges; `None` when no run is costly.
-fn blank_long_comment_runs(text: &str) -> Option<(String, Vec<Range<usize>>)> {
-    let bytes = text.as_bytes();
-    let mut costly: Vec<Range<usize>> = Vec::new();
-    let mut run: Vec<Range<usize>> = Vec::new();
-    let mut run_bytes = 0;
-    let mut close = |run: &mut Vec<Range<usize>>, run_bytes: &mut usize| {
-        if run.len() * *run_bytes >= COMMENT_RUN_COST {
-            costly.append(run);
-        }
-        run.clear();
-        *run_bytes = 0;
-    };
-    let mut start = 0;
-    while start < bytes.len() {
-        let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |e| start + e);
-        let line = &bytes[start..end];
-        let indent = line
-            .iter()
-            .position(|b| !matches!(b, b' ' | b'\t' | b'\x0c' | b'\r'));
-        match indent.map(|i| line[i]) {
-            Some(b'#') => {
-                run.push(start + indent.unwrap_or(0)..end);
-                run_bytes += line.len() + 1;
-            }
-            // Blank lines neither end a run nor count in it.
-            None => {}
-            Some(_) => close(&mut run, &mut run_bytes),
-        }
-        start = end + 1;
-    }
-    close(&mut run, &mut run_bytes);
-    if costly.is_empty() {
-        return None;
-    }
-    let mut blanked = bytes.to_vec();
-    for r in &costly {
-        blanked[r.clone()].fill(b' ');
-    }
-    String::from_utf8(blanked).ok().map(|t| (t, costly))
 }
 
 /// A division by the accumulation factor: the divisor as written, and how to undo it.
@@ -249,6 +204,9 @@ struct Walker<'s> {
     verify_fixes: bool,
     /// `x.require_backward_grad_sync = ...` statements (GA009).
     sync_flags: Vec<Range<usize>>,
+    /// Where the file chooses between `no_sync()` and a syncing context by a remainder test:
+    /// the choice, its function, and the micro-step that syncs.
+    sync_choices: Vec<(Range<usize>, usize, loops::Pick)>,
     stack: Vec<(usize, Frame)>,
     scopes: Vec<Scope>,
     /// What each `if` tests, by condition id.
@@ -291,6 +249,8 @@ struct Walker<'s> {
     modulo_names: HashMap<(usize, String), (String, Range<usize>)>,
     /// Accumulation tests stored in names (`do_step = (i + 1) % n == 0`).
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
+    /// The micro-step a remainder test stored in a name picks (`do_update = i % N == N - 1`).
+    pick_names: HashMap<(usize, String), loops::Pick>,
     /// Names assigned a count of the data in hand (`n = mask.sum()`), by scope: the innermost
     /// loop they were counted in.
     local_counts: HashMap<(usize, String), Option<usize>>,
@@ -320,6 +280,9 @@ struct Walker<'s> {
     /// The latest right-hand side assigned to each name, as written (to follow a schedule length
     /// back to what it counts).
     assigned_text: HashMap<String, &'s str>,
+    /// The same per function, for the loop model (a helper's `idx = state["idx"]` is not the
+    /// loop's `idx`).
+    scope_text: HashMap<(usize, String), &'s str>,
     calls: Vec<CallEvent>,
     /// Calls of functions that may be defined in this file, for inlining their training calls.
     invokes: Vec<Invoke>,
@@ -330,6 +293,10 @@ struct Walker<'s> {
     /// `accelerator.backward(loss)` calls with their loss: a plain backward when accelerate
     /// was not told to accumulate.
     accelerate_backwards: Vec<(Range<usize>, Range<usize>, String, Prov)>,
+    /// A DeepSpeed engine's backward handed a parameter of its function (`model.backward(out)`
+    /// under `if args.deepspeed:` in `backward_step(out, model, args)`): the call, its function
+    /// and the parameter, judged with what each call site hands in.
+    engine_param_backwards: Vec<(Range<usize>, usize, String)>,
     /// Receivers of `zero_grad()`, and `step()` calls on scheduler-named receivers: a
     /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
     zero_grad_receivers: Vec<String>,
@@ -401,6 +368,7 @@ impl<'s> Walker<'s> {
             value_model: true,
             verify_fixes: true,
             sync_flags: Vec::new(),
+            sync_choices: Vec::new(),
             stack: Vec::new(),
             scopes: vec![Scope {
                 name: String::new(),
@@ -431,6 +399,7 @@ impl<'s> Walker<'s> {
             instances: HashMap::default(),
             imports: HashMap::default(),
             test_names: HashMap::default(),
+            pick_names: HashMap::default(),
             above_one_names: HashMap::default(),
             local_counts: HashMap::default(),
             modulo_names: HashMap::default(),
@@ -446,11 +415,13 @@ impl<'s> Walker<'s> {
             divisions: HashMap::default(),
             accelerators: Vec::new(),
             assigned_text: HashMap::default(),
+            scope_text: HashMap::default(),
             calls: Vec::new(),
             invokes: Vec::new(),
             ddp_wrap_scopes: Vec::new(),
             functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),
+            engine_param_backwards: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
             zero_grads: Vec::new(),
@@ -715,6 +686,9 @@ impl<'s> Walker<'s> {
                     )
                     .copied()
                     .unwrap_or("");
+                if self.loop_model && items.contains("no_sync") {
+                    self.note_sync_choice_in(node);
+                }
                 let torch_ddp = || self.src.contains("TorchDDPPlugin");
                 if (sync_flag::ddp_no_sync(&items, torch_ddp)
                     || sync_flag::ddp_no_sync(opened, torch_ddp))
@@ -731,6 +705,11 @@ impl<'s> Walker<'s> {
             }
             "import_statement" | "import_from_statement" => self.import(node),
             "expression_statement" if self.loop_model => {
+                // `stack.enter_context(model.no_sync())` in an arm of a remainder test.
+                if self.text(node).contains("no_sync") {
+                    let line = node.start_byte()..line_end(self.src, node.start_byte());
+                    self.note_sync_choice(node, line);
+                }
                 if let Some(expr) = node.named_child(0) {
                     self.invoke(expr);
                     self.divide_in_place(node, expr);
@@ -1010,6 +989,9 @@ impl<'s> Walker<'s> {
             let backwards = sync_flag::backward_spans(&calls);
             self.facts.late_sync_flags =
                 sync_flag::late_sync_flags(tree, self.src, &self.sync_flags, &backwards);
+        }
+        if !self.facts.ddp_wraps.is_empty() && !self.sync_choices.is_empty() {
+            self.facts.no_sync_off_boundary = self.no_sync_off_boundary(&calls);
         }
         if !self.facts.ddp_wraps.is_empty() {
             self.facts.ddp_scopes = self.ddp_scopes();

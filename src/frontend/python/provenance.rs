@@ -109,9 +109,21 @@ impl<'s> Walker<'s> {
                     .collect();
                 Prov::combined(parts)
             }
-            "generator_expression" | "list_comprehension" => node
-                .field("body")
-                .map_or(Prov::ASSUMED, |b| self.prov(b, depth + 1)),
+            "generator_expression" | "list_comprehension" => {
+                let body = node
+                    .field("body")
+                    .map_or(Prov::ASSUMED, |b| self.prov(b, depth + 1));
+                // `[l.mean() for l in losses.values()]`: what the loop variable runs over.
+                let mut c = node.walk();
+                let over = node
+                    .named_children(&mut c)
+                    .find(|n| n.ty() == "for_in_clause")
+                    .and_then(|f| f.field("right"));
+                match over.map(|o| self.prov(o, depth + 1)) {
+                    Some(p) if (p.divided() || matches!(p, Prov::Param(_))) && !body.divided() => p,
+                    _ => body,
+                }
+            }
             "identifier" | "attribute" => {
                 let text = self.text(node);
                 if node.ty() == "attribute" && last_segment(text) == "loss" && text != "self.loss" {
@@ -125,8 +137,20 @@ impl<'s> Walker<'s> {
                         _ => Prov::UNSCALED,
                     };
                 }
+                // `out.losses` of a parameter `out`: what the caller handed in.
+                let root = root_name(text);
+                let of_root = || {
+                    (node.ty() == "attribute" && root != "self")
+                        .then(|| {
+                            self.loss_def(root, node.start_byte())
+                                .filter(Prov::divided)
+                                .or_else(|| self.param(root))
+                        })
+                        .flatten()
+                };
                 self.loss_def(text, node.start_byte())
                     .or_else(|| self.param(text))
+                    .or_else(of_root)
                     .unwrap_or(Prov::ASSUMED)
             }
             // `outputs[0]`, `outputs[:2]`, `out["loss"]`: part of what produced the value.
@@ -792,4 +816,12 @@ fn assignments(body: &str) -> Assignments<'_> {
 /// A character of a name or a dotted path, as [`Walker::reads_gathered`] reads them.
 fn is_word(c: char) -> bool {
     c.is_alphanumeric() || c == '_' || c == '.'
+}
+
+/// The name an expression hangs from: `out` of `out.losses.values()` or `out["loss"]`.
+pub(super) fn root_name(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    &text[..end]
 }

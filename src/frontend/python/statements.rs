@@ -210,6 +210,17 @@ impl<'s> Walker<'s> {
             self.define_pattern(left, right, node.start_byte());
         }
         if !simple_target {
+            // `out.losses[k] = v / n`: what is taken from `out` later holds divided losses.
+            if self.loop_model && left.ty() == "subscript" {
+                let prov = self.prov(right, 0);
+                if prov.divided() {
+                    let container = left.field("value").map_or("", |v| self.text(v));
+                    let root = super::provenance::root_name(container);
+                    if !root.is_empty() && root != "self" {
+                        self.define(root, node.start_byte(), prov);
+                    }
+                }
+            }
             let value = self.value_of(right, 0);
             // `parts["total"] = ...`: a total kept in a dict under its own key, and a part set
             // under a test of checkpointing (`parts["activations_gb"] = 0`).
@@ -238,6 +249,11 @@ impl<'s> Walker<'s> {
                     .push((scope, callee, reduction));
             }
         }
+        // Only a dict built or read by key can hand a helper the loop's counter.
+        if self.loop_model && matches!(unparen(right).ty(), "dictionary" | "subscript") {
+            self.scope_text
+                .insert((self.scope(), target.clone()), rtext);
+        }
         // Assigned a second time, a name's binding is no longer one value.
         if self.assigned_text.insert(target.clone(), rtext).is_some() {
             self.batch.reassigned.insert(target.clone());
@@ -262,6 +278,9 @@ impl<'s> Walker<'s> {
         if let Some(test) = self.accum_test(right, true) {
             let scope = self.scope();
             self.test_names.insert((scope, target.clone()), test);
+            if let Some(pick) = self.pick(right, 0) {
+                self.pick_names.insert((scope, target.clone()), pick);
+            }
         }
         if self.loop_model && is_count_of_data(rtext) {
             let here = (
@@ -281,6 +300,9 @@ impl<'s> Walker<'s> {
         if self.loop_model {
             let prov = self.prov(right, 0);
             self.define(self.text(left), node.start_byte(), prov);
+            if rtext.contains("no_sync") {
+                self.note_sync_choice(right, node.byte_range());
+            }
         }
         self.note_counts(&target, right);
 

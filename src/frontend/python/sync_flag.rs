@@ -278,3 +278,148 @@ impl super::Walker<'_> {
         reach
     }
 }
+
+impl<'s> super::Walker<'s> {
+    /// `ctx = model.no_sync() if i % N != 0 else nullcontext()`, or `ctx = model.no_sync()` in an
+    /// arm of `if i % N != 0:`: the micro-step that syncs, when it is one remainder of the
+    /// window.
+    pub(super) fn note_sync_choice(&mut self, value: Node, at: Range<usize>) {
+        let value = super::unparen(value);
+        let (cond, no_sync_when) = if value.ty() == "conditional_expression" {
+            let mut c = value.walk();
+            let parts: Vec<Node> = value.named_children(&mut c).collect();
+            let [then, cond, otherwise] = parts.as_slice() else {
+                return;
+            };
+            let held = |n: &Node| self.text(*n).contains("no_sync");
+            match (held(then), held(otherwise)) {
+                (true, false) => (*cond, true),
+                (false, true) => (*cond, false),
+                _ => return,
+            }
+        } else {
+            // In an arm: the innermost test around it, written in this function.
+            let Some(b) = self.ctx(at.start).branches.last().copied() else {
+                return;
+            };
+            let Some(pick) = self
+                .conds
+                .get(b.cond)
+                .filter(|c| c.scope == self.scope())
+                .and_then(|c| c.accum.as_ref()?.pick.clone())
+            else {
+                return;
+            };
+            if b.taken != pick.true_on_pick {
+                self.sync_choices.push((at, self.scope(), pick));
+            }
+            return;
+        };
+        let Some(pick) = self.pick(cond, 0) else {
+            return;
+        };
+        // It syncs where the test is not `no_sync_when`: one remainder only when that is where
+        // the test is true alone, or false alone.
+        if no_sync_when != pick.true_on_pick {
+            self.sync_choices.push((at, self.scope(), pick));
+        }
+    }
+
+    /// A `with` whose item chooses `no_sync()` itself (`with (m.no_sync() if ... else
+    /// nullcontext()):`), or enters it in an arm of a remainder test.
+    pub(super) fn note_sync_choice_in(&mut self, with: Node) {
+        let line = with.start_byte()..super::line_end(self.src, with.start_byte());
+        let mut c = with.walk();
+        let Some(clause) = with.children(&mut c).find(|n| n.ty() == "with_clause") else {
+            return;
+        };
+        let mut ic = clause.walk();
+        let items: Vec<Node> = clause
+            .named_children(&mut ic)
+            .filter_map(|i| i.field("value"))
+            .filter(|v| self.text(*v).contains("no_sync"))
+            .collect();
+        for value in items {
+            self.note_sync_choice(value, line.clone());
+        }
+    }
+
+    /// The sync choices whose synced micro-step is not the one the optimizer steps at, in the
+    /// same function: the step runs under a remainder test of the same counter and factor
+    /// that picks another remainder.
+    pub(super) fn no_sync_off_boundary(
+        &self,
+        calls: &[CallEvent],
+    ) -> Vec<crate::facts::OffBoundarySync> {
+        let same = |a: &str, b: &str| {
+            a == b
+                || self.assigned_text.get(a).is_some_and(|t| t.trim() == b)
+                || self.assigned_text.get(b).is_some_and(|t| t.trim() == a)
+        };
+        // A helper's counter read from what the loop hands it, under the counter's own key
+        // (`idx = state["idx"]` in the helper, `state = {"idx": idx, ...}` in the loop).
+        let handed = |helper: usize, inner: &str, outer_scope: usize, outer: &str| {
+            let squeeze = |t: &str| -> String { t.split_whitespace().collect() };
+            let Some(read) = self.scope_text.get(&(helper, inner.to_string())) else {
+                return false;
+            };
+            let read = squeeze(read);
+            let Some((holder, key)) = read.split_once('[') else {
+                return false;
+            };
+            let key = key.trim_end_matches(']').trim_matches(['"', '\'']);
+            let dict = self.scope_text.get(&(outer_scope, holder.to_string()));
+            key == inner
+                && dict.is_some_and(|d| {
+                    let d = squeeze(d);
+                    ['"', '\''].iter().any(|q| {
+                        [',', '}']
+                            .iter()
+                            .any(|end| d.contains(&format!("{q}{key}{q}:{outer}{end}")))
+                    })
+                })
+        };
+        let mut out = Vec::new();
+        for (at, scope, sync) in &self.sync_choices {
+            let found = calls.iter().find_map(|ev| {
+                if ev.ctx.scope != *scope
+                    || !matches!(ev.kind, crate::frontend::loops::CallKind::Step { .. })
+                {
+                    return None;
+                }
+                ev.ctx.branches.iter().find_map(|b| {
+                    let cond = self.conds.get(b.cond)?;
+                    let step = cond.accum.as_ref()?.pick.as_ref()?;
+                    // In the loop's own function, or in a helper it calls that reads the
+                    // loop's counter from what it is handed.
+                    let counter = match cond.scope == *scope {
+                        true => same(&step.counter, &sync.counter),
+                        false => {
+                            ev.inlined && handed(cond.scope, &step.counter, *scope, &sync.counter)
+                        }
+                    };
+                    (counter
+                        && b.taken == step.true_on_pick
+                        && same(&step.factor, &sync.factor)
+                        && step.residue != sync.residue)
+                        .then(|| (cond.text.clone(), ev.call.span.clone()))
+                })
+            });
+            if let Some((step_test, step)) = found {
+                let r = sync.residue;
+                let residue = match r {
+                    0 => "0".to_string(),
+                    r if r < 0 => format!("{} - {}", sync.factor, -r),
+                    r => r.to_string(),
+                };
+                out.push(crate::facts::OffBoundarySync {
+                    choice: at.clone(),
+                    syncs_on: format!("{} % {} == {residue}", sync.counter, sync.factor),
+                    step_test,
+                    step,
+                });
+            }
+        }
+        out
+    }
+}

@@ -21,6 +21,37 @@ pub(super) struct TrainerLossNotes {
     /// Objects the file sets `model_accepts_loss_kwargs` on (`trainer` in
     /// `trainer.model_accepts_loss_kwargs = False`): their class says how its loss is scaled.
     pub told: Vec<String>,
+    /// Classes the file calls whose names may build a trainer or its arguments (`Trainer`,
+    /// `MyTrainer`, `TrainingArguments`, `SFTConfig`): judged against the classes once read.
+    pub built: Vec<String>,
+}
+
+impl TrainerLossNotes {
+    /// A call of a class that may build a trainer or its arguments.
+    pub(super) fn note_build(&mut self, callee: &str) {
+        let builds = callee.ends_with("Trainer")
+            || callee.ends_with("TrainingArguments")
+            || callee
+                .strip_suffix("Config")
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_uppercase()));
+        if builds && !self.built.iter().any(|b| b == callee) {
+            self.built.push(callee.to_string());
+        }
+    }
+
+    /// The file builds a trainer of transformers' kind, or the arguments one is built with: the
+    /// factor it trains with is the file's to set. A file that only defines trainer classes
+    /// leaves it to whoever builds them.
+    fn builds_trainer(&self) -> bool {
+        self.built.iter().any(|b| {
+            !b.ends_with("Trainer")
+                || HF_TRAINERS.contains(&b.as_str())
+                || self
+                    .classes
+                    .iter()
+                    .any(|c| c.name == *b && hf_derived(&self.classes, c))
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -265,36 +296,41 @@ impl<'s> Walker<'s> {
             });
         }
         // An override of `compute_loss` that receives the count and ignores it. Only with a
-        // model that accepts loss keywords does the Trainer skip its own division: a causal LM.
+        // model that accepts loss keywords does the Trainer skip its own division: a causal LM
+        // the file loads, or the language model an SFT trainer trains whatever the file loads.
         let causal_lm = ["CausalLM", "ConditionalGeneration"]
             .iter()
             .find_map(|w| memchr::memmem::find(self.src.as_bytes(), w.as_bytes()))
             .map(|at| ident_around(self.src.as_bytes(), at));
-        if let Some(lm) = causal_lm {
-            for def in &notes.defs {
-                let Some(class) = def.class.as_deref() else {
-                    continue;
-                };
-                let Some(c) = notes.classes.iter().rev().find(|c| c.name == class) else {
-                    continue;
-                };
-                if def.name != "compute_loss" || !hf_derived(&notes.classes, c) {
-                    continue;
-                }
-                let Some(param) = def.count_param.clone().filter(|_| !def.handles_count) else {
-                    continue;
-                };
-                out.push(CustomLoss {
-                    kind: CustomLossKind::Override {
-                        class: class.to_string(),
-                        causal_lm: lm.clone(),
-                    },
-                    at: def.span.clone(),
-                    function: format!("{class}.compute_loss"),
-                    defined: def.span.clone(),
-                    param,
-                });
+        let builds_trainer = notes.builds_trainer();
+        for def in &notes.defs {
+            let Some(class) = def.class.as_deref() else {
+                continue;
+            };
+            let Some(c) = notes.classes.iter().rev().find(|c| c.name == class) else {
+                continue;
+            };
+            if def.name != "compute_loss" || !hf_derived(&notes.classes, c) {
+                continue;
             }
+            let Some(param) = def.count_param.clone().filter(|_| !def.handles_count) else {
+                continue;
+            };
+            let sft = derives_from(&notes.classes, c, "SFTTrainer");
+            if causal_lm.is_none() && !sft {
+                continue;
+            }
+            out.push(CustomLoss {
+                kind: CustomLossKind::Override {
+                    class: class.to_string(),
+                    causal_lm: causal_lm.clone(),
+                    built_elsewhere: !builds_trainer,
+                },
+                at: def.span.clone(),
+                function: format!("{class}.compute_loss"),
+                defined: def.span.clone(),
+                param,
+            });
         }
         out
     }
@@ -341,6 +377,25 @@ fn hf_derived(classes: &[ClassDef], class: &ClassDef) -> bool {
             return false;
         }
         level = next;
+    }
+    false
+}
+
+/// The class derives from `base`, directly or through classes of the file.
+fn derives_from(classes: &[ClassDef], class: &ClassDef, base: &str) -> bool {
+    let mut level = vec![class];
+    for _ in 0..8 {
+        if level.iter().any(|c| c.bases.iter().any(|b| b == base)) {
+            return true;
+        }
+        level = level
+            .iter()
+            .flat_map(|c| &c.bases)
+            .filter_map(|b| classes.iter().rev().find(|p| p.name == *b))
+            .collect();
+        if level.is_empty() {
+            return false;
+        }
     }
     false
 }
