@@ -1446,11 +1446,13 @@ def patch_argparse():
     argparse.ArgumentParser.parse_args = parse_args
     argparse.ArgumentParser.parse_known_args = parse_known_args
 
-    # No command line is given: a required option reads as unset, as its default would.
+    # No command line is given: a required option reads as unset, as its default would; a
+    # required whole number (a factor or a count) reads as 4, the stand-ins' factor.
     add = argparse._ActionsContainer.add_argument
 
     def add_argument(self, *a, **k):
-        k.pop("required", None)
+        if k.pop("required", False) and k.get("type") is int and "default" not in k:
+            k["default"] = 4
         return add(self, *a, **k)
 
     argparse._ActionsContainer.add_argument = add_argument

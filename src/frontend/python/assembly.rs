@@ -340,7 +340,10 @@ impl Walker<'_> {
                     // `get_num_microbatches()`).
                     divisors
                         .into_iter()
-                        .find(|d| self.is_factor(d) || names_micro_batches(d))
+                        .find(|d| {
+                            (self.is_factor(d) || names_micro_batches(d))
+                                && !self.divided_off_engine.iter().any(|o| o == d)
+                        })
                         .map(str::to_string)
                 });
             if let Some(divisor) = divisor {

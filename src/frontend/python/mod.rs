@@ -19,6 +19,7 @@ mod config_paths;
 mod deferred;
 mod divisions;
 mod exported;
+mod gathered;
 mod global_batch;
 mod hooks;
 mod inline;
@@ -113,7 +114,7 @@ fn extract_inner(
     if reads.loops {
         // Read before the walk, and only for the loop model, which alone asks for them.
         w.optimizers_by_use = statements::optimizers_by_use(text);
-        w.window_lists = statements::window_lists(text);
+        w.window_lists = gathered::window_lists(text);
     }
     w.value_model = reads.values;
     w.verify_fixes = verify_fixes;
@@ -194,6 +195,15 @@ struct Guard {
     after: usize,
 }
 
+/// A binding of a name to a loss: its scope, where it is written, what it holds, and the
+/// innermost branch arm around it (`(cond, taken)`), if any.
+struct LossDef {
+    scope: usize,
+    at: usize,
+    prov: Prov,
+    arm: Option<(usize, bool)>,
+}
+
 struct Walker<'s> {
     src: &'s str,
     /// Read the loop model's inputs: names assigned in loops, loss provenance, helpers' calls.
@@ -236,7 +246,7 @@ struct Walker<'s> {
     module_numbers: HashMap<&'s str, f64>,
     /// How each name's value was produced, per scope, in source order.
     /// By name: the scope, the position and what was assigned.
-    loss_defs: HashMap<&'s str, Vec<(usize, usize, Prov)>>,
+    loss_defs: HashMap<&'s str, Vec<LossDef>>,
     /// What each function scope returns.
     returns: HashMap<usize, Vec<Prov>>,
     /// Names bound to an instance of a class (`crit = MyLoss()`), per scope: the class as called
@@ -297,6 +307,8 @@ struct Walker<'s> {
     /// under `if args.deepspeed:` in `backward_step(out, model, args)`): the call, its function
     /// and the parameter, judged with what each call site hands in.
     engine_param_backwards: Vec<(Range<usize>, usize, String)>,
+    /// Divisors of losses divided only where the DeepSpeed flag is off (`if not args.deepspeed:`).
+    divided_off_engine: Vec<String>,
     /// Receivers of `zero_grad()`, and `step()` calls on scheduler-named receivers: a
     /// "scheduler" that zeroes gradients wraps the optimizer, and its step is the optimizer's.
     zero_grad_receivers: Vec<String>,
@@ -422,6 +434,7 @@ impl<'s> Walker<'s> {
             functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),
             engine_param_backwards: Vec::new(),
+            divided_off_engine: Vec::new(),
             zero_grad_receivers: Vec::new(),
             scheduler_steps: Vec::new(),
             zero_grads: Vec::new(),

@@ -495,17 +495,22 @@ impl<'s> Walker<'s> {
         let defs = self.loss_defs.get(name);
         let mut scope = Some(self.scope());
         while let Some(s) = scope {
-            // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`).
+            // Any scaling of the name before the use counts (`loss /= n` after `loss = f(x)`),
+            // unless the last binding is its alternative, on the other arm of the same test
+            // (`out = loss / n` under `if c:`, `out = loss` under `else:`).
             let mut prior = defs
                 .into_iter()
                 .flatten()
-                .filter(|(in_scope, at, _)| *in_scope == s && *at < before)
-                .map(|(_, _, p)| p);
+                .filter(|d| d.scope == s && d.at < before);
             if let Some(last) = prior.next_back() {
                 let divided = std::iter::once(last)
                     .chain(prior.rev())
-                    .find(|p| p.divided());
-                return Some(divided.unwrap_or(last).clone());
+                    .find(|d| d.prov.divided())
+                    .filter(|d| match (d.arm, last.arm) {
+                        (Some((c, t)), Some((lc, lt))) => c != lc || t == lt,
+                        _ => true,
+                    });
+                return Some(divided.unwrap_or(last).prov.clone());
             }
             // A parameter shadows the names around its function.
             if self
@@ -539,10 +544,37 @@ impl<'s> Walker<'s> {
     /// Remember what `target` now holds.
     pub(super) fn define(&mut self, target: &'s str, at: usize, prov: Prov) {
         let scope = self.scope();
+        let arm = self
+            .stack
+            .iter()
+            .rev()
+            .find_map(|(_, f)| match f {
+                super::Frame::Branch(c, b) => Some(Some((*c, *b))),
+                super::Frame::Scope(_) => Some(None),
+                _ => None,
+            })
+            .flatten();
+        // `if not args.deepspeed: loss = loss / n`: divided for the plain optimizer only.
+        if let (Some((c, taken)), Prov::DividedBy(divisor)) = (arm, &prov) {
+            let test = self.conds.get(c).map(|c| c.text.trim());
+            let flag = |t: &str| super::last_segment(t.trim()) == "deepspeed";
+            let off_engine = test.is_some_and(|t| match t.strip_prefix("not ") {
+                Some(negated) => taken && flag(negated),
+                None => !taken && flag(t),
+            });
+            if off_engine {
+                self.divided_off_engine.push(divisor.clone());
+            }
+        }
         self.loss_defs
             .entry(target)
             .or_default()
-            .push((scope, at, prov));
+            .push(super::LossDef {
+                scope,
+                at,
+                prov,
+                arm,
+            });
     }
 
     /// `a, b = rhs`: each name gets its element when the right side is written as a tuple of

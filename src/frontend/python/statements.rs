@@ -788,60 +788,8 @@ pub(super) fn optimizers_by_use(src: &str) -> Vec<String> {
     names
 }
 
-/// Names a file fills across the micro-steps of a window and empties again: appended to
-/// (`feats.append(x)`, `feats[k].append(x)`, `feats.extend(xs)`) and bound to an empty list or
-/// dict (`feats = []`, `imgs, feats = [], {}`). Read before the walk: a loss over data gathered
-/// so covers the whole window (see `provenance.rs`).
-pub(super) fn window_lists(src: &str) -> Vec<String> {
-    let bytes = src.as_bytes();
-    let mut filled: Vec<String> = Vec::new();
-    for call in [&b".append("[..], b".extend("] {
-        for at in memchr::memmem::find_iter(bytes, call) {
-            // `feats[k].append(...)`: the container is the name before the subscript.
-            let mut end = at;
-            if bytes[..end].ends_with(b"]") {
-                let mut depth = 0usize;
-                while end > 0 {
-                    end -= 1;
-                    match bytes[end] {
-                        b']' => depth += 1,
-                        b'[' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            filled.extend(receiver_before(src, end));
-        }
-    }
-    if filled.is_empty() {
-        return filled;
-    }
-    let empty = |v: &str| matches!(v.trim(), "[]" | "{}" | "list()" | "dict()");
-    let mut emptied: Vec<&str> = Vec::new();
-    for line in src.lines() {
-        let Some((left, right)) = line.split_once('=') else {
-            continue;
-        };
-        if right.starts_with('=') || left.ends_with(['!', '<', '>', '=']) {
-            continue;
-        }
-        if right.split(',').all(empty) {
-            emptied.extend(left.split(',').map(str::trim));
-        }
-    }
-    filled.retain(|n| emptied.contains(&n.as_str()));
-    filled.sort();
-    filled.dedup();
-    filled
-}
-
 /// The dotted name that ends at `end` (`self.opt` before `.step(`), if one does.
-fn receiver_before(src: &str, end: usize) -> Option<String> {
+pub(super) fn receiver_before(src: &str, end: usize) -> Option<String> {
     let head = &src[..end];
     let start = head
         .char_indices()
@@ -879,15 +827,6 @@ impl<'s> Walker<'s> {
 #[cfg(test)]
 mod tests {
     use super::{optimizers_by_use, scalers_by_use};
-
-    #[test]
-    fn window_lists_are_filled_and_emptied() {
-        let src = "cache, seen = [], {}\nlog = []\nfor b in dl:\n    cache.append(b)\n    seen[k].append(b)\n    log.append(1)\n    other.append(2)\n    log = log[-10:]\n";
-        assert_eq!(
-            super::window_lists(src),
-            vec!["cache".to_string(), "log".to_string(), "seen".to_string()]
-        );
-    }
 
     #[test]
     fn optimizers_are_known_by_zeroing_and_stepping() {
