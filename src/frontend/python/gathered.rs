@@ -106,8 +106,9 @@ fn handed_to_filler(src: &str, at: usize) -> bool {
     };
     let head = src[..open].trim_end();
     let callee_start = head
-        .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rfind(|(_, c)| !(c.is_alphanumeric() || *c == '_' || *c == '.'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let callee = &head[callee_start..];
     if head[..callee_start].trim_end().ends_with("def") {
         return true;
@@ -173,6 +174,13 @@ mod tests {
             super::window_lists(src),
             vec!["cache".to_string(), "log".to_string(), "seen".to_string()]
         );
+    }
+
+    #[test]
+    fn a_call_after_a_wide_character_is_read_whole() {
+        // `→(logs)`: the callee ends at a character of several bytes.
+        let src = "logs = []\nfor _ in range(4):\n    logs.append(1)\n    x = \"→\"→(logs)\n";
+        assert_eq!(super::window_lists(src), vec!["logs".to_string()]);
     }
 
     #[test]
