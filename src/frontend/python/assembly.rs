@@ -341,7 +341,8 @@ impl Walker<'_> {
                     divisors
                         .into_iter()
                         .find(|d| {
-                            (self.is_factor(d) || names_micro_batches(d))
+                            let window = |t: &str| self.is_factor(t) || names_micro_batches(t);
+                            (window(d) || self.handed_for(d).iter().any(|t| window(t)))
                                 && !self.divided_off_engine.iter().any(|o| o == d)
                         })
                         .map(str::to_string)
@@ -358,6 +359,30 @@ impl Walker<'_> {
             }
         }
         self.facts.manual_divisions.extend(found);
+    }
+}
+
+impl<'s> Walker<'s> {
+    /// What the file's calls hand a function of the file for its parameter `name` (the
+    /// divisor of `loss / num_mbs` in `def forward_step(..., num_mbs)`), as written, and what
+    /// a name handed is bound to (`n_micro = get_num_microbatches()`).
+    fn handed_for(&self, name: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        for i in &self.invokes {
+            let Some(scope) = self.function(&i.callee) else {
+                continue;
+            };
+            let params = &self.scopes[scope].params;
+            if !params.iter().any(|p| p == name) {
+                continue;
+            }
+            let given = super::provenance::given_for(params, &i.args, |(k, ..)| k.as_deref(), name);
+            if let Some((.., text)) = given {
+                out.push(text.as_str());
+                out.extend(self.assigned_text.get(text.as_str()).copied());
+            }
+        }
+        out
     }
 }
 

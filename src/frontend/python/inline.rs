@@ -254,7 +254,9 @@ fn rename_divisors(prov: &mut Prov, rename: &impl Fn(&str) -> Option<String>) {
             }
         }
         Prov::Summed(inner) | Prov::Averaged(inner) => rename_divisors(inner, rename),
-        Prov::Combined(parts) => parts.iter_mut().for_each(|p| rename_divisors(p, rename)),
+        Prov::Combined(parts) | Prov::Tuple(parts) => {
+            parts.iter_mut().for_each(|p| rename_divisors(p, rename))
+        }
         _ => {}
     }
 }

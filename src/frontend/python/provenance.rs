@@ -329,6 +329,7 @@ impl<'s> Walker<'s> {
                 callee,
                 args: given,
                 otherwise: Box::new(otherwise),
+                pick: None,
             },
             None => otherwise,
         }
@@ -602,7 +603,7 @@ impl<'s> Walker<'s> {
                 continue;
             }
             let prov = match (&whole, elements.get(i)) {
-                (Some(p), _) => p.clone(),
+                (Some(p), _) => p.clone().element(i, targets.len()),
                 (None, Some(e)) => self.prov(*e, 0),
                 (None, None) => continue,
             };
@@ -624,7 +625,7 @@ impl<'s> Walker<'s> {
             }
             Prov::Summed(inner) => Prov::Summed(Box::new(self.resolve(inner, env, depth + 1))),
             Prov::Averaged(inner) => Prov::Averaged(Box::new(self.resolve(inner, env, depth + 1))),
-            Prov::Combined(parts) => {
+            Prov::Combined(parts) | Prov::Tuple(parts) => {
                 Prov::combined(parts.iter().map(|q| self.resolve(q, env, depth + 1)))
             }
             Prov::Param(name) => env
@@ -634,6 +635,7 @@ impl<'s> Walker<'s> {
                 callee,
                 args,
                 otherwise,
+                pick,
             } => {
                 let Some(scope) = self.function(callee) else {
                     return self.resolve(otherwise, env, depth + 1);
@@ -648,9 +650,16 @@ impl<'s> Walker<'s> {
                     // A function that returns nothing gives no loss to judge.
                     return Prov::UNKNOWN;
                 }
+                // Unpacked (`out, logs = step(...)`): the element of each tuple returned whole.
                 Prov::combined(
                     returns
                         .iter()
+                        .map(|r| match (r, pick) {
+                            (Prov::Tuple(parts), Some((i, n))) if parts.len() == *n => {
+                                parts.get(*i).unwrap_or(r)
+                            }
+                            _ => r,
+                        })
                         .map(|r| self.resolve(r, Some((params, &given)), depth + 1))
                         .collect::<Vec<_>>(),
                 )

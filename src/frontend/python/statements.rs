@@ -612,7 +612,15 @@ impl<'s> Walker<'s> {
             }
         }
         if self.loop_model {
-            let prov = self.prov(value, 0);
+            // `return loss / n, logs`: each element kept, for the caller that unpacks them.
+            let prov = match value.ty() {
+                "expression_list" | "tuple" => {
+                    let mut c = value.walk();
+                    let parts = value.named_children(&mut c).filter(|p| p.ty() != "comment");
+                    Prov::Tuple(parts.map(|p| self.prov(p, 0)).collect())
+                }
+                _ => self.prov(value, 0),
+            };
             self.returns.entry(scope).or_default().push(prov);
             self.invoke(value);
         }
