@@ -10,6 +10,8 @@ use super::*;
 pub(super) struct MicroSized {
     /// The scheduler's name as assigned (`scheduler`, `self.lr_sched`).
     name: String,
+    /// The function it is built in: a plain name is another function's scheduler elsewhere.
+    scope: usize,
     built: Range<usize>,
     length: String,
     /// Where the length is written: the assignment's value that holds the `len()`, or the
@@ -133,7 +135,7 @@ impl<'s> Walker<'s> {
     /// `name = Scheduler(..., len(loader) * epochs ...)` with no division and no accumulation
     /// factor, followed through the names it reads.
     pub(super) fn note_micro_schedule(&mut self, name: &str, ctor: Node) {
-        if !self.loop_model {
+        if !self.loop_model || self.helper_divides(ctor) {
             return;
         }
         // What sizes the schedule: its length argument, not the optimizer or the warm-up.
@@ -148,7 +150,7 @@ impl<'s> Walker<'s> {
 
     /// The scheduler's warm-up, judged as its length is, whatever the length counts.
     pub(super) fn note_micro_warmup(&mut self, name: &str, ctor: Node) {
-        if !self.loop_model {
+        if !self.loop_model || self.helper_divides(ctor) {
             return;
         }
         if let Some(warmup) = self.warmup_length(ctor) {
@@ -160,7 +162,8 @@ impl<'s> Walker<'s> {
     }
 
     /// A warm-up length handed to a scheduler: a keyword naming the warm-up
-    /// (`num_warmup_steps=`), or the second argument of a `*_with_warmup` constructor.
+    /// (`num_warmup_steps=`), the second argument of a `*_with_warmup` constructor, or the
+    /// place `get_scheduler` takes it (the third in transformers, the fourth in diffusers).
     fn warmup_length<'t>(&self, ctor: Node<'t>) -> Option<Node<'t>> {
         let callee = ctor.field("function").map(|f| self.text(f)).unwrap_or("");
         let args = ctor.field("arguments")?;
@@ -176,12 +179,60 @@ impl<'s> Walker<'s> {
                 .then(|| a.field("value"))?
         });
         keyword.or_else(|| {
-            last_segment(callee)
-                .ends_with("_with_warmup")
-                .then(|| all.get(1).copied())
-                .flatten()
+            let at = match last_segment(callee) {
+                "get_scheduler" => match self.library_of(callee) {
+                    "transformers" => 2,
+                    "diffusers" => 3,
+                    _ => return None,
+                },
+                c if c.ends_with("_with_warmup") => 1,
+                _ => return None,
+            };
+            all.get(at)
+                .copied()
                 .filter(|a| a.ty() != "keyword_argument")
         })
+    }
+
+    /// What the function `scope` returns is assigned to `recv` somewhere in the file
+    /// (`model, opt, scheduler = build(...)`): its scheduler of that name is the caller's.
+    fn returned_into(&self, scope: usize, recv: &str) -> bool {
+        let Some(f) = self.scopes.get(scope).map(|s| s.name.as_str()) else {
+            return false;
+        };
+        !f.is_empty()
+            && self.src.lines().any(|line| {
+                let Some((left, right)) = line.split_once('=') else {
+                    return false;
+                };
+                let callee = right.trim_start().split('(').next().unwrap_or("").trim();
+                right.contains('(')
+                    && last_segment(callee) == f
+                    && left.split(',').any(|t| t.trim() == recv)
+            })
+    }
+
+    /// `call` is of a function or method of this file (`make_schedule(opt, len(loader))`)
+    /// that divides: it may size what it builds in optimizer steps from the count it is
+    /// handed, so the call is no schedule of known length.
+    fn helper_divides(&self, call: Node) -> bool {
+        let callee = call.field("function").map_or("", |f| self.text(f));
+        let name = callee.strip_prefix("self.").unwrap_or(callee);
+        self.def_texts
+            .get(name)
+            .is_some_and(|def| def.contains('/'))
+    }
+
+    /// The library a called name comes from, by the file's imports (`transformers` for
+    /// `get_scheduler` after `from transformers import get_scheduler`, or for
+    /// `transformers.get_scheduler`); empty when unknown. `transformers.get_scheduler` and
+    /// diffusers' take their lengths at different places.
+    fn library_of<'a>(&'a self, callee: &'a str) -> &'a str {
+        let module = match callee.split_once('.') {
+            Some((first, _)) => self.imports.get(first).map_or(first, |(module, _)| module),
+            None => self.imports.get(callee).map_or("", |(module, _)| module),
+        };
+        module.split('.').next().unwrap_or("")
     }
 
     /// A length that multiplies names (`warmup_steps * accum`), none of them divided: recorded
@@ -208,6 +259,7 @@ impl<'s> Walker<'s> {
             .unwrap_or_else(|| length.byte_range());
         self.micro_schedules.push(MicroSized {
             name: name.to_string(),
+            scope: self.scope(),
             built: ctor.byte_range(),
             length: batch_model::compact_spaced(&self.src[span.clone()]),
             length_at: span,
@@ -304,6 +356,7 @@ impl<'s> Walker<'s> {
         };
         Some(MicroSized {
             name: name.to_string(),
+            scope: self.scope(),
             built: ctor.byte_range(),
             length,
             length_at,
@@ -393,6 +446,13 @@ impl<'s> Walker<'s> {
         if let Some(a) = total {
             return value(*a);
         }
+        let callee = ctor.field("function").map_or("", |f| self.text(f));
+        let positional = positional_length(last_segment(callee), self.library_of(callee))
+            .and_then(|i| all.get(i))
+            .filter(|a| a.ty() != "keyword_argument");
+        if let Some(a) = positional {
+            return Some(*a);
+        }
         all.iter()
             .skip(1)
             .filter(|a| keyword(a).is_none())
@@ -479,7 +539,15 @@ impl<'s> Walker<'s> {
                 for (m, helper) in self.micro_schedules.iter().rev().filter_map(|m| {
                     // Built here, handed over, or returned by a helper the caller passes the
                     // loader to (`sched = make_scheduler(opt, train_loader, epochs)`).
-                    let (loader, helper) = match m.name == *recv || handed(recv, &m.name) {
+                    // A plain name is the scheduler of the function that builds it (or of the
+                    // module).
+                    let local = !m.name.contains('.') && !m.name.ends_with("()");
+                    let same = m.name == *recv
+                        && (!local
+                            || m.scope == 0
+                            || m.scope == lp.scope
+                            || self.returned_into(m.scope, recv));
+                    let (loader, helper) = match same || handed(recv, &m.name) {
                         true => (m.loader.clone(), false),
                         false => (self.built_by_helper(recv, m)?, true),
                     };
@@ -905,6 +973,31 @@ fn called_in(text: &str, name: &str) -> bool {
         let whole = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.');
         whole && text[at + name.len()..].trim_start().starts_with('(')
     })
+}
+
+/// Where a scheduler of torch or transformers takes its length as a positional argument, the
+/// optimizer being the first: `CosineAnnealingLR(opt, T_max)`, `PolynomialLR(opt,
+/// total_iters)`, `OneCycleLR(opt, max_lr, total_steps)`, `ConstantLR(opt, factor,
+/// total_iters)`, `LinearLR(opt, start, end, total_iters)`, and every
+/// `get_*_schedule_with_warmup(opt, num_warmup_steps, num_training_steps)` but the constant and
+/// inverse-square-root ones, which take no length; `get_scheduler(name, opt,
+/// num_warmup_steps, num_training_steps)` in transformers, with `step_rules` before the
+/// warm-up in diffusers.
+fn positional_length(constructor: &str, library: &str) -> Option<usize> {
+    match constructor {
+        "get_scheduler" if library == "transformers" => Some(3),
+        "get_scheduler" if library == "diffusers" => Some(4),
+        "CosineAnnealingLR" | "PolynomialLR" => Some(1),
+        "OneCycleLR" | "ConstantLR" => Some(2),
+        "LinearLR" => Some(3),
+        c if c.ends_with("_schedule_with_warmup")
+            && !c.contains("constant")
+            && !c.contains("inverse_sqrt") =>
+        {
+            Some(2)
+        }
+        _ => None,
+    }
 }
 
 /// The first positional argument of a call as written: `tqdm(loader, total=n)` → `loader`.
