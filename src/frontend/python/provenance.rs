@@ -40,6 +40,17 @@ const TRANSPARENT: &[&str] = &[
     "values",
 ];
 
+/// The second positional argument of a call's argument list.
+fn second_positional(args: Option<Node>) -> Option<Node> {
+    let args = args?;
+    let mut c = args.walk();
+    let second = args
+        .named_children(&mut c)
+        .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
+        .nth(1);
+    second
+}
+
 /// How many terms a sum adds (`a + b + c` → 3; anything else → 1).
 fn terms(node: Node) -> usize {
     let node = unparen(node);
@@ -216,8 +227,22 @@ impl<'s> Walker<'s> {
             ("sum", None) => return inner(first_arg),
             _ => {}
         }
-        // `loss.div(n)`: a division written as a method.
-        if let Some((object, divisor)) = self.divide_method(node) {
+        // `loss.div(n)`, or `torch.div(loss, n)` without a rounding mode: a division written
+        // as a call.
+        let division = self.divide_method(node).or_else(|| {
+            let function_form = matches!(f, "torch.div" | "torch.divide" | "torch.true_divide");
+            let kept = |a: Node| {
+                let mut c = a.walk();
+                let keywords = a
+                    .named_children(&mut c)
+                    .any(|k| k.ty() == "keyword_argument");
+                !keywords
+            };
+            (function_form && args.is_some_and(kept))
+                .then(|| Some((first_arg?, second_positional(args)?)))
+                .flatten()
+        });
+        if let Some((object, divisor)) = division {
             let divisor = unparen(divisor);
             let text = self.text(divisor);
             // As for `/`: a count of this micro-step's data makes a mean, a fraction a weight.
@@ -228,6 +253,16 @@ impl<'s> Walker<'s> {
                 return self.prov(object, depth + 1);
             }
             return Prov::DividedBy(text.to_string());
+        }
+        // `loss.mul(1 / n)`, `torch.mul(loss, 1 / n)`: a product, read as `*` is.
+        if matches!(last, "mul" | "multiply") {
+            let factors = match object {
+                Some(o) if !f.starts_with("torch.") => [Some(o), first_arg],
+                _ => [first_arg, second_positional(args)],
+            };
+            if let [Some(a), Some(b)] = factors {
+                return Prov::combined([inner(Some(a)), inner(Some(b))]);
+            }
         }
         if f == "torch.mean" {
             return Prov::Averaged(Box::new(inner(first_arg)));

@@ -366,7 +366,18 @@ impl<'s> Walker<'s> {
         Some(string_key(self.text(key)))
     }
 
-    /// `loss.div_(n)` as a statement divides the loss in place, as `loss /= n` does.
+    /// `n` of `1 / n` (or `1.0 / n`).
+    fn reciprocal_of<'t>(&self, node: Node<'t>) -> Option<Node<'t>> {
+        let node = unparen(node);
+        let one = node.field("left").map(|l| self.text(l));
+        let divides = node.field("operator").is_some_and(|o| o.kind() == "/");
+        (node.ty() == "binary_operator" && divides && matches!(one, Some("1" | "1.0" | "1.")))
+            .then(|| node.field("right"))
+            .flatten()
+    }
+
+    /// `loss.div_(n)` (or `loss.mul_(1 / n)`) as a statement divides the loss in place, as
+    /// `loss /= n` does.
     pub(super) fn divide_in_place(&mut self, stmt: Node, expr: Node) {
         if expr.ty() != "call" {
             return;
@@ -374,10 +385,8 @@ impl<'s> Walker<'s> {
         let Some(func) = expr.field("function").filter(|f| f.ty() == "attribute") else {
             return;
         };
-        if !matches!(
-            func.field("attribute").map(|a| self.text(a)),
-            Some("div_" | "true_divide_")
-        ) {
+        let method = func.field("attribute").map(|a| self.text(a));
+        if !matches!(method, Some("div_" | "true_divide_" | "mul_")) {
             return;
         }
         let Some(object) = func
@@ -400,6 +409,15 @@ impl<'s> Walker<'s> {
         if divisor.ty() == "keyword_argument" {
             return;
         }
+        // `loss.mul_(1 / n)` divides by `n`; a product with anything else is not read.
+        let divisor = match method {
+            Some("mul_") => match self.reciprocal_of(*divisor) {
+                Some(d) => d,
+                None => return,
+            },
+            _ => *divisor,
+        };
+        let divisor = &divisor;
         let target = self.text(object);
         if names_accumulation(self.text(*divisor)) {
             let division = Division {
