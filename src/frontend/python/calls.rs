@@ -441,12 +441,7 @@ impl<'s> Walker<'s> {
             .unwrap_or("");
         let recv_last = last_segment(recv).to_ascii_lowercase();
         let args = node.field("arguments");
-        let positional = args.map_or(0, |a| {
-            let mut c = a.walk();
-            a.named_children(&mut c)
-                .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
-                .count()
-        });
+        let positional = positionals(args).len();
         let kind = match last {
             "step" if self.is_optimizer_ref(recv) || self.is_scaler(recv) => {
                 self.facts.evidence.trains.push(span.clone());

@@ -870,14 +870,27 @@ impl<'s> Walker<'s> {
                         | "ORPOTrainer"
                         | "KTOTrainer"
                 );
-                let from_library = match self.imports.get(last) {
-                    Some((module, _)) => module.contains("transformers") || module.contains("trl"),
-                    None => {
-                        !b.contains('.') || b.starts_with("transformers.") || b.starts_with("trl.")
-                    }
+                // A bare name imported from nowhere is taken for the library's (a notebook).
+                let first = b.split('.').next().unwrap_or(b);
+                let from_library = match self.imports.contains_key(first) {
+                    true => matches!(self.library_of(b), "transformers" | "trl"),
+                    false => !b.contains('.') || first == "transformers" || first == "trl",
                 };
                 known && from_library
             })
+    }
+
+    /// The library a called name comes from, by the file's imports (`transformers` for
+    /// `get_scheduler` after `from transformers import get_scheduler`, or for
+    /// `transformers.get_scheduler`); empty when unknown. `transformers.get_scheduler` and
+    /// diffusers' take their lengths at different places; a project's
+    /// own `Trainer` is not transformers'.
+    pub(super) fn library_of<'a>(&'a self, callee: &'a str) -> &'a str {
+        let module = match callee.split_once('.') {
+            Some((first, _)) => self.imports.get(first).map_or(first, |(module, _)| module),
+            None => self.imports.get(callee).map_or("", |(module, _)| module),
+        };
+        module.split('.').next().unwrap_or("")
     }
 
     /// apex's `with amp.scale_loss(loss, optimizer) as scaled_loss:`: the alias is the loss
@@ -1075,6 +1088,17 @@ fn unparen(mut node: Node) -> Node {
         }
     }
     node
+}
+
+/// The positional arguments of a call's argument list, in order (keywords and comments left out).
+fn positionals(args: Option<Node>) -> Vec<Node> {
+    let Some(args) = args else {
+        return Vec::new();
+    };
+    let mut c = args.walk();
+    args.named_children(&mut c)
+        .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
+        .collect()
 }
 
 fn last_segment(s: &str) -> &str {

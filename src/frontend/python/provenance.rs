@@ -41,16 +41,6 @@ const TRANSPARENT: &[&str] = &[
 ];
 
 /// The second positional argument of a call's argument list.
-fn second_positional(args: Option<Node>) -> Option<Node> {
-    let args = args?;
-    let mut c = args.walk();
-    let second = args
-        .named_children(&mut c)
-        .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
-        .nth(1);
-    second
-}
-
 /// How many terms a sum adds (`a + b + c` → 3; anything else → 1).
 fn terms(node: Node) -> usize {
     let node = unparen(node);
@@ -210,13 +200,9 @@ impl<'s> Walker<'s> {
             .then(|| func.field("object"))
             .flatten();
         let args = node.field("arguments");
-        let first_arg = args.and_then(|a| {
-            let mut c = a.walk();
-            let first = a
-                .named_children(&mut c)
-                .find(|n| !matches!(n.ty(), "keyword_argument" | "comment"));
-            first
-        });
+        let positional = super::positionals(args);
+        let first_arg = positional.first().copied();
+        let second_arg = positional.get(1).copied();
         // Reductions and conversions: what they are applied to.
         let inner = |of: Option<Node>| of.map_or(Prov::ASSUMED, |n| self.prov(n, depth + 1));
         match (last, object) {
@@ -239,7 +225,7 @@ impl<'s> Walker<'s> {
                 !keywords
             };
             (function_form && args.is_some_and(kept))
-                .then(|| Some((first_arg?, second_positional(args)?)))
+                .then(|| Some((first_arg?, second_arg?)))
                 .flatten()
         });
         if let Some((object, divisor)) = division {
@@ -258,7 +244,7 @@ impl<'s> Walker<'s> {
         if matches!(last, "mul" | "multiply") {
             let factors = match object {
                 Some(o) if !f.starts_with("torch.") => [Some(o), first_arg],
-                _ => [first_arg, second_positional(args)],
+                _ => [first_arg, second_arg],
             };
             if let [Some(a), Some(b)] = factors {
                 return Prov::combined([inner(Some(a)), inner(Some(b))]);

@@ -223,18 +223,6 @@ impl<'s> Walker<'s> {
             .is_some_and(|def| def.contains('/'))
     }
 
-    /// The library a called name comes from, by the file's imports (`transformers` for
-    /// `get_scheduler` after `from transformers import get_scheduler`, or for
-    /// `transformers.get_scheduler`); empty when unknown. `transformers.get_scheduler` and
-    /// diffusers' take their lengths at different places.
-    fn library_of<'a>(&'a self, callee: &'a str) -> &'a str {
-        let module = match callee.split_once('.') {
-            Some((first, _)) => self.imports.get(first).map_or(first, |(module, _)| module),
-            None => self.imports.get(callee).map_or("", |(module, _)| module),
-        };
-        module.split('.').next().unwrap_or("")
-    }
-
     /// A length that multiplies names (`warmup_steps * accum`), none of them divided: recorded
     /// with the names, for the loops whose factor is among them.
     fn note_multiplied(&mut self, name: &str, ctor: Node, length: Node, warmup: bool) {

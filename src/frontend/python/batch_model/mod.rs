@@ -884,11 +884,7 @@ impl<'a> Model<'a, '_> {
         let Some(args) = call.field("arguments") else {
             return UNKNOWN;
         };
-        let mut c = args.walk();
-        let positional: Vec<Node> = args
-            .named_children(&mut c)
-            .filter(|a| !matches!(a.ty(), "keyword_argument" | "comment"))
-            .collect();
+        let positional = positionals(Some(args));
         let first_string = positional
             .first()
             .filter(|a| a.ty() == "string")
