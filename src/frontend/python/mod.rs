@@ -3,11 +3,11 @@
 //! lower what they see into facts. Accumulating loops are assembled from the recorded events after
 //! the walk.
 //!
-//! This file holds the walk, its scopes and imports, and the assembly at the end; the handlers
-//! live beside it: `statements` (assignments, returns), `calls` (evidence and training calls),
-//! `conditions` (what a test says about the accumulation window), `arithmetic` (memory formulas,
-//! tables, units), `provenance` (where a loss comes from) and `inline` (helpers' training calls
-//! at their call sites).
+//! This file holds the walk, its scopes, and the assembly at the end; the handlers live beside
+//! it: `statements` (assignments, returns), `calls` (evidence and training calls), `conditions`
+//! (what a test says about the accumulation window), `arithmetic` (memory formulas, tables,
+//! units), `provenance` (where a loss comes from), `imports` (what a name was imported as) and
+//! `inline` (helpers' training calls at their call sites).
 
 mod arithmetic;
 mod assembly;
@@ -22,6 +22,7 @@ mod exported;
 mod gathered;
 mod global_batch;
 mod hooks;
+mod imports;
 mod inline;
 mod loader_batch;
 mod moves;
@@ -848,51 +849,6 @@ impl<'s> Walker<'s> {
         self.push(node, Frame::Scope(id));
     }
 
-    /// A base class list that names transformers' or TRL's trainer (`Trainer`,
-    /// `transformers.Trainer`, `SFTTrainer`), not a project's own (`BaseTrainer`, a `Trainer`
-    /// imported from the project).
-    fn hf_trainer_base(&self, bases: &str) -> bool {
-        bases
-            .trim_matches(['(', ')'])
-            .split(',')
-            .map(|b| b.trim())
-            .any(|b| {
-                let last = last_segment(b);
-                let known = matches!(
-                    last,
-                    "Trainer"
-                        | "Seq2SeqTrainer"
-                        | "SFTTrainer"
-                        | "DPOTrainer"
-                        | "GRPOTrainer"
-                        | "RewardTrainer"
-                        | "PPOTrainer"
-                        | "ORPOTrainer"
-                        | "KTOTrainer"
-                );
-                // A bare name imported from nowhere is taken for the library's (a notebook).
-                let first = b.split('.').next().unwrap_or(b);
-                let from_library = match self.imports.contains_key(first) {
-                    true => matches!(self.library_of(b), "transformers" | "trl"),
-                    false => !b.contains('.') || first == "transformers" || first == "trl",
-                };
-                known && from_library
-            })
-    }
-
-    /// The library a called name comes from, by the file's imports (`transformers` for
-    /// `get_scheduler` after `from transformers import get_scheduler`, or for
-    /// `transformers.get_scheduler`); empty when unknown. `transformers.get_scheduler` and
-    /// diffusers' take their lengths at different places; a project's
-    /// own `Trainer` is not transformers'.
-    pub(super) fn library_of<'a>(&'a self, callee: &'a str) -> &'a str {
-        let module = match callee.split_once('.') {
-            Some((first, _)) => self.imports.get(first).map_or(first, |(module, _)| module),
-            None => self.imports.get(callee).map_or("", |(module, _)| module),
-        };
-        module.split('.').next().unwrap_or("")
-    }
-
     /// apex's `with amp.scale_loss(loss, optimizer) as scaled_loss:`: the alias is the loss
     /// (apex multiplies by its loss scale and unscales before the step).
     fn scaled_loss_alias(&mut self, with: Node) {
@@ -946,49 +902,6 @@ impl<'s> Walker<'s> {
             names.remove(0);
         }
         names
-    }
-
-    /// `import a.b as m`, `from a.b import f as g`, `from . import losses`.
-    fn import(&mut self, node: Node) {
-        let from = node.ty() == "import_from_statement";
-        let module = if from {
-            match node.field("module_name") {
-                Some(m) => self.text(m).to_string(),
-                None => return,
-            }
-        } else {
-            String::new()
-        };
-        let mut c = node.walk();
-        for name in node.children_by_field_name("name", &mut c) {
-            let (path, alias) = match name.ty() {
-                "aliased_import" => (
-                    name.field("name").map(|n| self.text(n)),
-                    name.field("alias").map(|n| self.text(n)),
-                ),
-                _ => (Some(self.text(name)), None),
-            };
-            let Some(path) = path else {
-                continue;
-            };
-            // `from peft import ...`, `import peft`: adapters in the run.
-            if [module.as_str(), path]
-                .iter()
-                .any(|m| m.split('.').next() == Some("peft"))
-            {
-                self.facts.evidence.lora.push(node.byte_range());
-            }
-            let (key, value) = if from {
-                (
-                    alias.unwrap_or(path).to_string(),
-                    (module.clone(), Some(path.to_string())),
-                )
-            } else {
-                // `import a.b` binds `a.b` as written; `import a.b as m` binds `m`.
-                (alias.unwrap_or(path).to_string(), (path.to_string(), None))
-            };
-            self.imports.insert(key, value);
-        }
     }
 
     // ---- assembling loops ----------------------------------------------------------------------
