@@ -100,7 +100,7 @@ done <"$manifest"
 
 for r in "${missed_rows[@]}"; do echo "missed: $r"; done
 for r in "${alarm_rows[@]}"; do echo "false alarm: $r"; done
-recall=$(awk -v c="$caught" -v b="$buggy" 'BEGIN { printf "%.2f", b ? c / b : 0 }')
+recall=$(awk -v c="$caught" -v b="$buggy" 'BEGIN { printf "%.3f", b ? c / b : 0 }')
 echo "buggy versions caught: $caught of $buggy (recall $recall)"
 echo "fixed and clean versions with a finding: $alarms of $clean"
 [ "$remaining" -eq 0 ] || echo "bugs a fix left in place, still reported: $remained of $remaining"
