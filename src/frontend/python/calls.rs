@@ -710,6 +710,15 @@ impl<'s> Walker<'s> {
                 let arg = recv.field("arguments").and_then(|a| a.named_child(0))?;
                 loss = unparen(arg);
                 recv = loss;
+            } else if last_segment(f_text) == "scale_loss"
+                && f.and_then(|f| f.field("object"))
+                    .is_some_and(|o| self.is_optimizer_ref(self.text(o)))
+            {
+                // Megatron's mixed-precision `optimizer.scale_loss(loss)`: the loss times the
+                // optimizer's loss scale, which its `step` takes off again.
+                let arg = recv.field("arguments").and_then(|a| a.named_child(0))?;
+                loss = unparen(arg);
+                recv = loss;
             } else if matches!(last_segment(f_text), "mean" | "sum") {
                 if let Some(obj) = f.and_then(|f| f.field("object")) {
                     loss = unparen(obj);

@@ -11,9 +11,22 @@ impl<'s> Walker<'s> {
         let node = unparen(node);
         match node.ty() {
             "binary_operator" => {
-                let op = node.field("operator").map(|o| self.text(o));
-                let left = node.field("left")?;
-                let right = node.field("right")?;
+                let mut op = node.field("operator").map(|o| self.text(o));
+                let mut left = node.field("left")?;
+                let mut right = node.field("right")?;
+                // What removing the division leaves: the text between the loss and the end of
+                // the divisor, or, for `(1 / n) * loss`, before the loss.
+                let mut division = left.end_byte()..right.end_byte();
+                // `loss * (1 / n)` divides by `n` as `loss / n` does.
+                if op == Some("*") {
+                    if let Some(n) = self.reciprocal_of(right) {
+                        (op, right) = (Some("/"), n);
+                        division = left.end_byte()..node.end_byte();
+                    } else if let Some(n) = self.reciprocal_of(left) {
+                        division = node.start_byte()..right.start_byte();
+                        (op, left, right) = (Some("/"), right, n);
+                    }
+                }
                 let divisor = self.text(right);
                 // `loss * accum / num_items` cancels the framework's division on purpose.
                 if op != Some("/")
@@ -25,7 +38,7 @@ impl<'s> Walker<'s> {
                 Some((
                     divisor.to_string(),
                     Division {
-                        operator_and_divisor: left.end_byte()..right.end_byte(),
+                        operator_and_divisor: division,
                         statement: None,
                     },
                 ))

@@ -367,7 +367,7 @@ impl<'s> Walker<'s> {
     }
 
     /// `n` of `1 / n` (or `1.0 / n`).
-    fn reciprocal_of<'t>(&self, node: Node<'t>) -> Option<Node<'t>> {
+    pub(super) fn reciprocal_of<'t>(&self, node: Node<'t>) -> Option<Node<'t>> {
         let node = unparen(node);
         let one = node.field("left").map(|l| self.text(l));
         let divides = node.field("operator").is_some_and(|o| o.kind() == "/");
@@ -419,7 +419,7 @@ impl<'s> Walker<'s> {
         };
         let divisor = &divisor;
         let target = self.text(object);
-        if names_accumulation(self.text(*divisor)) {
+        if self.is_factor(self.text(*divisor)) {
             let division = Division {
                 operator_and_divisor: func.start_byte().saturating_sub(1).max(object.end_byte())
                     ..expr.end_byte(),
@@ -458,7 +458,7 @@ impl<'s> Walker<'s> {
                 (self.text(right).to_string(), right.byte_range()),
             );
         }
-        if op == "/" && names_accumulation(self.text(right)) {
+        if op == "/" && self.is_factor(self.text(right)) {
             let division = Division {
                 operator_and_divisor: node.byte_range(),
                 statement: node
