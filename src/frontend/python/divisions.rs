@@ -178,7 +178,15 @@ impl<'s> Walker<'s> {
                     .chain(self.accelerators.iter().flatten())
                     .any(|f| crate::frontend::loops::same_expr(f, t))
         };
+        // `self.cfg.ga` after `self.cfg = cfg`: the attribute of what the object holds.
+        let through_alias = text.rsplit_once('.').is_some_and(|(object, field)| {
+            self.assigned_text
+                .get(object)
+                .map(|t| t.trim())
+                .is_some_and(|t| plain_name(t) && known(&format!("{t}.{field}")))
+        });
         known(text)
+            || through_alias
             || self
                 .assigned_text
                 .get(text)
@@ -194,4 +202,12 @@ impl<'s> Walker<'s> {
             .or_default()
             .push((stmt.start_byte(), under, division));
     }
+}
+
+/// A bare name or a dotted one (`cfg`, `args.train`): no call, no arithmetic.
+fn plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
 }
