@@ -705,17 +705,18 @@ impl<'s> Walker<'s> {
         if recv.ty() == "call" {
             let f = recv.field("function");
             let f_text = f.map(|f| self.text(f)).unwrap_or("");
-            if last_segment(f_text) == "scale" {
-                scaler = true;
-                let arg = recv.field("arguments").and_then(|a| a.named_child(0))?;
-                loss = unparen(arg);
-                recv = loss;
-            } else if last_segment(f_text) == "scale_loss"
-                && f.and_then(|f| f.field("object"))
-                    .is_some_and(|o| self.is_optimizer_ref(self.text(o)))
-            {
-                // Megatron's mixed-precision `optimizer.scale_loss(loss)`: the loss times the
-                // optimizer's loss scale, which its `step` takes off again.
+            // `scaler.scale(loss)`, or Megatron's mixed-precision `optimizer.scale_loss(loss)`:
+            // the loss times a loss scale, which the scaler's or the optimizer's `step` takes
+            // off again.
+            let scaled = match last_segment(f_text) {
+                "scale" => true,
+                "scale_loss" => f
+                    .and_then(|f| f.field("object"))
+                    .is_some_and(|o| self.is_optimizer_ref(self.text(o))),
+                _ => false,
+            };
+            if scaled {
+                scaler = last_segment(f_text) == "scale";
                 let arg = recv.field("arguments").and_then(|a| a.named_child(0))?;
                 loss = unparen(arg);
                 recv = loss;

@@ -203,11 +203,3 @@ impl<'s> Walker<'s> {
             .push((stmt.start_byte(), under, division));
     }
 }
-
-/// A bare name or a dotted one (`cfg`, `args.train`): no call, no arithmetic.
-fn plain_name(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
-}

@@ -1014,8 +1014,27 @@ fn positionals(args: Option<Node>) -> Vec<Node> {
         .collect()
 }
 
+/// The `i`th positional argument of a call's argument list, found without collecting them.
+fn positional(args: Option<Node>, i: usize) -> Option<Node> {
+    let args = args?;
+    let mut c = args.walk();
+    let found = args
+        .named_children(&mut c)
+        .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
+        .nth(i);
+    found
+}
+
 fn last_segment(s: &str) -> &str {
     s.rsplit('.').next().unwrap_or(s)
+}
+
+/// A bare name or a dotted one (`cfg`, `args.train`): no call, no arithmetic.
+fn plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
 }
 
 fn starts_upper(s: &str) -> bool {

@@ -40,7 +40,6 @@ const TRANSPARENT: &[&str] = &[
     "values",
 ];
 
-/// The second positional argument of a call's argument list.
 /// How many terms a sum adds (`a + b + c` → 3; anything else → 1).
 fn terms(node: Node) -> usize {
     let node = unparen(node);
@@ -200,9 +199,9 @@ impl<'s> Walker<'s> {
             .then(|| func.field("object"))
             .flatten();
         let args = node.field("arguments");
-        let positional = super::positionals(args);
-        let first_arg = positional.first().copied();
-        let second_arg = positional.get(1).copied();
+        // Read on every call the walk values: found in place, nothing collected.
+        let first_arg = super::positional(args, 0);
+        let second_arg = super::positional(args, 1);
         // Reductions and conversions: what they are applied to.
         let inner = |of: Option<Node>| of.map_or(Prov::ASSUMED, |n| self.prov(n, depth + 1));
         match (last, object) {

@@ -1013,15 +1013,8 @@ fn len_calls(text: &str) -> impl Iterator<Item = (usize, &str, &str)> {
         let rest = text.get(at + 4..)?;
         let close = rest.find(')')?;
         let arg = rest.get(..close)?.trim();
-        plain(arg).then(|| (at, arg, &rest[close + 1..]))
+        plain_name(arg).then(|| (at, arg, &rest[close + 1..]))
     })
-}
-
-/// A name or attribute, nothing else.
-fn plain(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
 }
 
 /// A `DistributedSampler` is built over `dataset` (its first argument): each process reads its
@@ -1059,7 +1052,7 @@ fn sample_division(text: &str) -> Option<(usize, usize, &str, &str)> {
             .unwrap_or(divisor.len());
         let batch = &divisor[..d_len];
         let b = batch.to_ascii_lowercase();
-        if !plain(batch)
+        if !plain_name(batch)
             || !(b.contains("batch") || b == "bs" || b.ends_with("_bs") || b.ends_with(".bs"))
             || ["global", "total", "effective"]
                 .iter()
