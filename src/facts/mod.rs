@@ -714,6 +714,8 @@ pub enum Missing {
     /// No accumulation factor, in a file with no accumulating loop: missing if the launches that
     /// start the file pass a factor above 1.
     AccumulationIfLaunched,
+    /// Under Lightning, the devices of one node and no node count (`trainer.num_nodes`).
+    Nodes,
     /// No accumulation factor, for a scheduler a DeepSpeed engine steps: missing if the DeepSpeed
     /// config a run of the file reads accumulates.
     EngineAccumulation,

@@ -11,9 +11,10 @@
 //!   (the frontend compares the text after the callee's last `.`) with a `backward`, a
 //!   `manual_backward` or a gradient clip, or an `accelerator.accumulate(` block, or a Lightning
 //!   return divided by `accumulate_grad_batches` or by a factor named for accumulation, or a
-//!   backward beside `deepspeed:` (an engine's backward under `if args.deepspeed:`); GA008's
-//!   second `unscale_` and GA009's backward-only `no_sync()` and late
-//!   `require_backward_grad_sync` are read only in a file whose walk saw a backward and a step;
+//!   backward beside `deepspeed:` (an engine's backward under `if args.deepspeed:`), or a
+//!   backward beside `no_sync(` (GA009's block that holds only the backward); GA008's second
+//!   `unscale_` and GA009's late `require_backward_grad_sync` are read only in a file whose walk
+//!   saw a backward and a step;
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or the word GiB or MiB (a name, a helper, a label); every way to write a
 //!   divisor as literals contains one of `DIVISORS`;
@@ -34,7 +35,8 @@
 //!   `DistributedDataParallel`, `init_process_group`); its accumulation factor comes from the loop model, read when the
 //!   training-loop condition holds. A schedule sized as `len(dataset) // batch` needs `len(`,
 //!   `batch` or `bs`, `schedul` or `lr`, and either the training-loop condition or a
-//!   `DistributedSampler`;
+//!   `DistributedSampler`. Under Lightning, a trainer's devices of one node need `lightning`,
+//!   `num_devices`, `.devices` or `device_count(`, and `batch` (read with the loop model);
 //! - a Trainer loss written by hand (GA007) needs `compute_loss_func` followed by `=` with
 //!   `gradient_accumulation_steps` (the keyword or key that turns accumulation on), or
 //!   `compute_loss` followed by `(` with `CausalLM`, `ConditionalGeneration` or `SFTTrainer`
@@ -251,10 +253,12 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         (wanted.accumulation || wanted.global_batch || wanted.batch) && scan.training_loop();
     let global_batch =
         || scan.global_batch() || scan.sample_schedule() || scan.batch_count(training_loop);
-    let loop_model = training_loop
-        && (wanted.accumulation
-            || (wanted.global_batch && global_batch())
-            || (wanted.batch && scan.training_loader()));
+    let lightning_devices = wanted.global_batch && scan.lightning_devices();
+    let loop_model = lightning_devices
+        || (training_loop
+            && (wanted.accumulation
+                || (wanted.global_batch && global_batch())
+                || (wanted.batch && scan.training_loader())));
     // The families whose rules read valued memory arithmetic (formulas, units, constants,
     // checkpointed values, tables).
     let value_model = (wanted.units && scan.mixed_units())
@@ -293,7 +297,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
     let mut lower = Vec::new();
     let scan = Scan::new(text, &mut lower);
     let training_loop = scan.training_loop();
-    let checks: [(&'static str, &dyn Fn() -> bool); 18] = [
+    let checks: [(&'static str, &dyn Fn() -> bool); 19] = [
         ("training_loop", &|| training_loop),
         ("global_batch", &|| scan.global_batch()),
         ("sample_schedule", &|| scan.sample_schedule()),
@@ -311,6 +315,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
         ("batch_key", &|| scan.batch_key(training_loop)),
         ("trainer_loss", &|| scan.trainer_loss()),
         ("data_parallel", &|| scan.data_parallel()),
+        ("lightning_devices", &|| scan.lightning_devices()),
         ("distributed_sampler", &|| {
             scan.has(Word::DistributedSampler)
         }),
@@ -461,6 +466,17 @@ impl Scan<'_> {
             && (has!(lower, b"schedul") || has!(lower, b"lr"))
     }
 
+    /// Under Lightning, a trainer's devices of one node (`trainer.num_devices`,
+    /// `len(trainer.devices)`, `device_count()`) beside a batch: BS004 values them with the
+    /// batch model, which leaves the nodes out of them.
+    fn lightning_devices(&self) -> bool {
+        has!(self.bytes, b"lightning")
+            && (has!(self.bytes, b"num_devices")
+                || has!(self.bytes, b".devices")
+                || has!(self.bytes, b"device_count("))
+            && has!(self.lower, b"batch")
+    }
+
     /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or
     /// `init_process_group`.
     fn data_parallel(&self) -> bool {
@@ -527,12 +543,16 @@ impl Scan<'_> {
         // A DeepSpeed engine's backward under DeepSpeed's `--deepspeed` flag (`if
         // args.deepspeed: model.backward(out)`), in a schedule whose steps are elsewhere.
         let engine_backward = || backward && has!(self.lower, b"deepspeed:");
+        // A backward beside DDP's `no_sync()` (GA009: a block that holds only the backward), in
+        // a helper whose optimizer steps elsewhere.
+        let no_sync_backward = || backward && has!(self.bytes, b"no_sync(");
         self.has(Word::AccumulateGradBatches)
             || has!(self.lower, b".accumulate(")
             || lightning_division()
             || ((backward || scaled_clip())
                 && (attribute(finder!(b".step")) || attribute(finder!(b".optimizer_step"))))
             || engine_backward()
+            || no_sync_backward()
     }
 }
 

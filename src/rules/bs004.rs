@@ -40,6 +40,10 @@ impl Rule for GlobalBatchMissingFactor {
                         "multiply by the data-parallel world size: global = micro x accumulation x world",
                     )
                 }
+                Missing::Nodes => (
+                    format!("`{name} = {text}` counts the devices of one node as the data-parallel size, but a Lightning run spans `num_nodes` nodes: `{user}`, computed from it, counts one node's share of the batch on a run of several"),
+                    "multiply by the number of nodes (`trainer.num_nodes`), or use `trainer.world_size`: global = micro x accumulation x devices x nodes",
+                ),
                 Missing::EngineAccumulation => continue,
                 Missing::AccumulationIfLaunched => {
                     let Some(factor) = launched_accumulation(cx) else {
@@ -98,7 +102,7 @@ fn sample_schedule(cx: &Checker<'_>, s: &SampleSchedule, out: &mut Vec<Diagnosti
                     factors.push("the world size");
                 }
             }
-            Missing::AccumulationIfLaunched | Missing::EngineAccumulation => {}
+            Missing::Nodes | Missing::AccumulationIfLaunched | Missing::EngineAccumulation => {}
         }
     }
     if reasons.is_empty() {

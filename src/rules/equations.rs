@@ -80,6 +80,10 @@ fn factor(cx: &Checker<'_>, m: &Missing) -> Option<String> {
             "the data-parallel size (every launch of this file starts several processes: {})",
             launched_world(cx)?
         ),
+        Missing::Nodes => {
+            "the number of nodes (a Lightning run spans `trainer.num_nodes` nodes of these devices)"
+                .to_string()
+        }
         Missing::AccumulationIfLaunched => {
             format!("the accumulation factor ({})", launched_accumulation(cx)?)
         }

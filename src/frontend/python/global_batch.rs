@@ -11,6 +11,8 @@ pub(super) struct Product {
     text: String,
     world: bool,
     accum: bool,
+    /// Holds a node count or the whole world size.
+    nodes: bool,
 }
 
 /// A name for a count of processes holding a data-parallel replica.
@@ -44,6 +46,8 @@ impl<'s> Walker<'s> {
         if !contains_word(target, "batch") {
             return;
         }
+        // `(micro * accum * world)` across lines: the product itself.
+        let right = unparen(right);
         let t = target.to_ascii_lowercase();
         if !t.contains("batch")
             || !["global", "effective", "total"]
@@ -85,6 +89,10 @@ impl<'s> Walker<'s> {
             span: right.byte_range(),
             text: text.split_whitespace().collect::<Vec<_>>().join(" "),
             world: words.iter().any(|w| names_world(w)),
+            nodes: words.iter().any(|w| {
+                let w = w.to_ascii_lowercase();
+                w.contains("node") || w.contains("world")
+            }),
             accum: words
                 .iter()
                 .any(|w| names_accumulation(w) || w.contains("micro_batches")),
@@ -102,6 +110,8 @@ impl<'s> Walker<'s> {
             || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some();
         // An `IterableDataset`'s length is often one rank's shard: a count of it is not judged.
         let iterable = super::batch_model::defines_iterable_dataset(self.src);
+        let lightning = (self.facts.evidence.frameworks.iter())
+            .any(|f| f.value == crate::facts::Framework::Lightning);
         let readers: &[&str] = match iterable {
             true => &["lr", "learning_rate"],
             false => &["step", "warmup", "iters", "lr", "learning_rate"],
@@ -121,6 +131,9 @@ impl<'s> Walker<'s> {
                     Some(_) => continue,
                     None => Missing::AccumulationIfLaunched,
                 }
+            } else if p.world && p.accum && lightning && !p.nodes {
+                // Confirmed by value: the data-parallel factor is the devices of one node.
+                Missing::Nodes
             } else {
                 continue;
             };

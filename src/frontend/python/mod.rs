@@ -916,10 +916,11 @@ impl<'s> Walker<'s> {
         self.facts.custom_losses = self.custom_losses();
         // A `no_sync()` elsewhere in the file may hold the forward (a context of its own).
         // Read only when there is something to judge: most files have no `no_sync` block and
-        // no DDP wrapper.
+        // no DDP wrapper. The optimizer may step in another file (a helper that runs the
+        // backward of a loss its caller computed).
         if !self.facts.no_sync_backward_only.is_empty() {
             let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
-            if no_syncs > self.facts.no_sync_backward_only.len() || !loops::trains(&calls) {
+            if no_syncs > self.facts.no_sync_backward_only.len() {
                 self.facts.no_sync_backward_only.clear();
             }
         }

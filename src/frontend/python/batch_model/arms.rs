@@ -20,6 +20,9 @@ impl<'a> Model<'a, '_> {
                 (set.field("left")? == left && left.ty() == "identifier").then_some(set)
             })
             .collect();
+        if let Some(value) = number_then_factor(&bindings, name, self.w.src) {
+            return Some(value);
+        }
         // Each in its own arm of the same `if`, none reading the name.
         let arms: Vec<(Node, Node)> = bindings.iter().filter_map(|b| arm_of(*b)).collect();
         let statement = arms.first().map(|(s, _)| *s)?;
@@ -45,6 +48,23 @@ impl<'a> Model<'a, '_> {
             .all(|f| counts(f) || (f.samples == 0 && !f.holds_batch()));
         (counting.next().is_none() && others_plain).then_some(*value)
     }
+}
+
+/// `n = 1`, then under an `if`, `n = len(trainer.devices)`: the number is the run of one
+/// process, the value bound under the `if` the factor of every other run.
+fn number_then_factor<'a>(bindings: &[Node<'a>], name: &str, src: &str) -> Option<Node<'a>> {
+    let [first, second] = bindings else {
+        return None;
+    };
+    let number = first.field("right").map(unparen)?;
+    let value = second.field("right")?;
+    let read = src.get(value.byte_range())?;
+    let plain_number = matches!(number.ty(), "integer" | "float");
+    // The `if` follows the number in the block that binds it.
+    let block = first.parent().and_then(|statement| statement.parent());
+    let (statement, _) = arm_of(*second)?;
+    let follows = statement.parent() == block && statement.start_byte() > first.end_byte();
+    (plain_number && follows && !word_in(read, name)).then_some(value)
 }
 
 /// The `if` statement whose arm holds the assignment `set` directly (its block's statement), and

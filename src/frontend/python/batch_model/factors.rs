@@ -9,6 +9,9 @@ pub(super) struct Factors {
     pub(super) micro: i8,
     pub(super) accum: i8,
     pub(super) world: i8,
+    /// Lightning's nodes: the devices of one node are `world: 1, nodes: -1`, the data-parallel
+    /// size over the node count.
+    pub(super) nodes: i8,
     pub(super) samples: i8,
     pub(super) unknown_up: bool,
     pub(super) unknown_down: bool,
@@ -21,6 +24,7 @@ pub(super) const ONE: Factors = Factors {
     micro: 0,
     accum: 0,
     world: 0,
+    nodes: 0,
     samples: 0,
     unknown_up: false,
     unknown_down: false,
@@ -33,6 +37,15 @@ pub(super) const UNKNOWN: Factors = Factors {
 pub(super) const MICRO: Factors = Factors { micro: 1, ..ONE };
 pub(super) const ACCUM: Factors = Factors { accum: 1, ..ONE };
 pub(super) const WORLD: Factors = Factors { world: 1, ..ONE };
+/// The devices of one node under Lightning (`trainer.num_devices`): the data-parallel size only
+/// when the run has one node.
+pub(super) const DEVICES: Factors = Factors {
+    world: 1,
+    nodes: -1,
+    ..ONE
+};
+/// Lightning's `num_nodes`.
+pub(super) const NODES: Factors = Factors { nodes: 1, ..ONE };
 pub(super) const SAMPLES: Factors = Factors { samples: 1, ..ONE };
 /// A batch declared global: micro × accumulation × data-parallel size.
 pub(super) const GLOBAL: Factors = Factors {
@@ -48,6 +61,7 @@ impl Factors {
             micro: self.micro.saturating_add(o.micro),
             accum: self.accum.saturating_add(o.accum),
             world: self.world.saturating_add(o.world),
+            nodes: self.nodes.saturating_add(o.nodes),
             samples: self.samples.saturating_add(o.samples),
             unknown_up: self.unknown_up || o.unknown_up,
             unknown_down: self.unknown_down || o.unknown_down,
@@ -60,6 +74,7 @@ impl Factors {
             micro: self.micro.saturating_sub(o.micro),
             accum: self.accum.saturating_sub(o.accum),
             world: self.world.saturating_sub(o.world),
+            nodes: self.nodes.saturating_sub(o.nodes),
             samples: self.samples.saturating_sub(o.samples),
             unknown_up: self.unknown_up || o.unknown_down,
             unknown_down: self.unknown_down || o.unknown_up,
@@ -94,7 +109,8 @@ impl Factors {
     }
 
     pub(super) fn same_factors(self, o: Factors) -> bool {
-        (self.micro, self.accum, self.world, self.samples) == (o.micro, o.accum, o.world, o.samples)
+        (self.micro, self.accum, self.world, self.nodes, self.samples)
+            == (o.micro, o.accum, o.world, o.nodes, o.samples)
     }
 
     pub(super) fn is_constant(self) -> bool {
@@ -106,16 +122,20 @@ impl Factors {
     }
 
     pub(super) fn holds_batch(self) -> bool {
-        self.micro != 0 || self.accum != 0 || self.world != 0
+        self.micro != 0 || self.accum != 0 || self.world != 0 || self.nodes != 0
     }
 
     /// The batch factors, as a product of words (`micro-batch × accumulation`).
     pub(super) fn describe(self) -> String {
         let mut parts = Vec::new();
+        let world = match self.nodes < 0 {
+            true => "devices of one node",
+            false => "data-parallel size",
+        };
         for (e, word) in [
             (self.micro, "micro-batch"),
             (self.accum, "accumulation"),
-            (self.world, "data-parallel size"),
+            (self.world, world),
         ] {
             if e > 0 {
                 parts.push(word);
@@ -135,6 +155,7 @@ impl Factors {
             micro: -self.micro,
             accum: -self.accum,
             world: -self.world,
+            nodes: -self.nodes,
             ..ONE
         }
         .describe()

@@ -448,11 +448,13 @@ impl<'s> Walker<'s> {
         products
             .into_iter()
             .filter(|g| {
+                // Only a value shows the devices of one node.
                 let Some(f) = model.node(&g.span).map(|n| model.factors(n, 0)) else {
-                    return true;
+                    return g.missing != Missing::Nodes;
                 };
                 match g.missing {
                     Missing::World | Missing::WorldIfLaunched => f.world == 0,
+                    Missing::Nodes => f.world > 0 && f.nodes < 0,
                     _ => f.accum == 0,
                 }
             })
@@ -580,6 +582,10 @@ impl<'s> Walker<'s> {
                 }
             }
         }
+        // Under Lightning, divided by the devices of one node and not by the nodes.
+        if f.world < 0 && f.nodes > 0 {
+            missing.push(Missing::Nodes);
+        }
         if missing.is_empty() {
             return None;
         }
@@ -628,6 +634,9 @@ impl<'s> Walker<'s> {
         let sharded = trainer || run.distributed || self.shards_data() || run.accelerate;
         if f.world == 0 && sharded && !self.batch.split_batches {
             missing.push(run.world.clone());
+        }
+        if f.world > 0 && f.nodes < 0 {
+            missing.push(Missing::Nodes);
         }
         if missing.is_empty() {
             return None;
@@ -783,6 +792,11 @@ struct Model<'a, 's> {
 const MAX_DEPTH: usize = 12;
 
 impl<'a> Model<'a, '_> {
+    /// The file is Lightning's: a trainer's devices are those of one node of `num_nodes`.
+    fn lightning(&self) -> bool {
+        (self.w.facts.evidence.frameworks.iter()).any(|f| f.value == Framework::Lightning)
+    }
+
     /// The equation a value breaks, reported where its factors are written.
     fn equation(
         &self,
@@ -904,9 +918,20 @@ impl<'a> Model<'a, '_> {
                     false => UNKNOWN,
                 }
             }
+            "len"
+                if self.lightning()
+                    && positional
+                        .first()
+                        .is_some_and(|a| last_segment(self.text(*a)) == "devices") =>
+            {
+                DEVICES
+            }
             "len" => positional
                 .first()
                 .map_or(UNKNOWN, |a| self.length_factors(*a)),
+            // Under Lightning the devices of one node; elsewhere a count of devices is the
+            // data-parallel size.
+            "device_count" if self.lightning() => DEVICES,
             l if WORLD_CALLS.contains(&l) => WORLD,
             // `os.environ.get("WORLD_SIZE", 1)`, `os.getenv(...)`, `cfg.get("global_batch_size")`
             "get" | "getenv" => first_string.and_then(|k| schema(&k)).unwrap_or(UNKNOWN),
@@ -929,6 +954,14 @@ impl<'a> Model<'a, '_> {
         let bound = self.binding(text).map(|rhs| self.factors(rhs, depth + 1));
         if let Some(f) = bound.filter(|f| !f.is_unknown() && !f.is_constant()) {
             return f;
+        }
+        // Lightning's own counts: a trainer's devices of one node, and its nodes.
+        if self.lightning() {
+            match key.as_str() {
+                "num_devices" if node.ty() == "attribute" => return DEVICES,
+                "num_nodes" => return NODES,
+                _ => {}
+            }
         }
         schema(&key)
             .or_else(|| self.seeds.get(&compact(text)).copied())
