@@ -215,6 +215,9 @@ struct Walker<'s> {
     verify_fixes: bool,
     /// `x.require_backward_grad_sync = ...` statements (GA009).
     sync_flags: Vec<Range<usize>>,
+    /// The `no_sync(` calls the backward-only blocks enter, written in their items or bound to
+    /// the names they open.
+    no_sync_entered: usize,
     /// Where the file chooses between `no_sync()` and a syncing context by a remainder test:
     /// the choice, its function, and the micro-step that syncs.
     sync_choices: Vec<(Range<usize>, usize, loops::Pick)>,
@@ -381,6 +384,7 @@ impl<'s> Walker<'s> {
             value_model: true,
             verify_fixes: true,
             sync_flags: Vec::new(),
+            no_sync_entered: 0,
             sync_choices: Vec::new(),
             stack: Vec::new(),
             scopes: vec![Scope {
@@ -688,26 +692,24 @@ impl<'s> Walker<'s> {
                         self.accumulate_receiver = self.accumulate_receiver_of(node);
                     }
                 }
-                // `with ctx:` where `ctx = nullcontext() if last else model.no_sync()`.
-                let opened = self
-                    .assigned_text
-                    .get(
-                        items
-                            .trim_start_matches("with")
-                            .trim()
-                            .trim_end_matches(':')
-                            .trim(),
-                    )
-                    .copied()
-                    .unwrap_or("");
+                // `with ctx:` where `ctx = nullcontext() if last else model.no_sync()`; each
+                // of `with model_ctx, loss_ctx:`.
+                let opened: Vec<&str> = (items.trim_start_matches("with").trim())
+                    .trim_end_matches(':')
+                    .split(',')
+                    .filter_map(|name| self.assigned_text.get(name.trim()).copied())
+                    .collect();
                 if self.loop_model && items.contains("no_sync") {
                     self.note_sync_choice_in(node);
                 }
                 let torch_ddp = || self.src.contains("TorchDDPPlugin");
                 if (sync_flag::ddp_no_sync(&items, torch_ddp)
-                    || sync_flag::ddp_no_sync(opened, torch_ddp))
+                    || opened.iter().any(|o| sync_flag::ddp_no_sync(o, torch_ddp)))
                     && sync_flag::backward_only(node, self.src)
                 {
+                    let calls = |t: &str| t.matches("no_sync(").count();
+                    self.no_sync_entered +=
+                        calls(&items) + opened.iter().map(|o| calls(o)).sum::<usize>();
                     self.facts
                         .no_sync_backward_only
                         .push(node.start_byte()..line_end(self.src, node.start_byte()));
@@ -920,7 +922,7 @@ impl<'s> Walker<'s> {
         // backward of a loss its caller computed).
         if !self.facts.no_sync_backward_only.is_empty() {
             let no_syncs = memchr::memmem::find_iter(self.src.as_bytes(), b"no_sync(").count();
-            if no_syncs > self.facts.no_sync_backward_only.len() {
+            if no_syncs > self.no_sync_entered {
                 self.facts.no_sync_backward_only.clear();
             }
         }

@@ -171,20 +171,35 @@ fn may_run_after(node: Node, set: Node) -> bool {
 /// A `with` block whose statements are all backwards (`loss.backward()`,
 /// `scaler.scale(loss).backward()`): what it computes was computed before it.
 pub(super) fn backward_only(with: Node, src: &str) -> bool {
-    let Some(body) = with.field("body") else {
-        return false;
-    };
-    let mut c = body.walk();
-    let mut statements = body
+    with.field("body")
+        .is_some_and(|body| only_backwards(body, src))
+}
+
+/// A block whose statements are all backwards: calls of `backward(`, or tests and `with` blocks
+/// (`amp.scale_loss(...)`, a GradScaler's arm) whose every arm holds backwards only.
+fn only_backwards(block: Node, src: &str) -> bool {
+    let mut c = block.walk();
+    let mut statements = block
         .named_children(&mut c)
         .filter(|n| n.ty() != "comment")
         .peekable();
     statements.peek().is_some()
-        && statements.all(|n| {
-            n.ty() == "expression_statement"
-                && src
-                    .get(n.byte_range())
-                    .is_some_and(|t| t.contains("backward("))
+        && statements.all(|n| match n.ty() {
+            "expression_statement" => src
+                .get(n.byte_range())
+                .is_some_and(|t| t.contains("backward(")),
+            "with_statement" => backward_only(n, src),
+            "if_statement" => {
+                let mut c = n.walk();
+                let arms = n
+                    .children_by_field_name("alternative", &mut c)
+                    .filter_map(|arm| arm.field("body").or_else(|| arm.field("consequence")));
+                n.field("consequence")
+                    .into_iter()
+                    .chain(arms.collect::<Vec<_>>())
+                    .all(|arm| only_backwards(arm, src))
+            }
+            _ => false,
         })
 }
 
