@@ -110,8 +110,7 @@ impl<'s> Walker<'s> {
             || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some();
         // An `IterableDataset`'s length is often one rank's shard: a count of it is not judged.
         let iterable = super::batch_model::defines_iterable_dataset(self.src);
-        let lightning = (self.facts.evidence.frameworks.iter())
-            .any(|f| f.value == crate::facts::Framework::Lightning);
+        let lightning = self.lightning();
         let readers: &[&str] = match iterable {
             true => &["lr", "learning_rate"],
             false => &["step", "warmup", "iters", "lr", "learning_rate"],

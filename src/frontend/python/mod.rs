@@ -376,6 +376,12 @@ struct Invoke {
 type Instance<'s> = (usize, &'s str, Option<&'s str>);
 
 impl<'s> Walker<'s> {
+    /// The file is Lightning's (it imports it): its trainer steps a module's schedulers, and a
+    /// trainer's devices are those of one node of `num_nodes`.
+    fn lightning(&self) -> bool {
+        (self.facts.evidence.frameworks.iter()).any(|f| f.value == Framework::Lightning)
+    }
+
     fn new(src: &'s str) -> Self {
         let (scheduler_names, optimizer_names) = statements::built_names(src);
         Walker {

@@ -185,9 +185,7 @@ fn only_backwards(block: Node, src: &str) -> bool {
         .peekable();
     statements.peek().is_some()
         && statements.all(|n| match n.ty() {
-            "expression_statement" => src
-                .get(n.byte_range())
-                .is_some_and(|t| t.contains("backward(")),
+            "expression_statement" => is_backward(n, src),
             "with_statement" => backward_only(n, src),
             "if_statement" => {
                 let mut c = n.walk();
@@ -196,11 +194,68 @@ fn only_backwards(block: Node, src: &str) -> bool {
                     .filter_map(|arm| arm.field("body").or_else(|| arm.field("consequence")));
                 n.field("consequence")
                     .into_iter()
+                    // Collected: the arms borrow the cursor.
                     .chain(arms.collect::<Vec<_>>())
                     .all(|arm| only_backwards(arm, src))
             }
             _ => false,
         })
+}
+
+/// A statement that calls a backward: `loss.backward()`, `scaler.scale(loss).backward()`,
+/// `accelerator.backward(loss)`, `self.manual_backward(loss)`, or a function of the file whose
+/// body holds only backwards (`run_backward()`). A helper merely named for one
+/// (`self._forward_backward(batch)`) may run the forward as well.
+fn is_backward(statement: Node, src: &str) -> bool {
+    let Some(function) = statement
+        .named_child(0)
+        .filter(|c| c.ty() == "call")
+        .and_then(|c| c.field("function"))
+    else {
+        return false;
+    };
+    let callee = src.get(function.byte_range()).unwrap_or("");
+    match function.ty() {
+        "attribute" => matches!(super::last_segment(callee), "backward" | "manual_backward"),
+        "identifier" => {
+            let mut root = statement;
+            while let Some(p) = root.parent() {
+                root = p;
+            }
+            defined_backward_only(root, callee, src)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `scope` defines a function `name` (at any depth) whose body holds only backwards.
+fn defined_backward_only(scope: Node, name: &str, src: &str) -> bool {
+    let mut c = scope.walk();
+    let children: Vec<Node> = scope.named_children(&mut c).collect();
+    children.into_iter().any(|n| match n.ty() {
+        "function_definition" => {
+            let named = n.field("name").and_then(|d| src.get(d.byte_range())) == Some(name);
+            let body = n.field("body");
+            // A function that calls itself is not followed.
+            (named
+                && body.is_some_and(|b| {
+                    !super::contains_word(src.get(b.byte_range()).unwrap_or(""), name)
+                        && only_backwards(b, src)
+                }))
+                || body.is_some_and(|b| defined_backward_only(b, name, src))
+        }
+        "block"
+        | "class_definition"
+        | "decorated_definition"
+        | "if_statement"
+        | "for_statement"
+        | "while_statement"
+        | "with_statement"
+        | "try_statement" => defined_backward_only(n, name, src),
+        _ => n
+            .field("body")
+            .is_some_and(|b| defined_backward_only(b, name, src)),
+    })
 }
 
 /// Whether `text` enters DDP's `no_sync()`: the model's own (`model.no_sync()`), or a framework's

@@ -476,12 +476,7 @@ impl<'s> Walker<'s> {
             .iter()
             .any(|w| memchr::memmem::find(src.as_bytes(), w.as_bytes()).is_some());
         // A LightningModule's scheduler with `"interval": "step"`.
-        let lightning_steps = self
-            .facts
-            .evidence
-            .frameworks
-            .iter()
-            .any(|f| f.value == Framework::Lightning)
+        let lightning_steps = self.lightning()
             && ["\"interval\": \"step\"", "'interval': 'step'"]
                 .iter()
                 .any(|w| src.contains(w));
@@ -792,11 +787,6 @@ struct Model<'a, 's> {
 const MAX_DEPTH: usize = 12;
 
 impl<'a> Model<'a, '_> {
-    /// The file is Lightning's: a trainer's devices are those of one node of `num_nodes`.
-    fn lightning(&self) -> bool {
-        (self.w.facts.evidence.frameworks.iter()).any(|f| f.value == Framework::Lightning)
-    }
-
     /// The equation a value breaks, reported where its factors are written.
     fn equation(
         &self,
@@ -919,7 +909,7 @@ impl<'a> Model<'a, '_> {
                 }
             }
             "len"
-                if self.lightning()
+                if self.w.lightning()
                     && positional
                         .first()
                         .is_some_and(|a| last_segment(self.text(*a)) == "devices") =>
@@ -931,7 +921,7 @@ impl<'a> Model<'a, '_> {
                 .map_or(UNKNOWN, |a| self.length_factors(*a)),
             // Under Lightning the devices of one node; elsewhere a count of devices is the
             // data-parallel size.
-            "device_count" if self.lightning() => DEVICES,
+            "device_count" if self.w.lightning() => DEVICES,
             l if WORLD_CALLS.contains(&l) => WORLD,
             // `os.environ.get("WORLD_SIZE", 1)`, `os.getenv(...)`, `cfg.get("global_batch_size")`
             "get" | "getenv" => first_string.and_then(|k| schema(&k)).unwrap_or(UNKNOWN),
@@ -956,7 +946,7 @@ impl<'a> Model<'a, '_> {
             return f;
         }
         // Lightning's own counts: a trainer's devices of one node, and its nodes.
-        if self.lightning() {
+        if self.w.lightning() {
             match key.as_str() {
                 "num_devices" if node.ty() == "attribute" => return DEVICES,
                 "num_nodes" => return NODES,
