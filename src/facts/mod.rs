@@ -700,6 +700,12 @@ pub enum BatchUse {
     Rate { call: Range<usize>, callee: String },
     /// A data loader's batch.
     Loader { call: Range<usize> },
+    /// The accumulation factor `factor` of the loop at `header`, derived from a batch: a
+    /// process accumulates that many micro-batches.
+    Window {
+        factor: String,
+        header: Range<usize>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -258,7 +258,7 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (training_loop
             && (wanted.accumulation
                 || (wanted.global_batch && global_batch())
-                || (wanted.batch && scan.training_loader())));
+                || (wanted.batch && (scan.training_loader() || scan.batch_key(true)))));
     // The families whose rules read valued memory arithmetic (formulas, units, constants,
     // checkpointed values, tables).
     let value_model = (wanted.units && scan.mixed_units())

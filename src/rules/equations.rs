@@ -9,7 +9,7 @@ use crate::facts::{BatchEquation, BatchUse, Missing, LOOP_ITERATIONS, STEP_COUNT
 /// another of the rule's findings already reports.
 pub(super) fn report(cx: &Checker<'_>, loaders: bool, out: &mut Vec<Diagnostic>) {
     for e in &cx.facts.batch_equations {
-        if matches!(e.used, BatchUse::Loader { .. }) != loaders {
+        if (code_of(e) == "BS002") != loaders {
             continue;
         }
         let line = cx.file.position(e.span.start).row;
@@ -60,6 +60,11 @@ fn diagnostic(cx: &Checker<'_>, e: &BatchEquation, factors: &[String]) -> Option
             "BS002",
             format!("the data loader ({}) is built with `{written}`, a batch of {has}, but a loader yields one micro-batch per process and micro-step: the batch also holds {left_out}, so each optimizer step reads that many times the declared batch", line_of(cx.file, call.start)),
             "build the loader with the per-device micro-batch: the global batch divided by the accumulation factor and the data-parallel size",
+        ),
+        BatchUse::Window { factor, header } => (
+            "BS002",
+            format!("`{written}`, the micro-batches the loop at {} accumulates per optimizer step (`{factor}`), holds {has}, but each data-parallel process accumulates that many: with {left_out} in the factor, each optimizer step reads that many times the declared global batch", line_of(cx.file, header.start)),
+            "divide by the data-parallel size too: accumulation = global batch ÷ (micro-batch × data-parallel size)",
         ),
     };
     Some(Diagnostic::new(code, e.span.clone(), message).with_help(help))
@@ -123,7 +128,7 @@ pub(super) fn launched_accumulation(cx: &Checker<'_>) -> Option<String> {
 
 fn code_of(e: &BatchEquation) -> &'static str {
     match e.used {
-        BatchUse::Loader { .. } => "BS002",
+        BatchUse::Loader { .. } | BatchUse::Window { .. } => "BS002",
         _ => "BS004",
     }
 }

@@ -315,7 +315,7 @@ impl<'s> Walker<'s> {
     ) -> Vec<BatchEquation> {
         let notes = &self.batch;
         let updates = self.loop_counts(loops, counter_uses);
-        let nothing = notes.counts.is_empty() && notes.rates.is_empty();
+        let nothing = notes.counts.is_empty() && notes.rates.is_empty() && loops.is_empty();
         if nothing && notes.loaders.is_empty() && updates.is_empty() {
             return Vec::new();
         }
@@ -339,6 +339,11 @@ impl<'s> Walker<'s> {
                     .loaders
                     .iter()
                     .filter_map(|l| self.loader_equation(&model, &run, l)),
+            )
+            .chain(
+                loops
+                    .iter()
+                    .filter_map(|lp| self.window_equation(&model, &run, lp)),
             )
             .collect();
         out.sort_by_key(|e| e.span.start);
@@ -646,6 +651,27 @@ impl<'s> Walker<'s> {
             },
             missing,
         ))
+    }
+
+    /// An accumulation factor derived from a batch that holds the data-parallel size
+    /// (`accum = global_batch_size // micro_batch_size` in a run of several processes): each
+    /// process accumulates that many micro-batches, so one step reads the global batch that
+    /// many times over.
+    fn window_equation(&self, model: &Model, run: &Run, lp: &AccumLoop) -> Option<BatchEquation> {
+        if lp.factor_value.is_some() || self.batch.split_batches {
+            return None;
+        }
+        let rhs = model.binding(&lp.factor)?;
+        let f = model.factors(rhs, 0);
+        let pure = f.micro == 0 && f.samples == 0 && !f.choice && !f.unknown_up && !f.unknown_down;
+        if !pure || f.accum < 1 || f.world < 1 || f.nodes < 0 {
+            return None;
+        }
+        let used = BatchUse::Window {
+            factor: lp.factor.clone(),
+            header: lp.header.clone(),
+        };
+        Some(model.equation(rhs, f, f.describe(), used, vec![run.world.clone()]))
     }
 
     /// A training loader built with a batch that holds a factor beside the micro-batch.
