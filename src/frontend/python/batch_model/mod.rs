@@ -23,7 +23,8 @@ pub(super) struct BatchNotes {
     loaders: Vec<Loader>,
     /// Values that count optimizer steps.
     counts: Vec<Count>,
-    /// Learning rates given to an optimizer or a Trainer: the value and the call.
+    /// Learning rates given to an optimizer, a Trainer or, under Lightning, a module: the
+    /// value, the call and the callee.
     rates: Vec<(Range<usize>, Range<usize>, String)>,
     /// Values set as a factor by a framework's keyword (`gradient_accumulation_steps=accum`,
     /// `per_device_train_batch_size=bs`, `num_replicas=world`), as written.
@@ -89,6 +90,15 @@ fn schema(key: &str) -> Option<Factors> {
     })
 }
 
+fn is_optimizer(callee: &str) -> bool {
+    OPTIMIZER_CLASSES.contains(&callee.to_ascii_lowercase().as_str())
+}
+
+/// A Trainer's arguments (`TrainingArguments`, `SFTConfig`).
+fn is_trainer_arguments(callee: &str) -> bool {
+    callee.ends_with("TrainingArguments") || callee.ends_with("Config")
+}
+
 /// Calls that return the number of data-parallel processes or devices.
 const WORLD_CALLS: &[&str] = &[
     "get_world_size",
@@ -105,13 +115,17 @@ impl<'s> Walker<'s> {
     pub(super) fn note_batch_call(&mut self, call: Node, last: &str, lower: &str) {
         let loader = last.ends_with("DataLoader");
         let optimizer = starts_upper(last) && OPTIMIZER_CLASSES.contains(&lower);
-        let trainer = last.ends_with("TrainingArguments") || last.ends_with("Config");
+        let trainer = is_trainer_arguments(last);
         let lightning = last == "Trainer";
         let sampler = last.ends_with("Sampler");
         // accelerate's options reach the Accelerator directly or in a `DataLoaderConfiguration`.
         let accelerator = last == "Accelerator" || last == "DataLoaderConfiguration";
         let engine = last == "initialize" && contains_word(self.text(call), "deepspeed");
-        if !(loader || optimizer || trainer || sampler || accelerator || lightning || engine) {
+        // A class built with a learning rate may be a Lightning module, whose optimizers, built in
+        // `configure_optimizers`, take that rate: judged once the walk knows the framework.
+        let built = loader || optimizer || trainer || sampler || accelerator || lightning || engine;
+        let module = !built && starts_upper(last);
+        if !(built || module) {
             return;
         }
         let Some(args) = call.field("arguments") else {
@@ -150,6 +164,14 @@ impl<'s> Walker<'s> {
                 batch: batch.map(|b| b.byte_range()),
                 dataset: dataset.map(|d| self.text(d).to_string()),
             });
+            return;
+        }
+        if module {
+            if let Some(lr) = keyword("lr").or(keyword("learning_rate")) {
+                self.batch
+                    .rates
+                    .push((lr.byte_range(), span, last.to_string()));
+            }
             return;
         }
         if optimizer {
@@ -615,7 +637,24 @@ impl<'s> Walker<'s> {
             return None;
         }
         let mut missing = Vec::new();
-        let trainer = !OPTIMIZER_CLASSES.contains(&callee.to_ascii_lowercase().as_str());
+        // A Lightning module's rate: what the run shows of its devices is read, not what its
+        // Trainer accumulates or shards.
+        if !is_trainer_arguments(callee) && !is_optimizer(callee) {
+            if !self.lightning() {
+                return None;
+            }
+            if f.world > 0 && f.nodes < 0 {
+                missing.push(Missing::Nodes);
+            }
+            return (!missing.is_empty()).then(|| {
+                let used = BatchUse::Rate {
+                    call: call.clone(),
+                    callee: callee.clone(),
+                };
+                model.equation(node, f, f.describe(), used, missing)
+            });
+        }
+        let trainer = !is_optimizer(callee);
         let accum = match trainer {
             true => self
                 .batch
