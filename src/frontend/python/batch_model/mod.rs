@@ -697,7 +697,9 @@ impl<'s> Walker<'s> {
     /// process accumulates that many micro-batches, so one step reads the global batch that
     /// many times over.
     fn window_equation(&self, model: &Model, run: &Run, lp: &AccumLoop) -> Option<BatchEquation> {
-        if lp.factor_value.is_some() || self.batch.split_batches {
+        // A factor written as a number states no meaning; one bound to arithmetic over named
+        // sizes does, whether or not their values are known (`ACC = int(GLOBAL / MICRO)`).
+        if crate::config::parse_number(&lp.factor).is_some() || self.batch.split_batches {
             return None;
         }
         let rhs = model.binding(&lp.factor)?;
@@ -1018,7 +1020,8 @@ impl<'a> Model<'a, '_> {
                 _ => {}
             }
         }
-        schema(&key)
+        // A module constant keeps the key's meaning in capitals (`GLOBAL_BATCH_SIZE = 512`).
+        schema(&key.to_ascii_lowercase())
             .or_else(|| self.seeds.get(&compact(text)).copied())
             .or(bound)
             .unwrap_or(UNKNOWN)
