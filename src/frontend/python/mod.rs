@@ -52,6 +52,7 @@ use values::{Pending, PendingKind};
 /// The walk's maps are keyed by short names and offsets it looks up at every node: foldhash,
 /// as SipHash's defence against crafted keys costs time and protects nothing here.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 use std::ops::Range;
 use tree_sitter::{Node, Parser, Tree};
 
@@ -338,6 +339,11 @@ struct Walker<'s> {
     factor_exprs: Vec<String>,
     /// Nested and module functions by name, as written (a schedule's lambda reads them).
     def_texts: HashMap<&'s str, &'s str>,
+    /// Functions whose body (or a function nested in it) divides (`/`, `//`, `/=`, `//=`).
+    dividing_defs: HashSet<String>,
+    /// Names a call's value is assigned to (`model, opt, sched = build(...)`), by the last
+    /// segment of the callee: (`build`, `sched`).
+    call_targets: HashSet<(&'s str, &'s str)>,
     /// What each scheduler's length reads, its names followed.
     schedule_lengths: Vec<String>,
     /// Counters that go up by one where the optimizer steps (under `sync_gradients` or the
@@ -461,6 +467,8 @@ impl<'s> Walker<'s> {
             step_counters: Vec::new(),
             step_bounds: Vec::new(),
             def_texts: HashMap::default(),
+            dividing_defs: HashSet::default(),
+            call_targets: HashSet::default(),
             factor_exprs: Vec::new(),
             trainer_calls: Vec::new(),
             named_engines: Vec::new(),
@@ -507,6 +515,17 @@ impl<'s> Walker<'s> {
     fn leave(&mut self, node: Node) {
         while self.stack.last().is_some_and(|(id, _)| *id == node.id()) {
             self.stack.pop();
+        }
+    }
+
+    /// A division is written in the current function: it and every function around it divide.
+    fn note_division(&mut self) {
+        let mut at = Some(self.scope());
+        while let Some(s) = at.and_then(|i| self.scopes.get(i)) {
+            if !s.is_class && !s.name.is_empty() && !self.dividing_defs.contains(&s.name) {
+                self.dividing_defs.insert(s.name.clone());
+            }
+            at = s.parent;
         }
     }
 
@@ -738,7 +757,24 @@ impl<'s> Walker<'s> {
                 }
             }
             "assignment" => self.assignment(node),
-            "augmented_assignment" => self.augmented(node),
+            "binary_operator"
+                if self.loop_model
+                    && node
+                        .field("operator")
+                        .is_some_and(|o| matches!(o.ty(), "/" | "//")) =>
+            {
+                self.note_division();
+            }
+            "augmented_assignment" => {
+                if self.loop_model
+                    && node
+                        .field("operator")
+                        .is_some_and(|o| matches!(o.ty(), "/=" | "//="))
+                {
+                    self.note_division();
+                }
+                self.augmented(node)
+            }
             "return_statement" => self.ret(node),
             "comparison_operator" => self.comparison(node),
             "call" => {

@@ -200,16 +200,7 @@ impl<'s> Walker<'s> {
         let Some(f) = self.scopes.get(scope).map(|s| s.name.as_str()) else {
             return false;
         };
-        !f.is_empty()
-            && self.src.lines().any(|line| {
-                let Some((left, right)) = line.split_once('=') else {
-                    return false;
-                };
-                let callee = right.trim_start().split('(').next().unwrap_or("").trim();
-                right.contains('(')
-                    && last_segment(callee) == f
-                    && left.split(',').any(|t| t.trim() == recv)
-            })
+        !f.is_empty() && self.call_targets.contains(&(f, recv))
     }
 
     /// `call` is of a function or method of this file (`make_schedule(opt, len(loader))`)
@@ -218,9 +209,7 @@ impl<'s> Walker<'s> {
     fn helper_divides(&self, call: Node) -> bool {
         let callee = call.field("function").map_or("", |f| self.text(f));
         let name = callee.strip_prefix("self.").unwrap_or(callee);
-        self.def_texts
-            .get(name)
-            .is_some_and(|def| def.contains('/'))
+        self.def_texts.contains_key(name) && self.dividing_defs.contains(name)
     }
 
     /// A length that multiplies names (`warmup_steps * accum`), none of them divided: recorded

@@ -97,12 +97,37 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// `model, opt, sched = build(...)`: each name the call's value goes to, by its callee.
+    fn note_call_targets(&mut self, left: Node, right: Node) {
+        let Some(callee) = (right.ty() == "call")
+            .then(|| right.field("function"))
+            .flatten()
+        else {
+            return;
+        };
+        let callee = last_segment(self.text(callee));
+        let mut stack = vec![left];
+        while let Some(n) = stack.pop() {
+            match n.ty() {
+                "identifier" | "attribute" => {
+                    self.call_targets.insert((callee, self.text(n)));
+                }
+                "pattern_list" | "tuple_pattern" | "list_pattern" => {
+                    let mut c = n.walk();
+                    stack.extend(n.named_children(&mut c));
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub(super) fn assignment(&mut self, node: Node) {
         let (Some(left), Some(right)) = (node.field("left"), node.field("right")) else {
             return;
         };
         if self.loop_model {
             self.note_assigned_names(left);
+            self.note_call_targets(left, right);
             self.invoke(right);
             let attr = left.field("attribute").map(|a| self.text(a));
             if attr == Some("require_backward_grad_sync") {
