@@ -583,6 +583,9 @@ impl<'s> Walker<'s> {
     }
 
     fn enter(&mut self, node: Node<'_>, field: Option<&str>, parent: Option<Node<'_>>) {
+        if self.loop_model && is_division(node) {
+            self.note_division();
+        }
         match node.ty() {
             "string" => {
                 self.note_config_path(node);
@@ -757,24 +760,7 @@ impl<'s> Walker<'s> {
                 }
             }
             "assignment" => self.assignment(node),
-            "binary_operator"
-                if self.loop_model
-                    && node
-                        .field("operator")
-                        .is_some_and(|o| matches!(o.ty(), "/" | "//")) =>
-            {
-                self.note_division();
-            }
-            "augmented_assignment" => {
-                if self.loop_model
-                    && node
-                        .field("operator")
-                        .is_some_and(|o| matches!(o.ty(), "/=" | "//="))
-                {
-                    self.note_division();
-                }
-                self.augmented(node)
-            }
+            "augmented_assignment" => self.augmented(node),
             "return_statement" => self.ret(node),
             "comparison_operator" => self.comparison(node),
             "call" => {
@@ -1068,6 +1054,17 @@ fn positional(args: Option<Node>, i: usize) -> Option<Node> {
         .filter(|n| !matches!(n.ty(), "keyword_argument" | "comment"))
         .nth(i);
     found
+}
+
+/// `a / b`, `a // b`, `a /= b` or `a //= b`.
+fn is_division(node: Node) -> bool {
+    let ops: &[&str] = match node.ty() {
+        "binary_operator" => &["/", "//"],
+        "augmented_assignment" => &["/=", "//="],
+        _ => return false,
+    };
+    node.field("operator")
+        .is_some_and(|o| ops.contains(&o.ty()))
 }
 
 fn last_segment(s: &str) -> &str {
