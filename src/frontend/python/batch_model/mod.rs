@@ -1097,7 +1097,6 @@ impl<'a> Model<'a, '_> {
     }
 }
 
-/// The file defines a class derived from `IterableDataset` (`class Stream(IterableDataset):`).
 /// The right operands of the divisions under `node`.
 fn divisors_in<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>, depth: usize) {
     if depth > MAX_DEPTH {
@@ -1113,6 +1112,7 @@ fn divisors_in<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>, depth: usize) {
     }
 }
 
+/// The file defines a class derived from `IterableDataset` (`class Stream(IterableDataset):`).
 pub(super) fn defines_iterable_dataset(src: &str) -> bool {
     word_positions(src, "IterableDataset").any(|at| {
         let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];
