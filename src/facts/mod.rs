@@ -45,6 +45,9 @@ pub struct Facts {
     pub batch_equations: Vec<BatchEquation>,
     /// `DistributedDataParallel(...)` constructions.
     pub ddp_wraps: Vec<Range<usize>>,
+    /// Lightning `Trainer(...)` calls built for several devices or nodes (`devices=4`,
+    /// `num_nodes=cfg.nodes`, `strategy="ddp"`): Lightning shards each loader across them.
+    pub parallel_trainers: Vec<Range<usize>>,
     /// The functions (indexes into [`Facts::scopes`]) that may run a model wrapped in
     /// `DistributedDataParallel`: those that wrap one, those that call them, and those these
     /// call, with every method of an object they build; every function when one is wrapped at module level.

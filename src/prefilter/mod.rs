@@ -32,7 +32,7 @@
 //! - a global batch computed in code (BS004) needs an identifier holding `batch` and `global`,
 //!   `effective` or `total` followed by `=` (or `:`), a `*`, and either the training-loop
 //!   condition (the loop it accumulates in) or a data-parallel wrapper (`DDP`,
-//!   `DistributedDataParallel`, `init_process_group`); its accumulation factor comes from the loop model, read when the
+//!   `DistributedDataParallel`, `init_process_group`, a Lightning `Trainer`); its accumulation factor comes from the loop model, read when the
 //!   training-loop condition holds. A schedule sized as `len(dataset) // batch` needs `len(`,
 //!   `batch` or `bs`, `schedul` or `lr`, and either the training-loop condition or a
 //!   `DistributedSampler`. Under Lightning, a trainer's devices of one node need `lightning`,
@@ -400,7 +400,9 @@ impl Scan<'_> {
                     || given(finder!(b"warmup_steps"))
                     || (training_loop && has!(self.lower, b"schedul")))
         };
-        let rate = || given(finder!(b"lr")) || given(finder!(b"learning_rate"));
+        // A rate by keyword, or a known optimizer's second argument (`SGD(params, base * bs)`).
+        let rate =
+            || given(finder!(b"lr")) || given(finder!(b"learning_rate")) || self.optimizer_built();
         let factor = || {
             training_loop
                 || self.has(Word::GradientAccumulationSteps)
@@ -410,6 +412,7 @@ impl Scan<'_> {
                 || finder!(b"DDP(")
                     .find_iter(self.bytes)
                     .any(|at| at == 0 || !is_ident(self.bytes[at - 1]))
+                || self.lightning_trainer()
         };
         micro && factor() && (count() || rate())
     }
@@ -477,12 +480,38 @@ impl Scan<'_> {
             && has!(self.lower, b"batch")
     }
 
-    /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`) or
-    /// `init_process_group`.
+    /// A call of an optimizer class the walk knows by name (`SGD(`, `AdamW (`, any case).
+    fn optimizer_built(&self) -> bool {
+        static NAMES: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> =
+            std::sync::OnceLock::new();
+        let names = NAMES.get_or_init(|| {
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .build(crate::frontend::python::OPTIMIZER_CLASSES)
+                .ok()
+        });
+        let lower = self.lower;
+        names.as_ref().is_none_or(|names| {
+            names.find_iter(lower).any(|m| {
+                let alone = m.start() == 0 || !is_ident(lower[m.start() - 1]);
+                alone && lower[m.end()..].trim_ascii_start().first() == Some(&b'(')
+            })
+        })
+    }
+
+    /// A DDP wrapper (`DistributedDataParallel`, a name ending in `DDP`), `init_process_group`,
+    /// or a Lightning Trainer, which may be built for several devices.
     fn data_parallel(&self) -> bool {
         has!(self.bytes, b"DDP")
             || self.has(Word::DistributedDataParallel)
             || self.has(Word::InitProcessGroup)
+            || self.lightning_trainer()
+    }
+
+    /// A Lightning `Trainer` (the framework's name and the class's): built for several devices
+    /// or nodes, it trains data-parallel.
+    fn lightning_trainer(&self) -> bool {
+        has!(self.bytes, b"Trainer") && has!(self.lower, b"lightning")
     }
 
     /// GA007 needs a loss written for a Trainer (`compute_loss_func=`, or `def compute_loss(`

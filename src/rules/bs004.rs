@@ -3,7 +3,7 @@
 //! or a learning rate; or a schedule sized as `len(dataset) // batch` in a file that accumulates
 //! or shards its data. Documentation: `rules/BS004.toml`.
 
-use super::equations::{launched_accumulation, launched_world};
+use super::equations::{data_parallel, launched_accumulation, launched_world};
 use super::{line_of, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::facts::{Missing, SampleSchedule};
@@ -20,12 +20,7 @@ impl Rule for GlobalBatchMissingFactor {
             let (name, text, user) = (&g.name, &g.text, &g.used_by);
             let (message, help) = match &g.missing {
                 Missing::World => {
-                    let ddp = cx
-                        .facts
-                        .ddp_wraps
-                        .first()
-                        .map(|d| format!("a `DistributedDataParallel` model at {}", line_of(cx.file, d.start)))
-                        .unwrap_or_else(|| "`init_process_group`".into());
+                    let ddp = data_parallel(cx);
                     (
                         format!("`{name} = {text}` leaves out the number of data-parallel processes although this file trains data-parallel ({ddp}): `{user}`, computed from it, counts one process's share of the batch"),
                         "multiply by the data-parallel world size: global = micro x accumulation x world",
@@ -82,17 +77,7 @@ fn sample_schedule(cx: &Checker<'_>, s: &SampleSchedule, out: &mut Vec<Diagnosti
                 factors.push("the accumulation factor");
             }
             Missing::World => {
-                let ddp = cx
-                    .facts
-                    .ddp_wraps
-                    .first()
-                    .map(|d| {
-                        format!(
-                            "a `DistributedDataParallel` model at {}",
-                            line_of(cx.file, d.start)
-                        )
-                    })
-                    .unwrap_or_else(|| "`init_process_group`".into());
+                let ddp = data_parallel(cx);
                 reasons.push(format!("a `DistributedSampler` gives each data-parallel process ({ddp}) only its share of the dataset"));
                 factors.push("the world size");
             }

@@ -135,11 +135,17 @@ fn code_of(e: &BatchEquation) -> &'static str {
 
 /// What shows the file trains data-parallel: a DDP wrapper, `init_process_group`, or an FSDP
 /// wrapper, with its line.
-fn data_parallel(cx: &Checker<'_>) -> String {
+pub(super) fn data_parallel(cx: &Checker<'_>) -> String {
     if let Some(d) = cx.facts.ddp_wraps.first() {
         return format!(
             "a `DistributedDataParallel` model at {}",
             line_of(cx.file, d.start)
+        );
+    }
+    if let Some(t) = cx.facts.parallel_trainers.first() {
+        return format!(
+            "a Lightning `Trainer` for several devices or nodes at {}, which gives each process its share of every loader",
+            line_of(cx.file, t.start)
         );
     }
     let text = &cx.file.text;

@@ -1014,7 +1014,7 @@ pub(super) fn factors_set(text: &str) -> Vec<String> {
 }
 
 /// Optimizer classes by lowercased name.
-pub(super) const OPTIMIZER_CLASSES: &[&str] = &[
+pub const OPTIMIZER_CLASSES: &[&str] = &[
     "adamw",
     "adam",
     "sgd",

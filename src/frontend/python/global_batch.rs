@@ -106,8 +106,7 @@ impl<'s> Walker<'s> {
         if self.global_products.is_empty() || contains_word(self.src, "split_batches") {
             return out;
         }
-        let distributed = !self.facts.ddp_wraps.is_empty()
-            || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some();
+        let distributed = self.trains_data_parallel();
         // An `IterableDataset`'s length is often one rank's shard: a count of it is not judged.
         let iterable = super::batch_model::defines_iterable_dataset(self.src);
         let lightning = self.lightning();

@@ -45,7 +45,7 @@ use crate::expr::program::Program;
 use crate::expr::{role_of, Lin, Role};
 use crate::facts::*;
 use crate::frontend::fields::{PyField, PyKind};
-use calls::OPTIMIZER_CLASSES;
+pub use calls::OPTIMIZER_CLASSES;
 pub use deferred::{finish_values, Deferred};
 use std::cell::RefCell;
 use values::{Pending, PendingKind};

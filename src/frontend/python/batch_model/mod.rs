@@ -10,6 +10,7 @@ use crate::facts::{BatchEquation, BatchUse, Missing};
 use std::collections::HashSet;
 
 mod arms;
+mod built;
 mod factors;
 mod updates;
 mod written;
@@ -44,6 +45,9 @@ pub(super) struct BatchNotes {
     engine_schedulers: Vec<String>,
     /// A Lightning `Trainer(accumulate_grad_batches=N)`: the setting, its value, the call.
     lightning_accum: Option<(String, Option<f64>, Range<usize>)>,
+    /// Calls of a class the walk does not know that take parameters first, as an optimizer
+    /// does (`SparseLamb(model.parameters(), lr=...)`, a list of `{"params": ...}` groups).
+    optimizers_by_arguments: Vec<Range<usize>>,
 }
 
 /// A data loader: the call, its `batch_size` value and its dataset, as written.
@@ -110,136 +114,6 @@ const WORLD_CALLS: &[&str] = &[
 ];
 
 impl<'s> Walker<'s> {
-    /// A call that builds a loader, an optimizer, a Trainer's arguments, an Accelerator or a
-    /// sampler: what it says about the batch.
-    pub(super) fn note_batch_call(&mut self, call: Node, last: &str, lower: &str) {
-        let loader = last.ends_with("DataLoader");
-        let optimizer = starts_upper(last) && OPTIMIZER_CLASSES.contains(&lower);
-        let trainer = is_trainer_arguments(last);
-        let lightning = last == "Trainer";
-        let sampler = last.ends_with("Sampler");
-        // accelerate's options reach the Accelerator directly or in a `DataLoaderConfiguration`.
-        let accelerator = last == "Accelerator" || last == "DataLoaderConfiguration";
-        let engine = last == "initialize" && contains_word(self.text(call), "deepspeed");
-        // A class built with a learning rate may be a Lightning module, whose optimizers, built in
-        // `configure_optimizers`, take that rate: judged once the walk knows the framework.
-        let built = loader || optimizer || trainer || sampler || accelerator || lightning || engine;
-        let module = !built && starts_upper(last);
-        if !(built || module) {
-            return;
-        }
-        let Some(args) = call.field("arguments") else {
-            return;
-        };
-        let mut c = args.walk();
-        let mut positional = Vec::new();
-        let mut keywords = Vec::new();
-        for a in args.named_children(&mut c) {
-            match a.ty() {
-                "keyword_argument" => {
-                    if let (Some(k), Some(v)) = (a.field("name"), a.field("value")) {
-                        keywords.push((self.text(k), v));
-                    }
-                }
-                "comment" | "list_splat" | "dictionary_splat" => {}
-                _ => positional.push(a),
-            }
-        }
-        let keyword = |name: &str| keywords.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
-        let span = call.byte_range();
-        let seed = |notes: &mut BatchNotes, v: Node, f: Factors, src: &str| {
-            let t = compact(src.get(v.byte_range()).unwrap_or(""));
-            if !t.is_empty() {
-                notes.seeds.push((t, f));
-            }
-        };
-        if loader {
-            let batch = keyword("batch_size").or(positional.get(1).copied());
-            let dataset = keyword("dataset").or(positional.first().copied());
-            if let Some(b) = batch {
-                seed(&mut self.batch, b, MICRO, self.src);
-            }
-            self.batch.loaders.push(Loader {
-                call: span,
-                batch: batch.map(|b| b.byte_range()),
-                dataset: dataset.map(|d| self.text(d).to_string()),
-            });
-            return;
-        }
-        if module {
-            if let Some(lr) = keyword("lr").or(keyword("learning_rate")) {
-                self.batch
-                    .rates
-                    .push((lr.byte_range(), span, last.to_string()));
-            }
-            return;
-        }
-        if optimizer {
-            if let Some(lr) = keyword("lr").or(positional.get(1).copied()) {
-                self.batch
-                    .rates
-                    .push((lr.byte_range(), span, last.to_string()));
-            }
-            return;
-        }
-        if sampler {
-            if let Some(n) = keyword("num_replicas") {
-                seed(&mut self.batch, n, WORLD, self.src);
-            }
-            return;
-        }
-        if let Some(g) = keyword("gradient_accumulation_steps") {
-            seed(&mut self.batch, g, ACCUM, self.src);
-        }
-        if engine {
-            if let Some(s) = keyword("lr_scheduler") {
-                self.batch.engine_schedulers.push(self.text(s).to_string());
-            }
-            return;
-        }
-        if lightning {
-            // Lightning accumulates for the module: its schedulers step once per optimizer step.
-            if let Some(g) = keyword("accumulate_grad_batches") {
-                seed(&mut self.batch, g, ACCUM, self.src);
-                let text = self.text(g);
-                self.batch.lightning_accum = Some((compact(text), parse_number(text), span));
-            }
-            return;
-        }
-        if accelerator {
-            self.batch.split_batches |=
-                keyword("split_batches").is_some_and(|v| self.text(v) == "True");
-            return;
-        }
-        // A Trainer's arguments (`TrainingArguments`, `SFTConfig`): its counts are optimizer steps.
-        if let Some(b) = keyword("per_device_train_batch_size") {
-            seed(&mut self.batch, b, MICRO, self.src);
-        }
-        if let Some(lr) = keyword("learning_rate") {
-            self.batch
-                .rates
-                .push((lr.byte_range(), span.clone(), last.to_string()));
-        }
-        let mut counted = keyword("learning_rate").is_some();
-        for key in ["max_steps", "warmup_steps"] {
-            if let Some(v) = keyword(key) {
-                counted = true;
-                self.batch.counts.push(Count {
-                    value: v.byte_range(),
-                    scheduler: None,
-                    call: span.clone(),
-                    key: key.to_string(),
-                    iterations: None,
-                });
-            }
-        }
-        if counted {
-            let accum = keyword("gradient_accumulation_steps")
-                .map(|g| (compact(self.text(g)), parse_number(self.text(g))));
-            self.batch.trainer_accum.push((span, accum));
-        }
-    }
-
     /// A value handed over as a dataset (`Trainer(train_dataset=ds)`).
     pub(super) fn note_dataset(&mut self, key: &str, value: &str) {
         if key.ends_with("dataset") || key == "training_data" {
@@ -494,14 +368,10 @@ impl<'s> Walker<'s> {
         let accumulating = loops
             .iter()
             .find(|lp| !lp.factor_value.is_some_and(|v| v <= 1.0));
-        let distributed = !self.facts.ddp_wraps.is_empty()
-            || [
-                "init_process_group",
-                "FullyShardedDataParallel",
-                "fully_shard(",
-            ]
-            .iter()
-            .any(|w| memchr::memmem::find(src.as_bytes(), w.as_bytes()).is_some());
+        let distributed = self.trains_data_parallel()
+            || ["FullyShardedDataParallel", "fully_shard("]
+                .iter()
+                .any(|w| memchr::memmem::find(src.as_bytes(), w.as_bytes()).is_some());
         // A LightningModule's scheduler with `"interval": "step"`.
         let lightning_steps = self.lightning()
             && ["\"interval\": \"step\"", "'interval': 'step'"]
@@ -639,7 +509,8 @@ impl<'s> Walker<'s> {
         let mut missing = Vec::new();
         // A Lightning module's rate: what the run shows of its devices is read, not what its
         // Trainer accumulates or shards.
-        if !is_trainer_arguments(callee) && !is_optimizer(callee) {
+        let optimizer = is_optimizer(callee) || self.batch.optimizers_by_arguments.contains(call);
+        if !is_trainer_arguments(callee) && !optimizer {
             if !self.lightning() {
                 return None;
             }
@@ -654,7 +525,7 @@ impl<'s> Walker<'s> {
                 model.equation(node, f, f.describe(), used, missing)
             });
         }
-        let trainer = !is_optimizer(callee);
+        let trainer = !optimizer;
         let accum = match trainer {
             true => self
                 .batch
@@ -761,6 +632,14 @@ impl<'s> Walker<'s> {
 
     /// A `DistributedSampler` shards the data, or the file wraps a model in DDP: each process
     /// reads its share of the dataset.
+    /// The file trains data-parallel: it wraps a model in DDP, calls `init_process_group`, or,
+    /// under Lightning, builds a Trainer for several devices or nodes.
+    pub(super) fn trains_data_parallel(&self) -> bool {
+        !self.facts.ddp_wraps.is_empty()
+            || memchr::memmem::find(self.src.as_bytes(), b"init_process_group").is_some()
+            || (self.lightning() && !self.facts.parallel_trainers.is_empty())
+    }
+
     fn shards_data(&self) -> bool {
         !self.facts.ddp_wraps.is_empty()
             || memchr::memmem::find(self.src.as_bytes(), b"DistributedSampler").is_some()

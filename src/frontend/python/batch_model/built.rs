@@ -1,0 +1,218 @@
+//! What a call that builds a data loader, an optimizer, a sampler, a Trainer or its arguments, an
+//! Accelerator or a DeepSpeed engine says about the batch: the micro-batch, the factors its
+//! keywords set, the learning rates and step counts it is given.
+
+use super::*;
+
+impl<'s> Walker<'s> {
+    /// A call that builds a loader, an optimizer, a Trainer's arguments, an Accelerator or a
+    /// sampler: what it says about the batch.
+    pub(in crate::frontend::python) fn note_batch_call(
+        &mut self,
+        call: Node,
+        last: &str,
+        lower: &str,
+    ) {
+        let loader = last.ends_with("DataLoader");
+        let optimizer = starts_upper(last) && OPTIMIZER_CLASSES.contains(&lower);
+        let trainer = is_trainer_arguments(last);
+        let lightning = last == "Trainer";
+        let sampler = last.ends_with("Sampler");
+        // accelerate's options reach the Accelerator directly or in a `DataLoaderConfiguration`.
+        let accelerator = last == "Accelerator" || last == "DataLoaderConfiguration";
+        let engine = last == "initialize" && contains_word(self.text(call), "deepspeed");
+        // A class built with a learning rate may be a Lightning module, whose optimizers, built in
+        // `configure_optimizers`, take that rate: judged once the walk knows the framework.
+        let built = loader || optimizer || trainer || sampler || accelerator || lightning || engine;
+        let module = !built && starts_upper(last);
+        if !(built || module) {
+            return;
+        }
+        let Some(args) = call.field("arguments") else {
+            return;
+        };
+        let mut c = args.walk();
+        let mut positional = Vec::new();
+        let mut keywords = Vec::new();
+        for a in args.named_children(&mut c) {
+            match a.ty() {
+                "keyword_argument" => {
+                    if let (Some(k), Some(v)) = (a.field("name"), a.field("value")) {
+                        keywords.push((self.text(k), v));
+                    }
+                }
+                "comment" | "list_splat" | "dictionary_splat" => {}
+                _ => positional.push(a),
+            }
+        }
+        let keyword = |name: &str| keywords.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+        let span = call.byte_range();
+        let seed = |notes: &mut BatchNotes, v: Node, f: Factors, src: &str| {
+            let t = compact(src.get(v.byte_range()).unwrap_or(""));
+            if !t.is_empty() {
+                notes.seeds.push((t, f));
+            }
+        };
+        if loader {
+            let batch = keyword("batch_size").or(positional.get(1).copied());
+            let dataset = keyword("dataset").or(positional.first().copied());
+            if let Some(b) = batch {
+                seed(&mut self.batch, b, MICRO, self.src);
+            }
+            self.batch.loaders.push(Loader {
+                call: span,
+                batch: batch.map(|b| b.byte_range()),
+                dataset: dataset.map(|d| self.text(d).to_string()),
+            });
+            return;
+        }
+        if module {
+            if let Some(lr) = keyword("lr").or(keyword("learning_rate")) {
+                if positional
+                    .first()
+                    .is_some_and(|p| self.holds_parameters(*p))
+                {
+                    self.batch.optimizers_by_arguments.push(span.clone());
+                }
+                self.batch
+                    .rates
+                    .push((lr.byte_range(), span, last.to_string()));
+            }
+            return;
+        }
+        if optimizer {
+            if let Some(lr) = keyword("lr").or(positional.get(1).copied()) {
+                self.batch
+                    .rates
+                    .push((lr.byte_range(), span, last.to_string()));
+            }
+            return;
+        }
+        if sampler {
+            if let Some(n) = keyword("num_replicas") {
+                seed(&mut self.batch, n, WORLD, self.src);
+            }
+            return;
+        }
+        if let Some(g) = keyword("gradient_accumulation_steps") {
+            seed(&mut self.batch, g, ACCUM, self.src);
+        }
+        if engine {
+            if let Some(s) = keyword("lr_scheduler") {
+                self.batch.engine_schedulers.push(self.text(s).to_string());
+            }
+            return;
+        }
+        if lightning {
+            let several = |v: Option<Node>| v.is_some_and(|v| may_be_several(v, self.src));
+            let strategy = keyword("strategy").is_some_and(|v| {
+                let s = self.text(v).to_ascii_lowercase();
+                ["ddp", "fsdp", "deepspeed"].iter().any(|w| s.contains(w))
+            });
+            if several(keyword("devices")) || several(keyword("num_nodes")) || strategy {
+                self.facts.parallel_trainers.push(span.clone());
+            }
+            // Lightning accumulates for the module: its schedulers step once per optimizer step.
+            let accum = keyword("accumulate_grad_batches");
+            if let Some(g) = accum {
+                seed(&mut self.batch, g, ACCUM, self.src);
+                let text = self.text(g);
+                let call = span.clone();
+                self.batch.lightning_accum = Some((compact(text), parse_number(text), call));
+            }
+            // Its `max_steps` counts optimizer steps, as a Trainer's arguments do.
+            if let Some(v) = keyword("max_steps") {
+                self.batch.counts.push(Count {
+                    value: v.byte_range(),
+                    scheduler: None,
+                    call: span.clone(),
+                    key: "max_steps".to_string(),
+                    iterations: None,
+                });
+                let accum = accum.map(|g| (compact(self.text(g)), parse_number(self.text(g))));
+                self.batch.trainer_accum.push((span, accum));
+            }
+            return;
+        }
+        if accelerator {
+            self.batch.split_batches |=
+                keyword("split_batches").is_some_and(|v| self.text(v) == "True");
+            return;
+        }
+        // A Trainer's arguments (`TrainingArguments`, `SFTConfig`): its counts are optimizer steps.
+        if let Some(b) = keyword("per_device_train_batch_size") {
+            seed(&mut self.batch, b, MICRO, self.src);
+        }
+        if let Some(lr) = keyword("learning_rate") {
+            self.batch
+                .rates
+                .push((lr.byte_range(), span.clone(), last.to_string()));
+        }
+        let mut counted = keyword("learning_rate").is_some();
+        for key in ["max_steps", "warmup_steps"] {
+            if let Some(v) = keyword(key) {
+                counted = true;
+                self.batch.counts.push(Count {
+                    value: v.byte_range(),
+                    scheduler: None,
+                    call: span.clone(),
+                    key: key.to_string(),
+                    iterations: None,
+                });
+            }
+        }
+        if counted {
+            let accum = keyword("gradient_accumulation_steps")
+                .map(|g| (compact(self.text(g)), parse_number(self.text(g))));
+            self.batch.trainer_accum.push((span, accum));
+        }
+    }
+
+    /// What an optimizer takes first: a model's parameters (`model.parameters()`,
+    /// `named_parameters()`) or a list of parameter groups (`[{"params": ...}, ...]`).
+    fn holds_parameters(&self, arg: Node) -> bool {
+        match arg.ty() {
+            "call" => arg.field("function").is_some_and(|f| {
+                matches!(
+                    last_segment(self.text(f)),
+                    "parameters" | "named_parameters"
+                )
+            }),
+            "list" | "tuple" => {
+                let mut c = arg.walk();
+                let groups: Vec<Node> = arg.named_children(&mut c).collect();
+                !groups.is_empty()
+                    && groups.iter().all(|g| {
+                        let mut c = g.walk();
+                        g.ty() == "dictionary"
+                            && g.named_children(&mut c).any(|pair| {
+                                pair.field("key").is_some_and(|k| {
+                                    matches!(self.text(k), "\"params\"" | "'params'")
+                                })
+                            })
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A Trainer's `devices` or `num_nodes` that may be more than one: a number above 1, `-1` (every
+/// device), a list of several, or a value read from a config or the arguments. `1`, a list of
+/// one, `"auto"` and `None` show one (or leave it to the machine).
+fn may_be_several(value: Node, src: &str) -> bool {
+    // `0` is no device at all; a negative count is every device.
+    let several = |n: f64| !(0.0..=1.0).contains(&n);
+    let text = src.get(value.byte_range()).unwrap_or("").trim();
+    match value.ty() {
+        "integer" | "unary_operator" => parse_number(text).is_some_and(several),
+        "string" => {
+            let inner = text.trim_matches(|c| c == '"' || c == '\'');
+            inner.parse::<f64>().is_ok_and(several)
+                || inner.split(',').filter(|d| !d.trim().is_empty()).count() > 1
+        }
+        "list" | "tuple" => value.named_child_count() > 1,
+        "identifier" | "attribute" | "subscript" | "call" => true,
+        _ => false,
+    }
+}
