@@ -814,6 +814,7 @@ impl<'s> Walker<'s> {
             None => None,
         };
         if is_class {
+            self.note_trainer_class(node);
             let bases = node
                 .field("superclasses")
                 .map(|n| self.text(n))

@@ -16,7 +16,13 @@ impl<'s> Walker<'s> {
         let loader = last.ends_with("DataLoader");
         let optimizer = starts_upper(last) && OPTIMIZER_CLASSES.contains(&lower);
         let trainer = is_trainer_arguments(last);
-        let lightning = last == "Trainer";
+        // A Lightning Trainer, its argparse builder or a subclass: they take its arguments.
+        let lightning = last == "Trainer"
+            || last == "from_argparse_args"
+                && call
+                    .field("function")
+                    .is_some_and(|f| self.text(f).ends_with("Trainer.from_argparse_args"))
+            || self.batch.trainer_classes.iter().any(|c| c == last);
         let sampler = last.ends_with("Sampler");
         // accelerate's options reach the Accelerator directly or in a `DataLoaderConfiguration`.
         let accelerator = last == "Accelerator" || last == "DataLoaderConfiguration";
@@ -104,7 +110,7 @@ impl<'s> Walker<'s> {
             return;
         }
         if lightning {
-            let several = |v: Option<Node>| v.is_some_and(|v| may_be_several(v, self.src));
+            let several = |v: Option<Node>| v.is_some_and(|v| self.may_be_several(v));
             let strategy = keyword("strategy").is_some_and(|v| {
                 let s = self.text(v).to_ascii_lowercase();
                 ["ddp", "fsdp", "deepspeed"].iter().any(|w| s.contains(w))
@@ -168,16 +174,43 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// A class that derives from a `Trainer`, or from a class of this file that does.
+    pub(in crate::frontend::python) fn note_trainer_class(&mut self, class: Node) {
+        let Some(bases) = class.field("superclasses") else {
+            return;
+        };
+        let mut c = bases.walk();
+        let derives = bases.named_children(&mut c).any(|b| {
+            let base = last_segment(self.text(b));
+            base == "Trainer" || self.batch.trainer_classes.iter().any(|c| c == base)
+        });
+        if let Some(name) = class.field("name").filter(|_| derives) {
+            self.batch.trainer_classes.push(self.text(name).to_string());
+        }
+    }
+
     /// What an optimizer takes first: a model's parameters (`model.parameters()`,
-    /// `named_parameters()`) or a list of parameter groups (`[{"params": ...}, ...]`).
+    /// `named_parameters()`, filtered or listed) or a list of parameter groups
+    /// (`[{"params": ...}, ...]`), written in place or bound once to a name.
     fn holds_parameters(&self, arg: Node) -> bool {
+        self.holds_parameters_within(arg, 3)
+    }
+
+    fn holds_parameters_within(&self, arg: Node, depth: u8) -> bool {
+        let Some(depth) = depth.checked_sub(1) else {
+            return false;
+        };
         match arg.ty() {
-            "call" => arg.field("function").is_some_and(|f| {
-                matches!(
-                    last_segment(self.text(f)),
-                    "parameters" | "named_parameters"
-                )
-            }),
+            "call" => {
+                let callee = arg.field("function").map_or("", |f| self.text(f));
+                let mut c = arg.walk();
+                matches!(last_segment(callee), "parameters" | "named_parameters")
+                    || matches!(callee, "filter" | "list" | "chain" | "itertools.chain")
+                        && arg.field("arguments").is_some_and(|a| {
+                            a.named_children(&mut c)
+                                .any(|a| self.holds_parameters_within(a, depth))
+                        })
+            }
             "list" | "tuple" => {
                 let mut c = arg.walk();
                 let groups: Vec<Node> = arg.named_children(&mut c).collect();
@@ -192,27 +225,75 @@ impl<'s> Walker<'s> {
                             })
                     })
             }
+            "identifier" => {
+                let name = self.text(arg);
+                if self.batch.reassigned.contains(name) {
+                    return false;
+                }
+                let Some(bound) = self.assigned_text.get(name) else {
+                    return false;
+                };
+                let Some(start) = offset_in(self.src, bound) else {
+                    return false;
+                };
+                let mut root = arg;
+                while let Some(up) = root.parent() {
+                    root = up;
+                }
+                root.descendant_for_byte_range(start, start + bound.len())
+                    .is_some_and(|value| self.holds_parameters_within(value, depth))
+            }
+            _ => false,
+        }
+    }
+
+    /// A Trainer's `devices` or `num_nodes` that may be more than one: a number above 1, `-1`
+    /// (every device), a list of several, or a value read from a config or the arguments. `1`, a
+    /// list of one, `"auto"` and `None` show one (or leave it to the machine); so does a name bound
+    /// once to one of them (`GPUS = 1`).
+    fn may_be_several(&self, value: Node) -> bool {
+        let text = self.text(value).trim();
+        // A parameter is what the callers pass, whatever a name of the same spelling holds elsewhere.
+        let parameter =
+            (self.scopes.get(self.scope())).is_some_and(|s| s.params.iter().any(|p| p == text));
+        let once = !parameter && !self.batch.reassigned.contains(text);
+        if matches!(value.ty(), "identifier" | "attribute") && once {
+            if let Some(bound) = self.assigned_text.get(text) {
+                return several_in_text(bound);
+            }
+        }
+        match value.ty() {
+            "integer" | "unary_operator" | "string" => several_in_text(text),
+            "list" | "tuple" => value.named_child_count() > 1,
+            "identifier" | "attribute" | "subscript" | "call" => true,
             _ => false,
         }
     }
 }
 
-/// A Trainer's `devices` or `num_nodes` that may be more than one: a number above 1, `-1` (every
-/// device), a list of several, or a value read from a config or the arguments. `1`, a list of
-/// one, `"auto"` and `None` show one (or leave it to the machine).
-fn may_be_several(value: Node, src: &str) -> bool {
-    // `0` is no device at all; a negative count is every device.
+/// A device or node count written out: a number outside 0..=1 (`0` is no device, a negative
+/// count every device), a string of one (`"4"`) or of several ids (`"0,1"`), a list of several.
+/// Anything else (`args.gpus`, `torch.cuda.device_count()`) may be several.
+fn several_in_text(text: &str) -> bool {
     let several = |n: f64| !(0.0..=1.0).contains(&n);
-    let text = src.get(value.byte_range()).unwrap_or("").trim();
-    match value.ty() {
-        "integer" | "unary_operator" => parse_number(text).is_some_and(several),
-        "string" => {
-            let inner = text.trim_matches(|c| c == '"' || c == '\'');
-            inner.parse::<f64>().is_ok_and(several)
-                || inner.split(',').filter(|d| !d.trim().is_empty()).count() > 1
-        }
-        "list" | "tuple" => value.named_child_count() > 1,
-        "identifier" | "attribute" | "subscript" | "call" => true,
-        _ => false,
+    let text = text.trim();
+    if let Some(n) = parse_number(text) {
+        return several(n);
     }
+    if let Some(inner) = text
+        .strip_prefix(['"', '\''])
+        .and_then(|t| t.strip_suffix(['"', '\'']))
+    {
+        return inner.parse::<f64>().is_ok_and(several)
+            || inner.split(',').filter(|d| !d.trim().is_empty()).count() > 1;
+    }
+    if let Some(inner) = text
+        .strip_prefix(['[', '('])
+        .and_then(|t| t.strip_suffix([']', ')']))
+    {
+        // A nested list is not a list of device ids: it may be anything.
+        let ids = inner.split(',').filter(|d| !d.trim().is_empty()).count();
+        return ids > 1 || inner.contains(['[', '(']);
+    }
+    text != "None"
 }

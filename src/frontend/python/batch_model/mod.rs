@@ -48,6 +48,9 @@ pub(super) struct BatchNotes {
     /// Calls of a class the walk does not know that take parameters first, as an optimizer
     /// does (`SparseLamb(model.parameters(), lr=...)`, a list of `{"params": ...}` groups).
     optimizers_by_arguments: Vec<Range<usize>>,
+    /// Classes that derive from a `Trainer` (`class RunTrainer(pl.Trainer)`): built, they take
+    /// its arguments.
+    trainer_classes: Vec<String>,
 }
 
 /// A data loader: the call, its `batch_size` value and its dataset, as written.
