@@ -222,7 +222,9 @@ impl Scan<'_> {
             let value = std::str::from_utf8(&after[start..start + len]).unwrap_or("");
             parse_number(value).is_some_and(|v| v >= 1e6) && self.counts_memory_near(at)
         };
-        memchr::memchr2_iter(b'(', b',', lower).any(argument) && self.count_parameters(false)
+        // The helper's parameter first: it reads only the definitions, the argument every `(`
+        // and `,`.
+        self.count_parameters(false) && memchr::memchr2_iter(b'(', b',', lower).any(argument)
     }
 
     /// A count's name assigned a number of parameters.

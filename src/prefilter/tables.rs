@@ -69,6 +69,11 @@ impl Scan<'_> {
         if paired(lower, &quoted) {
             return true;
         }
+        // Every check below reads a quoted known key or a known `torch.` dtype (the arms of
+        // `number_near_key`): without one, the file holds no table.
+        if quoted.is_empty() && torch_keys(lower).next().is_none() {
+            return false;
+        }
 
         let named = assigns_number(lower, b"byte") || assigns_number(lower, b"multiplier");
         // Unnamed arms make a table in a file that counts memory, with rows of numbers a
@@ -185,17 +190,26 @@ fn number_near_key(
         .iter()
         .filter(|(open, key)| near(*open) && (optimizer_key(key) || also(*open)))
         .map(|(_, key)| key.to_string())
-        .chain(finder!(b"torch.").find_iter(lower).filter_map(|i| {
-            let (_, end) = identifier_at(lower, i + 6, false);
-            let key = std::str::from_utf8(&lower[i..end]).ok()?;
-            (known_key(key) && near(i) && also(i)).then(|| key.to_string())
-        }));
+        .chain(
+            torch_keys(lower)
+                .filter(|&(i, _)| near(i) && also(i))
+                .map(|(_, key)| key.to_string()),
+        );
     let mut seen: Vec<String> = Vec::new();
     keys.any(|k| {
         if !seen.contains(&k) {
             seen.push(k);
         }
         seen.len() >= rows
+    })
+}
+
+/// The known `torch.` dtypes written (`torch.bfloat16`): where each starts, and the key.
+fn torch_keys(lower: &[u8]) -> impl Iterator<Item = (usize, &str)> + '_ {
+    finder!(b"torch.").find_iter(lower).filter_map(|i| {
+        let (_, end) = identifier_at(lower, i + 6, false);
+        let key = std::str::from_utf8(&lower[i..end]).ok()?;
+        known_key(key).then_some((i, key))
     })
 }
 
