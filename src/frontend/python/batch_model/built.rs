@@ -118,6 +118,19 @@ impl<'s> Walker<'s> {
             if several(keyword("devices")) || several(keyword("num_nodes")) || strategy {
                 self.facts.parallel_trainers.push(span.clone());
             }
+            // The devices of each node; on one node they are the data-parallel size.
+            let nodes = keyword("num_nodes");
+            if let Some(d) = keyword("devices") {
+                let per_node = if nodes.is_some_and(|n| self.may_be_several(n)) {
+                    DEVICES
+                } else {
+                    WORLD
+                };
+                seed(&mut self.batch, d, per_node, self.src);
+            }
+            if let Some(n) = nodes {
+                seed(&mut self.batch, n, NODES, self.src);
+            }
             // Lightning accumulates for the module: its schedulers step once per optimizer step.
             let accum = keyword("accumulate_grad_batches");
             if let Some(g) = accum {
@@ -262,12 +275,95 @@ impl<'s> Walker<'s> {
                 return several_in_text(bound);
             }
         }
+        if let Some(default) = (value.ty() == "attribute")
+            .then(|| self.dataclass_default(value))
+            .flatten()
+        {
+            return several_in_text(default);
+        }
         match value.ty() {
             "integer" | "unary_operator" | "string" => several_in_text(text),
             "list" | "tuple" => value.named_child_count() > 1,
             "identifier" | "attribute" | "subscript" | "call" => true,
             _ => false,
         }
+    }
+}
+
+impl<'s> Walker<'s> {
+    /// `cfg.devices` read from a dataclass of this file that gives the field a default, when
+    /// `cfg` is that class (annotated so, or built from it) and the file only ever builds the
+    /// class by direct calls that leave the field alone: no parser or config system (which
+    /// takes the class itself) can set it.
+    fn dataclass_default(&self, value: Node) -> Option<&'s str> {
+        let object = self.text(value.field("object")?);
+        let field = self.text(value.field("attribute")?);
+        let mut root = value;
+        while let Some(up) = root.parent() {
+            root = up;
+        }
+        let mut c = root.walk();
+        let mut found = None;
+        for top in root.named_children(&mut c) {
+            let class = match top.ty() {
+                "decorated_definition"
+                    if self.text(top).starts_with("@dataclass")
+                        || self.text(top).starts_with("@dataclasses.dataclass") =>
+                {
+                    top.field("definition")
+                        .filter(|d| d.ty() == "class_definition")
+                }
+                _ => None,
+            };
+            let Some(class) = class else { continue };
+            let (Some(name), Some(body)) = (class.field("name"), class.field("body")) else {
+                continue;
+            };
+            let mut b = body.walk();
+            for stmt in body.named_children(&mut b) {
+                let Some(assign) = stmt.named_child(0).filter(|a| a.ty() == "assignment") else {
+                    continue;
+                };
+                let left = assign.field("left").map(|l| self.text(l));
+                if left == Some(field) && assign.field("type").is_some() {
+                    if found.is_some() {
+                        return None;
+                    }
+                    found = Some((self.text(name), assign.field("right")?));
+                }
+            }
+        }
+        let (class, default) = found?;
+        let typed = [format!("{object}: {class}"), format!("{object} = {class}(")];
+        if !typed.iter().any(|t| self.src.contains(t.as_str())) {
+            return None;
+        }
+        // Every other mention of the class is a call with keywords only, none of them the field.
+        let sets = format!("{field}=");
+        let mut from = 0;
+        while let Some(at) = self.src[from..].find(class).map(|i| i + from) {
+            from = at + class.len();
+            let before = self.src[..at].trim_end();
+            let after = self.src[from..].trim_start();
+            let word = |b: Option<char>| b.is_some_and(|b| b.is_alphanumeric() || b == '_');
+            if word(self.src[..at].chars().next_back()) || word(self.src[from..].chars().next()) {
+                continue;
+            }
+            if before.ends_with("class") || before.ends_with(':') || before.ends_with("->") {
+                continue;
+            }
+            let args = after.strip_prefix('(')?;
+            let args = &args[..args.find(')')?];
+            let keywords_only = args
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .all(|a| a.contains('=') && !a.starts_with('*'));
+            if !keywords_only || args.replace(' ', "").contains(&sets) {
+                return None;
+            }
+        }
+        Some(self.text(default))
     }
 }
 

@@ -510,12 +510,26 @@ impl<'s> Walker<'s> {
             return None;
         }
         let mut missing = Vec::new();
-        // A Lightning module's rate: what the run shows of its devices is read, not what its
-        // Trainer accumulates or shards.
+        // Lightning accumulates for the module, by its Trainer's `accumulate_grad_batches`.
+        let lightning_accum = self
+            .batch
+            .lightning_accum
+            .as_ref()
+            .filter(|_| self.lightning());
+        let lightning_accum = lightning_accum
+            .filter(|(_, value, _)| !value.is_some_and(|v| v <= 1.0))
+            .map(|(text, _, call)| Missing::Accumulation(text.clone(), call.clone()));
+        // A Lightning module's rate: read against what the file's Trainer shows of the run.
         let optimizer = is_optimizer(callee) || self.batch.optimizers_by_arguments.contains(call);
         if !is_trainer_arguments(callee) && !optimizer {
             if !self.lightning() {
                 return None;
+            }
+            if let (Some(a), 0) = (lightning_accum, f.accum) {
+                missing.push(a);
+            }
+            if f.world == 0 && run.distributed && !self.batch.split_batches {
+                missing.push(run.world.clone());
             }
             if f.world > 0 && f.nodes < 0 {
                 missing.push(Missing::Nodes);
@@ -538,7 +552,7 @@ impl<'s> Walker<'s> {
                 .and_then(|(_, a)| a.clone())
                 .filter(|(_, v)| !v.is_some_and(|v| v <= 1.0))
                 .map(|(text, _)| Missing::Accumulation(text, call.clone())),
-            false => run.accumulation.clone(),
+            false => run.accumulation.clone().or(lightning_accum),
         };
         if let (Some(a), 0) = (accum, f.accum) {
             missing.push(a);
