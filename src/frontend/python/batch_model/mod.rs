@@ -525,10 +525,24 @@ impl<'s> Walker<'s> {
             if !self.lightning() {
                 return None;
             }
+            // A module of this file that reads a factor itself may scale its rate by it.
+            let reads = |words: &[&str]| {
+                module_text(model.root, self.src, callee)
+                    .is_some_and(|t| words.iter().any(|w| contains_word(t, w)))
+            };
             if let (Some(a), 0) = (lightning_accum, f.accum) {
-                missing.push(a);
+                if !reads(&["accumulate_grad_batches"]) {
+                    missing.push(a);
+                }
             }
-            if f.world == 0 && run.distributed && !self.batch.split_batches {
+            let world = [
+                "world_size",
+                "num_devices",
+                "devices",
+                "num_nodes",
+                "device_count",
+            ];
+            if f.world == 0 && run.distributed && !self.batch.split_batches && !reads(&world) {
                 missing.push(run.world.clone());
             }
             if f.world > 0 && f.nodes < 0 {
@@ -1014,6 +1028,20 @@ pub(super) fn defines_iterable_dataset(src: &str) -> bool {
         let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];
         line.trim_start().starts_with("class ") && line.contains('(')
     })
+}
+
+/// The text of the class `name` defined at the top level of the file.
+fn module_text<'s>(root: Node, src: &'s str, name: &str) -> Option<&'s str> {
+    let mut c = root.walk();
+    let found = root.named_children(&mut c).find_map(|top| {
+        let class = match top.ty() {
+            "decorated_definition" => top.field("definition")?,
+            _ => top,
+        };
+        let named = class.field("name")?;
+        (class.ty() == "class_definition" && src.get(named.byte_range())? == name).then_some(class)
+    });
+    found.and_then(|class| src.get(class.byte_range()))
 }
 
 /// Where `part`, a slice of `src`, starts in it.
