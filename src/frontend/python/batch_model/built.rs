@@ -73,7 +73,12 @@ impl<'s> Walker<'s> {
             return;
         }
         if module {
-            if let Some(lr) = keyword("lr").or(keyword("learning_rate")) {
+            let named = keyword("lr").or(keyword("learning_rate"));
+            let by_use = || {
+                self.rate_keyword(call, last, &keywords)
+                    .map(|i| keywords[i].1)
+            };
+            if let Some(lr) = named.or_else(by_use) {
                 if positional
                     .first()
                     .is_some_and(|p| self.holds_parameters(*p))
@@ -185,6 +190,40 @@ impl<'s> Walker<'s> {
                 .map(|g| (compact(self.text(g)), parse_number(self.text(g))));
             self.batch.trainer_accum.push((span, accum));
         }
+    }
+
+    /// Under Lightning, the keyword a module of this file is built with that its optimizers
+    /// take as their rate: the class writes `lr=` with a value that reads the keyword's name
+    /// (`Denoiser(peak=...)` with `AdamW(..., lr=self.hparams.peak)`), and no other keyword's.
+    fn rate_keyword(&self, call: Node, class: &str, keywords: &[(&str, Node)]) -> Option<usize> {
+        if keywords.is_empty() || !self.lightning() {
+            return None;
+        }
+        let mut root = call;
+        while let Some(up) = root.parent() {
+            root = up;
+        }
+        let text = module_text(root, self.src, class)?;
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let rates: Vec<&str> = memchr::memmem::find_iter(text.as_bytes(), b"lr=")
+            .filter(|&at| at == 0 || !word(text.as_bytes()[at - 1]))
+            .map(|at| {
+                let value = &text[at + 3..];
+                &value[..value.find([',', ')', '\n']).unwrap_or(value.len())]
+            })
+            .collect();
+        let reads = |k: &str| {
+            rates.iter().any(|r| {
+                r.match_indices(k).any(|(at, _)| {
+                    let b = r.as_bytes();
+                    (at == 0 || !word(b[at - 1])) && b.get(at + k.len()).is_none_or(|&c| !word(c))
+                })
+            })
+        };
+        // A rate the module builds from several of its keywords is a product judged nowhere.
+        let mut read = (0..keywords.len()).filter(|&i| reads(keywords[i].0));
+        let first = read.next();
+        first.filter(|_| read.next().is_none())
     }
 
     /// A class that derives from a `Trainer`, or from a class of this file that does.

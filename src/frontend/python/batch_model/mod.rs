@@ -1031,7 +1031,7 @@ pub(super) fn defines_iterable_dataset(src: &str) -> bool {
 }
 
 /// The text of the class `name` defined at the top level of the file.
-fn module_text<'s>(root: Node, src: &'s str, name: &str) -> Option<&'s str> {
+pub(super) fn module_text<'s>(root: Node, src: &'s str, name: &str) -> Option<&'s str> {
     let mut c = root.walk();
     let found = root.named_children(&mut c).find_map(|top| {
         let class = match top.ty() {
