@@ -193,27 +193,16 @@ impl<'s> Walker<'s> {
     }
 
     /// Under Lightning, the keyword a module of this file is built with that its optimizers
-    /// take as their rate: the class writes `lr=` with a value that reads the keyword's name
+    /// take as their rate: what the class derives their rate from reads the keyword's name
     /// (`Denoiser(peak=...)` with `AdamW(..., lr=self.hparams.peak)`), and no other keyword's.
     fn rate_keyword(&self, call: Node, class: &str, keywords: &[(&str, Node)]) -> Option<usize> {
         if keywords.is_empty() || !self.lightning() {
             return None;
         }
-        let mut root = call;
-        while let Some(up) = root.parent() {
-            root = up;
-        }
-        let text = module_text(root, self.src, class)?;
+        let reads = self.rate_reads(call, class)?;
         let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-        let rates: Vec<&str> = memchr::memmem::find_iter(text.as_bytes(), b"lr=")
-            .filter(|&at| at == 0 || !word(text.as_bytes()[at - 1]))
-            .map(|at| {
-                let value = &text[at + 3..];
-                &value[..value.find([',', ')', '\n']).unwrap_or(value.len())]
-            })
-            .collect();
-        let reads = |k: &str| {
-            rates.iter().any(|r| {
+        let read = |k: &str| {
+            reads.iter().any(|r| {
                 r.match_indices(k).any(|(at, _)| {
                     let b = r.as_bytes();
                     (at == 0 || !word(b[at - 1])) && b.get(at + k.len()).is_none_or(|&c| !word(c))
@@ -221,7 +210,7 @@ impl<'s> Walker<'s> {
             })
         };
         // A rate the module builds from several of its keywords is a product judged nowhere.
-        let mut read = (0..keywords.len()).filter(|&i| reads(keywords[i].0));
+        let mut read = (0..keywords.len()).filter(|&i| read(keywords[i].0));
         let first = read.next();
         first.filter(|_| read.next().is_none())
     }
@@ -288,11 +277,8 @@ impl<'s> Walker<'s> {
                 let Some(start) = offset_in(self.src, bound) else {
                     return false;
                 };
-                let mut root = arg;
-                while let Some(up) = root.parent() {
-                    root = up;
-                }
-                root.descendant_for_byte_range(start, start + bound.len())
+                tree_root(arg)
+                    .descendant_for_byte_range(start, start + bound.len())
                     .is_some_and(|value| self.holds_parameters_within(value, depth))
             }
             _ => false,
@@ -337,10 +323,7 @@ impl<'s> Walker<'s> {
     fn dataclass_default(&self, value: Node) -> Option<&'s str> {
         let object = self.text(value.field("object")?);
         let field = self.text(value.field("attribute")?);
-        let mut root = value;
-        while let Some(up) = root.parent() {
-            root = up;
-        }
+        let root = tree_root(value);
         let mut c = root.walk();
         let mut found = None;
         for top in root.named_children(&mut c) {

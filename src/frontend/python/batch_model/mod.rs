@@ -12,10 +12,12 @@ use std::collections::HashSet;
 mod arms;
 mod built;
 mod factors;
+mod modules;
 mod updates;
 mod written;
 
 use factors::*;
+use modules::tree_root;
 pub(super) use updates::CounterUse;
 
 /// What the walk saw that sizes or reads a batch.
@@ -51,6 +53,11 @@ pub(super) struct BatchNotes {
     /// Classes that derive from a `Trainer` (`class RunTrainer(pl.Trainer)`): built, they take
     /// its arguments.
     trainer_classes: Vec<String>,
+    /// The text of each class defined at the file's top level, by name: found once, when first
+    /// asked for, from the whole tree.
+    classes: std::cell::OnceCell<HashMap<String, Range<usize>>>,
+    /// What each module class's rate reads (see [`Walker::rate_reads`]), once found.
+    rate_reads: std::cell::RefCell<HashMap<String, Vec<Range<usize>>>>,
 }
 
 /// A data loader: the call, its `batch_size` value and its dataset, as written.
@@ -525,11 +532,8 @@ impl<'s> Walker<'s> {
             if !self.lightning() {
                 return None;
             }
-            // A module of this file that reads a factor itself may scale its rate by it.
-            let reads = |words: &[&str]| {
-                module_text(model.root, self.src, callee)
-                    .is_some_and(|t| words.iter().any(|w| contains_word(t, w)))
-            };
+            // A module of this file that reads a factor into its rate scales the rate itself.
+            let reads = |words: &[&str]| self.module_scales_rate(model.root, callee, words);
             if let (Some(a), 0) = (lightning_accum, f.accum) {
                 if !reads(&["accumulate_grad_batches"]) {
                     missing.push(a);
@@ -1028,20 +1032,6 @@ pub(super) fn defines_iterable_dataset(src: &str) -> bool {
         let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];
         line.trim_start().starts_with("class ") && line.contains('(')
     })
-}
-
-/// The text of the class `name` defined at the top level of the file.
-pub(super) fn module_text<'s>(root: Node, src: &'s str, name: &str) -> Option<&'s str> {
-    let mut c = root.walk();
-    let found = root.named_children(&mut c).find_map(|top| {
-        let class = match top.ty() {
-            "decorated_definition" => top.field("definition")?,
-            _ => top,
-        };
-        let named = class.field("name")?;
-        (class.ty() == "class_definition" && src.get(named.byte_range())? == name).then_some(class)
-    });
-    found.and_then(|class| src.get(class.byte_range()))
 }
 
 /// Where `part`, a slice of `src`, starts in it.
