@@ -15,6 +15,10 @@ pub(super) struct Factors {
     pub(super) samples: i8,
     pub(super) unknown_up: bool,
     pub(super) unknown_down: bool,
+    /// A whole number above 1 multiplies (or divides) the value: it may be a factor of the run
+    /// written as a number (`lr * bs * 8` on eight GPUs), so no factor is missing for sure.
+    pub(super) literal_up: bool,
+    pub(super) literal_down: bool,
     /// A choice between values with different factors (`a * w if ddp else a`): no single
     /// equation holds, so none is judged.
     pub(super) choice: bool,
@@ -28,6 +32,8 @@ pub(super) const ONE: Factors = Factors {
     samples: 0,
     unknown_up: false,
     unknown_down: false,
+    literal_up: false,
+    literal_down: false,
     choice: false,
 };
 pub(super) const UNKNOWN: Factors = Factors {
@@ -65,6 +71,8 @@ impl Factors {
             samples: self.samples.saturating_add(o.samples),
             unknown_up: self.unknown_up || o.unknown_up,
             unknown_down: self.unknown_down || o.unknown_down,
+            literal_up: self.literal_up || o.literal_up,
+            literal_down: self.literal_down || o.literal_down,
             choice: self.choice || o.choice,
         }
     }
@@ -78,6 +86,8 @@ impl Factors {
             samples: self.samples.saturating_sub(o.samples),
             unknown_up: self.unknown_up || o.unknown_down,
             unknown_down: self.unknown_down || o.unknown_up,
+            literal_up: self.literal_up || o.literal_down,
+            literal_down: self.literal_down || o.literal_up,
             choice: self.choice || o.choice,
         }
     }
@@ -114,7 +124,7 @@ impl Factors {
     }
 
     pub(super) fn is_constant(self) -> bool {
-        self == ONE
+        self.same_factors(ONE) && !self.unknown_up && !self.unknown_down && !self.choice
     }
 
     pub(super) fn is_unknown(self) -> bool {

@@ -363,6 +363,9 @@ impl<'s> Walker<'s> {
                 let Some(f) = model.node(&g.span).map(|n| model.factors(n, 0)) else {
                     return g.missing != Missing::Nodes;
                 };
+                if f.literal_up {
+                    return false;
+                }
                 match g.missing {
                     Missing::World | Missing::WorldIfLaunched => f.world == 0,
                     Missing::Nodes => f.world > 0 && f.nodes < 0,
@@ -412,7 +415,7 @@ impl<'s> Walker<'s> {
         // tokens_per_step`), over a batch that holds the micro-batch, with no divisor of
         // unknown meaning.
         let counted = f.samples == 1 || (f.samples == 0 && !f.unknown_up);
-        if !counted || f.micro != -1 || f.unknown_down {
+        if !counted || f.micro != -1 || f.unknown_down || f.literal_down {
             return None;
         }
         let mut missing = Vec::new();
@@ -513,7 +516,7 @@ impl<'s> Walker<'s> {
     ) -> Option<BatchEquation> {
         let node = model.node(value)?;
         let f = model.factors(node, 0);
-        if f.micro < 1 || f.samples != 0 || f.choice {
+        if f.micro < 1 || f.samples != 0 || f.choice || f.literal_up {
             return None;
         }
         let mut missing = Vec::new();
@@ -825,6 +828,17 @@ impl<'a> Model<'a, '_> {
         }
         let node = unparen(node);
         match node.ty() {
+            // A number written into a product may be a factor of the run (`* 8` for eight
+            // GPUs); one bound to a name alone carries the name's meaning (`seq_len = 2048`).
+            "integer"
+                if parse_number(self.text(node)).is_some_and(|n| n >= 2.0)
+                    && in_arithmetic(node) =>
+            {
+                Factors {
+                    literal_up: true,
+                    ..ONE
+                }
+            }
             "integer" | "float" => ONE,
             "unary_operator" => node
                 .field("argument")
@@ -1032,6 +1046,15 @@ pub(super) fn defines_iterable_dataset(src: &str) -> bool {
         let line = &src[src[..at].rfind('\n').map_or(0, |i| i + 1)..at];
         line.trim_start().starts_with("class ") && line.contains('(')
     })
+}
+
+/// The node is an operand of arithmetic (within parentheses, if any).
+fn in_arithmetic(node: Node) -> bool {
+    let mut up = node.parent();
+    while let Some(p) = up.filter(|p| p.ty() == "parenthesized_expression") {
+        up = p.parent();
+    }
+    up.is_some_and(|p| p.ty() == "binary_operator")
 }
 
 /// Where `part`, a slice of `src`, starts in it.
