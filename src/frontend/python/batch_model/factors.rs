@@ -118,6 +118,28 @@ impl Factors {
         }
     }
 
+    /// One of two values with the same factors (`a * 8 if ddp else a`): what may hold in
+    /// either may hold in it.
+    pub(super) fn either(self, o: Factors) -> Factors {
+        Factors {
+            unknown_up: self.unknown_up || o.unknown_up,
+            unknown_down: self.unknown_down || o.unknown_down,
+            literal_up: self.literal_up || o.literal_up,
+            literal_down: self.literal_down || o.literal_down,
+            choice: self.choice || o.choice,
+            ..self
+        }
+    }
+
+    /// Whether the batch side of the value (a product, or a count's divisor) holds a whole
+    /// number above 1, which may be a factor of the run written as a number.
+    pub(super) fn number_in_batch(self) -> bool {
+        match self.micro < 0 {
+            true => self.literal_down,
+            false => self.literal_up,
+        }
+    }
+
     pub(super) fn same_factors(self, o: Factors) -> bool {
         (self.micro, self.accum, self.world, self.nodes, self.samples)
             == (o.micro, o.accum, o.world, o.nodes, o.samples)

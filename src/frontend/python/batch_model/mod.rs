@@ -363,7 +363,7 @@ impl<'s> Walker<'s> {
                 let Some(f) = model.node(&g.span).map(|n| model.factors(n, 0)) else {
                     return g.missing != Missing::Nodes;
                 };
-                if f.literal_up {
+                if f.number_in_batch() {
                     return false;
                 }
                 match g.missing {
@@ -415,7 +415,7 @@ impl<'s> Walker<'s> {
         // tokens_per_step`), over a batch that holds the micro-batch, with no divisor of
         // unknown meaning.
         let counted = f.samples == 1 || (f.samples == 0 && !f.unknown_up);
-        if !counted || f.micro != -1 || f.unknown_down || f.literal_down {
+        if !counted || f.micro != -1 || f.unknown_down || f.number_in_batch() {
             return None;
         }
         let mut missing = Vec::new();
@@ -516,7 +516,7 @@ impl<'s> Walker<'s> {
     ) -> Option<BatchEquation> {
         let node = model.node(value)?;
         let f = model.factors(node, 0);
-        if f.micro < 1 || f.samples != 0 || f.choice || f.literal_up {
+        if f.micro < 1 || f.samples != 0 || f.choice || f.number_in_batch() {
             return None;
         }
         let mut missing = Vec::new();
@@ -858,18 +858,18 @@ impl<'a> Model<'a, '_> {
             }
             "conditional_expression" => {
                 let mut c = node.walk();
-                let arms: Vec<Factors> = node
+                let mut arms = node
                     .named_children(&mut c)
                     .step_by(2)
-                    .map(|a| self.factors(a, depth + 1))
-                    .collect();
-                match arms.windows(2).all(|w| w[0].same_factors(w[1])) {
-                    true => arms.first().copied().unwrap_or(UNKNOWN),
-                    false => Factors {
-                        choice: true,
-                        ..UNKNOWN
-                    },
-                }
+                    .map(|a| self.factors(a, depth + 1));
+                let first = arms.next().unwrap_or(UNKNOWN);
+                arms.try_fold(first, |value, arm| {
+                    value.same_factors(arm).then(|| value.either(arm))
+                })
+                .unwrap_or(Factors {
+                    choice: true,
+                    ..UNKNOWN
+                })
             }
             "call" => self.call_factors(node, depth),
             "identifier" | "attribute" | "subscript" => self.name_factors(node, depth),

@@ -37,9 +37,7 @@ impl<'s> Walker<'s> {
         });
         self.src.get(classes.get(name)?.clone())
     }
-}
 
-impl<'s> Walker<'s> {
     /// Whether the module class `name` of this file reads one of `words` (a factor: the world
     /// size, the accumulation) into the rate it gives its optimizers (see [`Self::rate_reads`]).
     /// A class that writes no rate the walk can see is taken to read a factor it mentions
@@ -70,12 +68,12 @@ impl<'s> Walker<'s> {
         let at = offset_in(self.src, text)?;
         let class = tree_root(node).descendant_for_byte_range(at, at + text.len())?;
         let (mut rates, mut bound) = (Vec::new(), Vec::new());
+        let rate_key = |k: Node| {
+            let k = self.text(k);
+            k == "lr" || k.ends_with("_lr") || k == "learning_rate"
+        };
         let mut stack = vec![class];
         while let Some(n) = stack.pop() {
-            let rate_key = |k: Node| {
-                let k = self.text(k);
-                k == "lr" || k.ends_with("_lr") || k == "learning_rate"
-            };
             match n.ty() {
                 "keyword_argument" if n.field("name").is_some_and(rate_key) => {
                     rates.extend(n.field("value"));
@@ -88,7 +86,7 @@ impl<'s> Walker<'s> {
                 }
                 "assignment" | "augmented_assignment" => {
                     if let (Some(l), Some(r)) = (n.field("left"), n.field("right")) {
-                        bound.push((self.text(l), r));
+                        bound.extend(self.bindings(l, r));
                     }
                 }
                 _ => {}
@@ -113,5 +111,28 @@ impl<'s> Walker<'s> {
             .borrow_mut()
             .insert(name.to_string(), ranges);
         Some(reads.iter().map(|r| self.text(*r)).collect())
+    }
+
+    /// The names an assignment binds, each with its value: `lr = x` binds `lr` to `x`, and
+    /// `lr, wd = x, y` binds `lr` to `x`; a target unpacked from one value is left out.
+    fn bindings<'t>(&self, left: Node<'t>, right: Node<'t>) -> Vec<(&'s str, Node<'t>)> {
+        let targets = ["pattern_list", "tuple_pattern"];
+        if !targets.contains(&left.ty()) {
+            return vec![(self.text(left), right)];
+        }
+        if !matches!(right.ty(), "expression_list" | "tuple") {
+            return Vec::new();
+        }
+        let (mut l, mut r) = (left.walk(), right.walk());
+        let names: Vec<Node> = left.named_children(&mut l).collect();
+        let values: Vec<Node> = right.named_children(&mut r).collect();
+        match names.len() == values.len() {
+            true => names
+                .into_iter()
+                .zip(values)
+                .map(|(n, v)| (self.text(n), v))
+                .collect(),
+            false => Vec::new(),
+        }
     }
 }
