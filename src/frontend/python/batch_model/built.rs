@@ -356,34 +356,49 @@ impl<'s> Walker<'s> {
             }
         }
         let (class, default) = found?;
-        let typed = [format!("{object}: {class}"), format!("{object} = {class}(")];
-        if !typed.iter().any(|t| self.src.contains(t.as_str())) {
-            return None;
+        // Each mention of the class: its definition, an annotation, or a call with keywords
+        // only, none of them the field. One of them must tie `object` to the class.
+        let (mut tied, mut stack) = (false, vec![tree_root(value)]);
+        while let Some(n) = stack.pop() {
+            let mut c = n.walk();
+            stack.extend(n.named_children(&mut c));
+            if n.ty() != "identifier" || self.text(n) != class {
+                continue;
+            }
+            let Some(up) = n.parent() else { continue };
+            match up.ty() {
+                "class_definition" => {}
+                "type" => {
+                    let named = up.parent().and_then(|p| match p.ty() {
+                        "typed_parameter" | "typed_default_parameter" => p.named_child(0),
+                        "assignment" => p.field("left"),
+                        _ => None,
+                    });
+                    tied |= named.is_some_and(|t| self.text(t) == object);
+                }
+                "call" if up.field("function") == Some(n) => {
+                    let mut a = up.walk();
+                    let keywords_only = up.field("arguments").is_some_and(|args| {
+                        args.named_children(&mut a).all(|k| match k.ty() {
+                            "keyword_argument" => {
+                                k.field("name").is_some_and(|k| self.text(k) != field)
+                            }
+                            other => other == "comment",
+                        })
+                    });
+                    if !keywords_only {
+                        return None;
+                    }
+                    let bound = up.parent().filter(|p| p.ty() == "assignment");
+                    tied |= bound
+                        .and_then(|b| b.field("left"))
+                        .is_some_and(|l| self.text(l) == object);
+                }
+                _ => return None,
+            }
         }
-        // Every other mention of the class is a call with keywords only, none of them the field.
-        let sets = format!("{field}=");
-        let mut from = 0;
-        while let Some(at) = self.src[from..].find(class).map(|i| i + from) {
-            from = at + class.len();
-            let before = self.src[..at].trim_end();
-            let after = self.src[from..].trim_start();
-            let word = |b: Option<char>| b.is_some_and(|b| b.is_alphanumeric() || b == '_');
-            if word(self.src[..at].chars().next_back()) || word(self.src[from..].chars().next()) {
-                continue;
-            }
-            if before.ends_with("class") || before.ends_with(':') || before.ends_with("->") {
-                continue;
-            }
-            let args = after.strip_prefix('(')?;
-            let args = &args[..args.find(')')?];
-            let keywords_only = args
-                .split(',')
-                .map(str::trim)
-                .filter(|a| !a.is_empty())
-                .all(|a| a.contains('=') && !a.starts_with('*'));
-            if !keywords_only || args.replace(' ', "").contains(&sets) {
-                return None;
-            }
+        if !tied {
+            return None;
         }
         Some(self.text(default))
     }

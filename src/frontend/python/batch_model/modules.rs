@@ -84,6 +84,15 @@ impl<'s> Walker<'s> {
                 {
                     rates.extend(n.field("value"));
                 }
+                // A known optimizer takes its rate second (`AdamW(params, 3e-4)`).
+                "call" => {
+                    let args = n.field("arguments");
+                    let callee = n.field("function").map_or("", |f| self.text(f));
+                    let known = last_segment(callee).to_ascii_lowercase();
+                    if OPTIMIZER_CLASSES.contains(&known.as_str()) {
+                        rates.extend(positional(args, 1));
+                    }
+                }
                 "assignment" | "augmented_assignment" => {
                     if let (Some(l), Some(r)) = (n.field("left"), n.field("right")) {
                         bound.extend(self.bindings(l, r));
