@@ -754,6 +754,9 @@ pub struct MicroSchedule {
     /// The counter's comparison ends the training (`while updates < total`, `if updates >=
     /// total: break`).
     pub ends_training: bool,
+    /// The length is the total that ends the training, measured by a counter that goes up on
+    /// every micro-step: the counter and the comparison (`if it >= total: break`).
+    pub micro_bound: Option<(String, Range<usize>)>,
 }
 
 /// A loss an HF `Trainer` uses that is written by hand and never reads `num_items_in_batch`

@@ -63,6 +63,20 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             if out.iter().any(|d| d.range == m.length_at) {
                 continue;
             }
+            if let (Some(counter), Some((micro, bound))) = (&m.counter, &m.micro_bound) {
+                let (length, used) = (&m.length, cx.file.slice(&m.built));
+                let at = line_of(cx.file, m.built.start);
+                let (ends, ends_at) = (cx.file.slice(bound), line_of(cx.file, bound.start));
+                out.push(
+                    Diagnostic::new(
+                        "GA004",
+                        m.length_at.clone(),
+                        format!("`{length}` counts micro-batches: training ends at `{ends}` ({ends_at}), and `{micro}` goes up on every micro-step; but `{counter}`, measured against it in `{used}` ({at}), advances once per optimizer step (every `{n}` micro-batches): training ends when it has reached 1/`{n}` of the length, so the hand-written schedule never completes"),
+                    )
+                    .with_help(format!("measure the schedule in micro-steps, or divide its length by `{n}` (rounding up)")),
+                );
+                continue;
+            }
             if let Some(counter) = &m.counter {
                 let (length, used) = (&m.length, cx.file.slice(&m.built));
                 let at = line_of(cx.file, m.built.start);
@@ -84,6 +98,19 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             let length = &m.length;
             let built = line_of(cx.file, m.built.start);
             let step = line_of(cx.file, m.step.span.start);
+            if let Some((counter, bound)) = &m.micro_bound {
+                let ends = cx.file.slice(bound);
+                let at = line_of(cx.file, bound.start);
+                out.push(
+                    Diagnostic::new(
+                        "GA004",
+                        m.length_at.clone(),
+                        format!("the schedule's length `{length}` (the scheduler is built at {built}) counts micro-batches: training ends at `{ends}` ({at}), and `{counter}` goes up on every micro-step; but `{call}` ({step}) runs once per optimizer step (every `{n}` micro-batches): training ends after 1/`{n}` of the schedule, before the learning rate has decayed"),
+                    )
+                    .with_help(format!("step the scheduler on every micro-step, or size its length in optimizer steps: divide it by `{n}` (rounding up)")),
+                );
+                continue;
+            }
             let runs = if lp.accelerate && !m.prepared {
                 format!("`{call}` ({step}) runs only when the gradients sync, once per optimizer step (every `{n}` micro-batches, the Accelerator's factor)")
             } else if lp.accelerate {

@@ -208,6 +208,7 @@ impl<'s> Walker<'s> {
             .map(|lp| self.step_counter_uses(tree, lp))
             .collect();
         self.match_counter_schedules(tree, &mut assembled.loops, &counter_uses);
+        self.match_bounded_schedules(tree, &mut assembled.loops, &counter_uses);
         let products = self.global_batches(&assembled.loops);
         self.facts.global_batches = self.confirmed_products(tree, &assembled.loops, products);
         self.facts.sample_schedules = self.sample_schedules(&assembled.loops);

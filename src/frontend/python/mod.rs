@@ -25,6 +25,7 @@ mod hooks;
 mod imports;
 mod inline;
 mod loader_batch;
+mod micro_bound;
 mod moves;
 mod provenance;
 mod schedules;
@@ -47,6 +48,7 @@ use crate::facts::*;
 use crate::frontend::fields::{PyField, PyKind};
 pub use calls::OPTIMIZER_CLASSES;
 pub use deferred::{finish_values, Deferred};
+use micro_bound::StepBound;
 use std::cell::RefCell;
 use values::{Pending, PendingKind};
 /// The walk's maps are keyed by short names and offsets it looks up at every node: foldhash,
@@ -350,7 +352,9 @@ struct Walker<'s> {
     /// accumulation boundary): they count optimizer steps. With where each is added to.
     step_counters: Vec<(String, usize)>,
     /// `while c < total` and `if c >= total: break`: a counter and the total that ends training.
-    step_bounds: Vec<(String, String)>,
+    step_bounds: Vec<StepBound>,
+    /// Every scheduler built: its name, the function it is built in, and the constructor.
+    built_schedulers: Vec<(String, usize, Range<usize>)>,
     /// `accelerator.prepare(...)` assignments: where, the names bound and the arguments.
     prepares: Vec<(usize, Vec<&'s str>, Vec<&'s str>)>,
     /// `batch_size=` values of data loaders, as written, and the loaders' calls.
@@ -466,6 +470,7 @@ impl<'s> Walker<'s> {
             schedule_lengths: Vec::new(),
             step_counters: Vec::new(),
             step_bounds: Vec::new(),
+            built_schedulers: Vec::new(),
             def_texts: HashMap::default(),
             dividing_defs: HashSet::default(),
             call_targets: HashSet::default(),

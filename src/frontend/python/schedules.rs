@@ -566,6 +566,7 @@ impl<'s> Walker<'s> {
                         prepared,
                         counter: None,
                         ends_training: false,
+                        micro_bound: None,
                     });
                 }
             }
@@ -593,8 +594,18 @@ impl<'s> Walker<'s> {
             let Some(iterates) = &lp.iterates else {
                 continue;
             };
+            let node = |r: &Range<usize>| root.descendant_for_byte_range(r.start, r.end);
+            let ends_training = |u: &batch_model::CounterUse, used: Node| {
+                used.ty() == "comparison_operator"
+                    && self
+                        .step_bounds
+                        .iter()
+                        .any(|b| b.counter == u.counter && contains_word(self.text(used), &b.total))
+            };
+            // The comparison that ends the training first: it says most of what the length is.
+            let mut uses: Vec<&batch_model::CounterUse> = uses.iter().collect();
+            uses.sort_by_key(|u| !node(&u.used).is_some_and(|used| ends_training(u, used)));
             for u in uses {
-                let node = |r: &Range<usize>| root.descendant_for_byte_range(r.start, r.end);
                 let (Some(count), Some(used)) = (node(&u.count), node(&u.used)) else {
                     continue;
                 };
@@ -608,10 +619,7 @@ impl<'s> Walker<'s> {
                     .chain(found.iter().filter(|(j, _)| *j == i).map(|(_, s)| s))
                     .any(|s| s.length_at == m.length_at);
                 if once && self.iterates_over(iterates, &m.loader, 0) {
-                    let ends_training = used.ty() == "comparison_operator"
-                        && self.step_bounds.iter().any(|(c, total)| {
-                            *c == u.counter && contains_word(self.text(used), total)
-                        });
+                    let ends_training = ends_training(u, used);
                     found.push((
                         i,
                         MicroSchedule {
@@ -627,6 +635,7 @@ impl<'s> Walker<'s> {
                             prepared: false,
                             counter: Some(u.counter.clone()),
                             ends_training,
+                            micro_bound: None,
                         },
                     ));
                 }
@@ -767,8 +776,8 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// `while c < total:` and `if c >= total: break` (or `return`): training ends when `c`
-    /// reaches `total`.
+    /// `while c < total:` and `if c >= total: break` (or `return`, `exit()`): training ends
+    /// when `c` reaches `total`.
     pub(super) fn note_step_bound(&mut self, node: Node) {
         let Some(cond) = node.field("condition").map(unparen) else {
             return;
@@ -786,19 +795,30 @@ impl<'s> Walker<'s> {
             ("if_statement", ">=" | ">" | "==") => node.field("consequence").is_some_and(|b| {
                 // Bound first: the iterator borrows the cursor.
                 let mut c = b.walk();
-                let ends = b
-                    .named_children(&mut c)
-                    .any(|n| matches!(n.ty(), "break_statement" | "return_statement"));
+                let ends = b.named_children(&mut c).any(|n| self.ends_run(n));
                 ends
             }),
             _ => false,
         };
         if bound {
-            let pair = (
-                self.text(*counter).to_string(),
-                self.text(*total).to_string(),
-            );
-            self.step_bounds.push(pair);
+            self.step_bounds.push(StepBound {
+                counter: self.text(*counter).to_string(),
+                total: self.text(*total).to_string(),
+                at: cond.byte_range(),
+            });
+        }
+    }
+
+    /// A statement that leaves the training: `break`, `return`, or a call of `exit()`.
+    fn ends_run(&self, stmt: Node) -> bool {
+        match stmt.ty() {
+            "break_statement" | "return_statement" => true,
+            "expression_statement" => stmt
+                .named_child(0)
+                .filter(|c| c.ty() == "call")
+                .and_then(|c| c.field("function"))
+                .is_some_and(|f| matches!(self.text(f), "exit" | "sys.exit" | "quit" | "os._exit")),
+            _ => false,
         }
     }
 
@@ -836,9 +856,9 @@ impl<'s> Walker<'s> {
     /// A schedule's length is the total that ends training, counted by a counter of optimizer
     /// steps (`while completed_steps < max_train_steps`): the schedule counts optimizer steps.
     pub(super) fn length_bounds_optimizer_steps(&self) -> bool {
-        self.step_bounds.iter().any(|(counter, total)| {
-            self.step_counters.iter().any(|(c, _)| c == counter)
-                && self.schedule_length_reads(total)
+        self.step_bounds.iter().any(|b| {
+            self.step_counters.iter().any(|(c, _)| *c == b.counter)
+                && self.schedule_length_reads(&b.total)
         })
     }
 }

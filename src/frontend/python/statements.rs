@@ -572,6 +572,9 @@ impl<'s> Walker<'s> {
     /// `name = Scheduler(...)` (or a helper's `return Scheduler(...)`, under the name `f()`):
     /// whether its length counts optimizer steps, micro-batches or samples.
     fn note_scheduler_built(&mut self, name: &str, ctor: Node, assigned: bool) {
+        let scope = self.scope();
+        self.built_schedulers
+            .push((name.to_string(), scope, ctor.byte_range()));
         let length = self
             .schedule_length(ctor)
             .map_or(self.text(ctor), |a| self.text(a));

@@ -92,29 +92,23 @@ impl Factors {
         }
     }
 
-    /// A sum keeps the factors its terms share; a constant added changes none
-    /// (`len(ds) + bs - 1` is still the samples, rounded up).
+    /// A sum keeps the factors its terms share, and what may hold in either term, whichever
+    /// comes first (`a * 8 + b` and `b + a * 8`); a constant added changes none (`len(ds) + bs
+    /// - 1` is still the samples, rounded up).
     pub(super) fn plus(self, o: Factors) -> Factors {
-        Factors {
-            choice: self.choice || o.choice,
-            ..self.sum(o)
-        }
-    }
-
-    pub(super) fn sum(self, o: Factors) -> Factors {
         if self.same_factors(o) {
-            return Factors {
-                unknown_up: self.unknown_up || o.unknown_up,
-                unknown_down: self.unknown_down || o.unknown_down,
-                ..self
-            };
+            return self.either(o);
         }
-        match (self.is_constant(), o.is_constant()) {
+        let sum = match (self.is_constant(), o.is_constant()) {
             (_, true) => self,
             (true, _) => o,
             _ if self.samples == 1 && o.samples == 0 && !o.unknown_down => self,
             _ if o.samples == 1 && self.samples == 0 && !self.unknown_down => o,
             _ => UNKNOWN,
+        };
+        Factors {
+            choice: self.choice || o.choice,
+            ..sum
         }
     }
 
@@ -191,5 +185,23 @@ impl Factors {
             ..ONE
         }
         .describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sum_of_like_terms_keeps_what_either_holds_in_any_order() {
+        // `bs * accum * 8 + bs * accum` and the same terms the other way round.
+        let written = Factors {
+            literal_up: true,
+            ..MICRO.times(ACCUM)
+        };
+        let plain = MICRO.times(ACCUM);
+        assert_eq!(written.plus(plain), plain.plus(written));
+        assert!(plain.plus(written).number_in_batch());
+        assert!(!plain.plus(plain).number_in_batch());
     }
 }

@@ -18,7 +18,7 @@ mod written;
 
 use factors::*;
 use modules::tree_root;
-pub(super) use updates::CounterUse;
+pub(super) use updates::{loop_node, CounterUse};
 
 /// What the walk saw that sizes or reads a batch.
 #[derive(Debug, Default)]

@@ -116,7 +116,7 @@ impl Walker<'_> {
     }
 
     /// `name += 1` (or `name = name + 1`) as a statement: the name.
-    fn added_one(&self, stmt: Node) -> Option<String> {
+    pub(in super::super) fn added_one(&self, stmt: Node) -> Option<String> {
         let inc = stmt
             .named_child(0)
             .filter(|_| stmt.ty() == "expression_statement")?;
@@ -127,7 +127,7 @@ impl Walker<'_> {
     }
 
     /// How many statements of the file add to `name` (`name += ...`, `name = name + ...`).
-    fn increments(&self, name: &str) -> usize {
+    pub(in super::super) fn increments(&self, name: &str) -> usize {
         let bytes = self.src.as_bytes();
         memchr::memmem::find_iter(bytes, name.as_bytes())
             .filter(|at| {
@@ -136,11 +136,13 @@ impl Walker<'_> {
                     return false;
                 }
                 let rest = self.src[at + name.len()..].trim_start_matches([' ', '\t']);
+                // `name = name + 1`, not a keyword argument (`f(name=name)`).
                 rest.starts_with("+=")
                     || rest
                         .strip_prefix('=')
                         .filter(|r| !r.starts_with('='))
-                        .is_some_and(|r| r.trim_start().starts_with(name))
+                        .and_then(|r| r.trim_start().strip_prefix(name))
+                        .is_some_and(|r| r.trim_start().starts_with('+'))
             })
             .count()
     }
@@ -169,7 +171,18 @@ impl Walker<'_> {
         };
         if let Some([a, b]) = operands.filter(|_| !self.reported_only(node)) {
             let divides = node.ty() == "binary_operator";
-            let other = match (self.text(a) == counter, self.text(b) == counter) {
+            // A counter scaled before it is divided (`pi * updates / total`) is divided too.
+            let is_counter = |n: Node| {
+                self.text(n) == counter
+                    || (divides
+                        && n.ty() == "binary_operator"
+                        && n.field("operator").is_some_and(|o| self.text(o) == "*")
+                        && [n.field("left"), n.field("right")]
+                            .into_iter()
+                            .flatten()
+                            .any(|f| self.text(f) == counter))
+            };
+            let other = match (is_counter(a), self.text(b) == counter) {
                 (true, false) => Some(b),
                 (false, true) if !divides => Some(a),
                 _ => None,
@@ -311,7 +324,7 @@ pub(in super::super) struct CounterUse {
 }
 
 /// The loop statement whose first line is `header`.
-fn loop_node<'t>(root: Node<'t>, header: &Range<usize>) -> Option<Node<'t>> {
+pub(in super::super) fn loop_node<'t>(root: Node<'t>, header: &Range<usize>) -> Option<Node<'t>> {
     let mut node = root.descendant_for_byte_range(header.start, header.start)?;
     loop {
         if matches!(node.ty(), "for_statement" | "while_statement")
