@@ -7,7 +7,7 @@
 use super::*;
 
 /// `while c < total:` or `if c >= total: break`: training ends when `c` reaches `total`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct StepBound {
     pub(super) counter: String,
     pub(super) total: String,
@@ -84,11 +84,7 @@ impl Walker<'_> {
                                 .iter()
                                 .any(|l| l.start <= b.at.start && b.at.end <= l.end)
                     })
-                    .map(|b| StepBound {
-                        counter: b.counter.clone(),
-                        total: b.total.clone(),
-                        at: b.at.clone(),
-                    }),
+                    .cloned(),
             );
         }
         let steps_inside = lp
@@ -135,7 +131,7 @@ impl Walker<'_> {
     ) -> Option<(String, Range<usize>)> {
         let total = bound.total.as_str();
         Some(match self.assigned_text.get(total) {
-            Some(value) if self.assignments(total) == 1 => {
+            Some(value) if !self.batch.reassigned.contains(total) => {
                 let at = batch_model::offset_in(self.src, value)?;
                 let shown = batch_model::compact_spaced(value);
                 (format!("{total} = {shown}"), at..at + value.len())
@@ -199,20 +195,6 @@ impl Walker<'_> {
             length_at,
             bound,
         ))
-    }
-
-    /// How many statements of the file assign `name` (`name = ...`, not `==`).
-    fn assignments(&self, name: &str) -> usize {
-        let bytes = self.src.as_bytes();
-        memchr::memmem::find_iter(bytes, name.as_bytes())
-            .filter(|at| {
-                let before = bytes[..*at].last().copied().unwrap_or(b' ');
-                let rest = self.src[at + name.len()..].trim_start_matches([' ', '\t']);
-                !(before.is_ascii_alphanumeric() || before == b'_' || before == b'.')
-                    && rest.starts_with('=')
-                    && !rest.starts_with("==")
-            })
-            .count()
     }
 }
 
