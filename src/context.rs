@@ -552,6 +552,27 @@ pub struct ProjectView {
     pub own_run: Option<Arc<RunInfo>>,
     /// For a file that pins transformers before 4.46: what the project it speaks for shows.
     pub pinned: Option<PinnedProject>,
+    /// Schedules this file's functions return that files importing them step once per
+    /// optimizer step (`project::schedules`).
+    pub stepped_elsewhere: Vec<SteppedElsewhere>,
+}
+
+/// A schedule a function of this file returns, sized by a product with the accumulation factor,
+/// that a file importing the function steps once per optimizer step.
+#[derive(Debug, Clone)]
+pub struct SteppedElsewhere {
+    /// The product as written, where, and the scheduler's construction.
+    pub length: String,
+    pub length_at: std::ops::Range<usize>,
+    pub built: std::ops::Range<usize>,
+    /// The name of the product that is the caller's accumulation factor, as written here.
+    pub factor: String,
+    /// The caller's `scheduler.step()` and where it is (`train.py:88`).
+    pub step: String,
+    pub step_at: String,
+    /// The caller accumulates with accelerate, and prepares the scheduler.
+    pub accelerate: bool,
+    pub prepared: bool,
 }
 
 /// What the project under a requirements file or `pyproject.toml` shows, for its pins (GA006).

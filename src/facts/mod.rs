@@ -83,6 +83,10 @@ pub struct Facts {
     /// A learning-rate scheduler is sized in optimizer steps (its length involves the
     /// accumulation factor).
     pub schedule_in_optimizer_steps: bool,
+    /// Schedulers and Accelerators the module's top-level functions return, and the schedulers
+    /// returned by functions of other modules that this file steps at an accumulation boundary:
+    /// joined across the project (`project::schedules`).
+    pub links: ModuleLinks,
     /// A LightningModule sets `self.automatic_optimization = False`: Lightning does not scale.
     pub manual_optimization: bool,
     /// Configs written inside the file: shell heredocs, Python dict literals, dataclass and
@@ -1048,3 +1052,62 @@ mod scaling;
 mod units;
 pub use scaling::{Callee, Prov, Scaling};
 pub use units::*;
+
+/// What one module tells others about the schedules its functions build, and what it does with
+/// the ones it imports.
+#[derive(Debug, Clone, Default)]
+pub struct ModuleLinks {
+    pub schedules: Vec<ReturnedSchedule>,
+    pub accelerators: Vec<ReturnedAccelerator>,
+    pub stepped: Vec<ImportedSchedule>,
+}
+
+/// A top-level function that returns a scheduler sized by a product, with no division
+/// (`return get_scheduler(..., num_training_steps=max_steps * procs * accum)`).
+#[derive(Debug, Clone)]
+pub struct ReturnedSchedule {
+    pub function: String,
+    /// The function's parameters by name, in order.
+    pub params: Vec<String>,
+    /// The product as written, and where.
+    pub length: String,
+    pub length_at: Range<usize>,
+    /// The scheduler's construction.
+    pub built: Range<usize>,
+    /// The names the product multiplies.
+    pub multiplied: Vec<String>,
+}
+
+/// A top-level function that returns the `Accelerator` it builds, with its accumulation factor
+/// as written in the function.
+#[derive(Debug, Clone)]
+pub struct ReturnedAccelerator {
+    pub function: String,
+    pub params: Vec<String>,
+    pub factor: String,
+}
+
+/// A call of a function imported from another module, as written: the module as imported, the
+/// function's name, its arguments (`name=value` for a keyword).
+#[derive(Debug, Clone)]
+pub struct ImportedCall {
+    pub module: String,
+    pub function: String,
+    pub args: Vec<String>,
+}
+
+/// A scheduler an imported function returns (`sched = utils.make_scheduler(args, opt)`),
+/// stepped at the boundary of an accumulating loop: once per optimizer step.
+#[derive(Debug, Clone)]
+pub struct ImportedSchedule {
+    pub call: ImportedCall,
+    /// The loop's accumulation factor as written, and, when it is the factor of an
+    /// `Accelerator` an imported function returns, that call.
+    pub factor: String,
+    pub factor_from: Option<ImportedCall>,
+    /// The boundary's `scheduler.step()`.
+    pub step: Range<usize>,
+    /// The loop accumulates under accelerate, and the scheduler is prepared.
+    pub accelerate: bool,
+    pub prepared: bool,
+}

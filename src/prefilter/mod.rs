@@ -277,7 +277,8 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (wanted.global_batch && scan.batch_count(training_loop))
         || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
-        || (wanted.global_batch && scan.has(Word::DistributedSampler) && scan.sample_schedule());
+        || (wanted.global_batch && scan.has(Word::DistributedSampler) && scan.sample_schedule())
+        || (wanted.accumulation && scan.hands_schedule());
     Needs {
         parse,
         loop_model,
@@ -297,7 +298,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
     let mut lower = Vec::new();
     let scan = Scan::new(text, &mut lower);
     let training_loop = scan.training_loop();
-    let checks: [(&'static str, &dyn Fn() -> bool); 19] = [
+    let checks: [(&'static str, &dyn Fn() -> bool); 20] = [
         ("training_loop", &|| training_loop),
         ("global_batch", &|| scan.global_batch()),
         ("sample_schedule", &|| scan.sample_schedule()),
@@ -316,6 +317,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
         ("trainer_loss", &|| scan.trainer_loss()),
         ("data_parallel", &|| scan.data_parallel()),
         ("lightning_devices", &|| scan.lightning_devices()),
+        ("hands_schedule", &|| scan.hands_schedule()),
         ("distributed_sampler", &|| {
             scan.has(Word::DistributedSampler)
         }),
@@ -469,6 +471,61 @@ impl Scan<'_> {
             && (has!(lower, b"schedul") || has!(lower, b"lr"))
     }
 
+    /// GA004 across modules: a function returns a scheduler (a callee holding `schedule` or
+    /// ending in `lr`) given its length where a scheduler takes one (a keyword for its steps,
+    /// iterations or total, or the place a known constructor takes it), or an `Accelerator`
+    /// told its factor, for the files that import it.
+    fn hands_schedule(&self) -> bool {
+        let lower = self.lower;
+        let returns_scheduler = || {
+            memchr::memchr(b'*', self.bytes).is_some()
+                && finder!(b"return ").find_iter(lower).any(|at| {
+                    let rest = &lower[at + 7..];
+                    let rest = &rest[rest.len() - rest.trim_ascii_start().len()..];
+                    let end = rest
+                        .iter()
+                        .position(|b| !(is_ident(*b) || *b == b'.'))
+                        .unwrap_or(rest.len());
+                    let last = rest[..end].rsplit(|b| *b == b'.').next().unwrap_or(&[]);
+                    let args = rest[end..].trim_ascii_start();
+                    let scheduler =
+                        last.windows(8).any(|w| w == b"schedule") || last.ends_with(b"lr");
+                    scheduler
+                        && args.first() == Some(&b'(')
+                        && (takes_length_at(last)
+                            || length_keyword(call_arguments(args), &|value| self.product(value)))
+                })
+        };
+        let returns_accelerator = || {
+            has!(self.bytes, b"return ")
+                && finder!(b"Accelerator(").find_iter(self.bytes).any(|at| {
+                    let args = call_arguments(&self.bytes[at + 11..]);
+                    (at == 0 || !is_ident(self.bytes[at - 1]))
+                        && has!(args, b"gradient_accumulation_")
+                })
+        };
+        returns_scheduler() || returns_accelerator()
+    }
+
+    /// A lowercased value that multiplies (`steps * accum`), or a name the file assigns a
+    /// product on the line (`total = steps * accum`).
+    fn product(&self, value: &[u8]) -> bool {
+        if memchr::memchr(b'*', value).is_some() {
+            return true;
+        }
+        let name = value.trim_ascii();
+        !name.is_empty()
+            && name.iter().all(|b| is_ident(*b) || *b == b'.')
+            && memchr::memmem::find_iter(self.lower, name).any(|at| {
+                let end = at + name.len();
+                let alone = (at == 0 || !is_ident(self.lower[at - 1]))
+                    && !self.lower.get(end).is_some_and(|b| is_ident(*b));
+                alone
+                    && assigned_at(&self.lower[end..])
+                    && memchr::memchr(b'*', logical_line(self.lower, end)).is_some()
+            })
+    }
+
     /// Under Lightning, a trainer's devices of one node (`trainer.num_devices`,
     /// `len(trainer.devices)`, `device_count()`) beside a batch: BS004 values them with the
     /// batch model, which leaves the nodes out of them.
@@ -583,6 +640,65 @@ impl Scan<'_> {
             || engine_backward()
             || no_sync_backward()
     }
+}
+
+/// A constructor the walk knows the place of the length of (`schedules::positional_length`),
+/// lowercased.
+fn takes_length_at(callee: &[u8]) -> bool {
+    let known: [&[u8]; 6] = [
+        b"get_scheduler",
+        b"cosineannealinglr",
+        b"polynomiallr",
+        b"onecyclelr",
+        b"constantlr",
+        b"linearlr",
+    ];
+    known.contains(&callee) || callee.ends_with(b"_schedule_with_warmup")
+}
+
+/// The text of a call's arguments, from its `(` to the matching `)` (or the end).
+fn call_arguments(open: &[u8]) -> &[u8] {
+    let mut depth = 0usize;
+    for (i, b) in open.iter().enumerate() {
+        match b {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return &open[..i];
+                }
+            }
+            _ => {}
+        }
+    }
+    open
+}
+
+/// A keyword argument for a scheduler's length among lowercased arguments: its name holds
+/// `steps`, `iters` or `total`, or is `t_max`, and holds neither `warmup` nor `lr`; and its
+/// value is a `product`.
+fn length_keyword(args: &[u8], product: &dyn Fn(&[u8]) -> bool) -> bool {
+    memchr::memchr_iter(b'=', args).any(|at| {
+        if args.get(at + 1) == Some(&b'=')
+            || at == 0
+            || matches!(args[at - 1], b'=' | b'!' | b'<' | b'>')
+        {
+            return false;
+        }
+        let before = args[..at].trim_ascii_end();
+        let start = before
+            .iter()
+            .rposition(|b| !is_ident(*b))
+            .map_or(0, |i| i + 1);
+        let name = &before[start..];
+        let has = |w: &[u8]| name.windows(w.len()).any(|x| x == w);
+        let value = &args[at + 1..];
+        let value = &value[..value.iter().position(|b| *b == b',').unwrap_or(value.len())];
+        (has(b"steps") || has(b"iters") || has(b"total") || name == b"t_max")
+            && !has(b"warmup")
+            && !has(b"lr")
+            && product(value)
+    })
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ mod memory;
 mod names;
 pub mod pins;
 mod runs;
+mod schedules;
 mod trainer;
 mod world;
 

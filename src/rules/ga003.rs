@@ -17,7 +17,11 @@ impl Rule for ZeroGradInsideAccumulation {
             if m.kind != MisstepKind::ZeroGradInWindow {
                 continue;
             }
-            let call = cx.file.slice(&m.call);
+            // A loop that clears the gradients by hand is named by its first line.
+            let call = match cx.file.slice(&m.call).split_once('\n') {
+                Some((first, _)) => format!("{} ...", first.trim_end()),
+                None => cx.file.slice(&m.call).to_string(),
+            };
             let path = path_clause(&m.path);
             let message = if m.accelerate && m.micro {
                 format!("`{call}` runs on every micro-step of an `accelerator.accumulate()` window{path}: accelerate skips only the prepared optimizer's `zero_grad` between syncs, so each step sees only the last micro-batch's gradient")

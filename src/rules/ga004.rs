@@ -15,6 +15,7 @@ impl Rule for SchedulerPerMicroStep {
 
     fn check(&self, cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
         reverse(cx, out);
+        stepped_elsewhere(cx, out);
         // A schedule whose length counts micro-batches is consistent with stepping per
         // micro-batch. (A scheduler prepared by accelerate outside `accumulate()` steps on every
         // call, once per process: at least as fast.)
@@ -138,5 +139,31 @@ fn reverse(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
             };
             out.push(Diagnostic::new("GA004", m.length_at.clone(), message).with_help(help));
         }
+    }
+}
+
+/// The reverse case across modules: a scheduler a function of this file returns, sized by a
+/// product with the accumulation factor, stepped once per optimizer step by a file that imports
+/// the function.
+fn stepped_elsewhere(cx: &Checker<'_>, out: &mut Vec<Diagnostic>) {
+    for e in &cx.training.project.stepped_elsewhere {
+        if out.iter().any(|d| d.range == e.length_at) {
+            continue;
+        }
+        let (length, n, call, at) = (&e.length, &e.factor, &e.step, &e.step_at);
+        let built = line_of(cx.file, e.built.start);
+        let runs = match (e.accelerate, e.prepared) {
+            (true, true) => "advances the prepared scheduler only when the gradients sync, once per optimizer step",
+            (true, false) => "runs only when the gradients sync, once per optimizer step",
+            (false, _) => "runs once per optimizer step",
+        };
+        out.push(
+            Diagnostic::new(
+                "GA004",
+                e.length_at.clone(),
+                format!("the schedule's length `{length}` counts micro-batches (it is multiplied by the accumulation factor `{n}`; the scheduler is built at {built}), but `{call}` ({at}), where this scheduler is stepped, {runs} (every `{n}` micro-batches): training ends after 1/`{n}` of the schedule, before the learning rate has decayed"),
+            )
+            .with_help(format!("size the schedule in optimizer steps: leave `{n}` out of its length")),
+        );
     }
 }

@@ -200,6 +200,7 @@ impl<'s> Walker<'s> {
             self.facts.schedule_in_optimizer_steps = true;
         }
         self.match_micro_schedules(&mut assembled.loops);
+        self.facts.links.stepped = self.imported_schedules(&assembled.loops);
         // The counters of optimizer steps of each loop and what they measure, found once for
         // the schedules (GA004) and the counts (BS004).
         let counter_uses: Vec<Vec<batch_model::CounterUse>> = assembled

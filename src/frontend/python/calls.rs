@@ -332,6 +332,7 @@ impl<'s> Walker<'s> {
                 let name = t(splat).trim_start_matches('*').trim();
                 factor_in_text(self.assigned_text.get(name)?)
             });
+            self.note_built_accelerator(gas.as_ref());
             self.accelerators.push(gas);
         }
         self.training_call(node, func, last);

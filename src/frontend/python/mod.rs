@@ -21,11 +21,13 @@ mod divisions;
 mod exported;
 mod gathered;
 mod global_batch;
+mod grad_clearing;
 mod hooks;
 mod imports;
 mod inline;
 mod loader_batch;
 mod micro_bound;
+mod module_links;
 mod moves;
 mod provenance;
 mod schedules;
@@ -294,6 +296,8 @@ struct Walker<'s> {
     divisions: Divisions,
     /// `Accelerator(...)` constructions and their `gradient_accumulation_steps` as written.
     accelerators: Vec<Option<String>>,
+    /// The scopes of top-level functions that build an `Accelerator`, with its factor.
+    built_accelerators: Vec<(usize, String)>,
     /// The latest right-hand side assigned to each name, as written (to follow a schedule length
     /// back to what it counts).
     assigned_text: HashMap<String, &'s str>,
@@ -447,6 +451,7 @@ impl<'s> Walker<'s> {
             accelerator_names: Vec::new(),
             divisions: HashMap::default(),
             accelerators: Vec::new(),
+            built_accelerators: Vec::new(),
             assigned_text: HashMap::default(),
             scope_text: HashMap::default(),
             calls: Vec::new(),
@@ -648,6 +653,9 @@ impl<'s> Walker<'s> {
                         .unwrap_or_default(),
                 });
                 self.value_tested_calls(node);
+                if self.loop_model && node.ty() == "for_statement" {
+                    self.note_grad_clearing(node);
+                }
                 self.push(node, Frame::Loop(id));
                 if self.loop_model {
                     self.note_step_bound(node);
@@ -1160,37 +1168,4 @@ fn is_count_like(text: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budget_formula_is_lowered_through_self_attributes() {
-        let src = "class C:\n    def __init__(self):\n        self.model_size_gb = 14\n    def f(self, available_memory_gb):\n        memory_for_batch = available_memory_gb - (self.model_size_gb * 2)\n";
-        let facts = extract(src).expect("parses");
-        let f = facts
-            .formulas
-            .iter()
-            .find(|f| matches!(&f.kind, FormulaKind::Assign { target, .. } if target == "memory_for_batch"));
-        let f = f.expect("budget formula");
-        assert_eq!(f.lin.terms.len(), 2);
-        assert_eq!(f.lin.terms[1].coef, -2.0);
-        assert_eq!(f.lin.terms[1].value, Some(14.0));
-    }
-
-    #[test]
-    fn accumulating_loop_with_unscaled_loss() {
-        let src = "for i, b in enumerate(loader):\n    loss = criterion(model(b), b)\n    loss.backward()\n    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n";
-        let facts = extract(src).expect("parses");
-        assert_eq!(facts.loops.len(), 1);
-        let lp = &facts.loops[0];
-        assert_eq!(lp.factor, "accum_steps");
-        assert_eq!(lp.backwards.len(), 1);
-        assert_eq!(lp.backwards[0].scaling(&|_, _| None), Scaling::Unscaled);
-    }
-
-    #[test]
-    fn deep_nesting_does_not_overflow() {
-        let src = format!("x = {}1{}\n", "(".repeat(100_000), ")".repeat(100_000));
-        let _ = extract(&src);
-    }
-}
+mod tests;

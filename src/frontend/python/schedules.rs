@@ -391,6 +391,44 @@ impl<'s> Walker<'s> {
     /// positional argument after the optimizer that reads a `len()`, else any argument but a
     /// warm-up that does.
     pub(super) fn schedule_length<'t>(&self, ctor: Node<'t>) -> Option<Node<'t>> {
+        if let Some(length) = self.named_length(ctor) {
+            return Some(length);
+        }
+        let args = ctor.field("arguments")?;
+        let mut c = args.walk();
+        let all: Vec<Node> = args
+            .named_children(&mut c)
+            .filter(|a| a.ty() != "comment")
+            .collect();
+        let keyword = |a: &Node| {
+            (a.ty() == "keyword_argument")
+                .then(|| a.field("name").map(|n| self.text(n).to_ascii_lowercase()))
+                .flatten()
+        };
+        let reads_len = |a: &Node| {
+            let mut texts = Vec::new();
+            self.gather(self.text(*a), 0, &mut texts);
+            texts.iter().any(|t| len_argument(t).is_some())
+        };
+        all.iter()
+            .skip(1)
+            .filter(|a| keyword(a).is_none())
+            .chain(
+                all.iter().filter(|a| {
+                    keyword(a).is_some_and(|k| !k.contains("warmup") && k != "optimizer")
+                }),
+            )
+            .find(|a| reads_len(a))
+            .and_then(|a| match a.ty() {
+                "keyword_argument" => a.field("value"),
+                _ => Some(*a),
+            })
+    }
+
+    /// The length a scheduler's constructor is given where it takes one: a keyword for its
+    /// steps, iterations or total (`num_training_steps=`, `T_max=`), or the place a known
+    /// constructor takes it (`get_cosine_schedule_with_warmup(opt, warmup, total)`).
+    pub(super) fn named_length<'t>(&self, ctor: Node<'t>) -> Option<Node<'t>> {
         let args = ctor.field("arguments")?;
         let mut c = args.walk();
         let all: Vec<Node> = args
@@ -408,11 +446,6 @@ impl<'s> Walker<'s> {
                 _ => Some(a),
             }
         };
-        let reads_len = |a: &Node| {
-            let mut texts = Vec::new();
-            self.gather(self.text(*a), 0, &mut texts);
-            texts.iter().any(|t| len_argument(t).is_some())
-        };
         let total = all.iter().find(|a| {
             keyword(a).is_some_and(|k| {
                 (k.contains("steps") || k.contains("iters") || k.contains("total") || k == "t_max")
@@ -427,19 +460,7 @@ impl<'s> Walker<'s> {
         let positional = positional_length(last_segment(callee), self.library_of(callee))
             .and_then(|i| all.get(i))
             .filter(|a| a.ty() != "keyword_argument");
-        if let Some(a) = positional {
-            return Some(*a);
-        }
-        all.iter()
-            .skip(1)
-            .filter(|a| keyword(a).is_none())
-            .chain(
-                all.iter().filter(|a| {
-                    keyword(a).is_some_and(|k| !k.contains("warmup") && k != "optimizer")
-                }),
-            )
-            .find(|a| reads_len(a))
-            .and_then(|a| value(*a))
+        positional.copied()
     }
 
     /// A name the texts read is divided in place somewhere (`total //= accum`).
@@ -752,7 +773,7 @@ impl<'s> Walker<'s> {
 
     /// The scheduler is handed to `prepare` (or to a helper that rebinds it), or the file
     /// prepares a scheduler on its own (`prepare_scheduler`).
-    fn scheduler_prepared(&self, name: &str) -> bool {
+    pub(super) fn scheduler_prepared(&self, name: &str) -> bool {
         self.prepares
             .iter()
             .any(|(_, _, args)| args.contains(&name))
@@ -905,7 +926,7 @@ impl<'s> Walker<'s> {
 
 /// The arguments of a call (or the parameters of a definition) that starts just after its `(`,
 /// split at the commas of its own level, up to its `)`.
-fn top_level_args(text: &str) -> Option<Vec<&str>> {
+pub(super) fn top_level_args(text: &str) -> Option<Vec<&str>> {
     let mut depth = 0usize;
     let mut start = 0;
     let mut out = Vec::new();

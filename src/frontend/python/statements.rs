@@ -624,7 +624,11 @@ impl<'s> Walker<'s> {
             let callee = value.field("function").map_or("", |f| self.text(f));
             if builds_scheduler(callee) {
                 self.note_scheduler_built(&format!("{function}()"), value, false);
+                self.note_returned_schedule(value);
             }
+        }
+        if node.ty() == "return_statement" {
+            self.note_returned_accelerator(value);
         }
         // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
         let lightning = self

@@ -1,0 +1,155 @@
+//! What a module's top-level functions hand to the modules that import them, for schedules
+//! judged across files (GA004): the scheduler a function returns and the product that sizes
+//! it, the `Accelerator` a function returns and its factor; and, in the importing file, the
+//! schedulers it gets from imported functions and steps at an accumulation boundary.
+//! `project::schedules` joins them.
+
+use super::schedules::{multiplied_names, top_level_args};
+use super::*;
+use crate::facts::{ImportedCall, ImportedSchedule, ReturnedAccelerator, ReturnedSchedule};
+
+impl<'s> Walker<'s> {
+    /// The top-level function the walk is in, with its parameters.
+    fn top_level_function(&self) -> Option<(String, Vec<String>)> {
+        let s = self.scopes.get(self.scope())?;
+        let top = s.parent == Some(0) && !s.is_class && s.class.is_none() && !s.name.is_empty();
+        top.then(|| (s.name.clone(), s.params.clone()))
+    }
+
+    /// `return Scheduler(..., length)` in a top-level function, where the length is a product of
+    /// names with no division (`max_steps * accum`, or a name the function gave one).
+    pub(super) fn note_returned_schedule(&mut self, ctor: Node) {
+        let Some((function, params)) = self.top_level_function() else {
+            return;
+        };
+        let Some(length) = self.named_length(ctor) else {
+            return;
+        };
+        let own = self.text(length);
+        let held = match self.assigned_text.get(own.trim()) {
+            Some(held) if !own.contains('*') => Some(*held),
+            _ => None,
+        };
+        let text = held.unwrap_or(own);
+        if text.contains('/') || text.contains(" if ") {
+            return;
+        }
+        let multiplied = multiplied_names(text);
+        if multiplied.is_empty() {
+            return;
+        }
+        let span = held
+            .and_then(|h| batch_model::offset_in(self.src, h).map(|at| at..at + h.len()))
+            .unwrap_or_else(|| length.byte_range());
+        let links = &mut self.facts.links;
+        if links.schedules.iter().any(|s| s.length_at == span) {
+            return;
+        }
+        links.schedules.push(ReturnedSchedule {
+            function,
+            params,
+            length: batch_model::compact_spaced(&self.src[span.clone()]),
+            length_at: span,
+            built: ctor.byte_range(),
+            multiplied,
+        });
+    }
+
+    /// `Accelerator(gradient_accumulation_steps=...)` built in a top-level function.
+    pub(super) fn note_built_accelerator(&mut self, factor: Option<&String>) {
+        if let (Some(factor), Some(_)) = (factor, self.top_level_function()) {
+            self.built_accelerators.push((self.scope(), factor.clone()));
+        }
+    }
+
+    /// `return accelerator` (or `return Accelerator(...)`) from a top-level function that
+    /// built one with a factor.
+    pub(super) fn note_returned_accelerator(&mut self, value: Node) {
+        let scope = self.scope();
+        let Some((_, factor)) = self.built_accelerators.iter().find(|(s, _)| *s == scope) else {
+            return;
+        };
+        let text = self.text(value).trim();
+        let returned = self.accelerator_names.iter().any(|n| n == text)
+            || (value.ty() == "call"
+                && value
+                    .field("function")
+                    .is_some_and(|f| last_segment(self.text(f)) == "Accelerator"));
+        let Some((function, params)) = self.top_level_function().filter(|_| returned) else {
+            return;
+        };
+        let factor = factor.clone();
+        if !self
+            .facts
+            .links
+            .accelerators
+            .iter()
+            .any(|a| a.function == function)
+        {
+            self.facts.links.accelerators.push(ReturnedAccelerator {
+                function,
+                params,
+                factor,
+            });
+        }
+    }
+
+    /// The schedulers returned by imported functions that a loop steps at its boundary (once
+    /// per optimizer step), with the loop's factor.
+    pub(super) fn imported_schedules(&self, loops: &[AccumLoop]) -> Vec<ImportedSchedule> {
+        let mut out = Vec::new();
+        for lp in loops {
+            if lp.factor_value.is_some_and(|v| v <= 1.0) {
+                continue;
+            }
+            for step in &lp.boundary_scheduler_steps {
+                let Some((_, recv)) = self.scheduler_steps.iter().find(|(s, _)| *s == step.span)
+                else {
+                    continue;
+                };
+                let Some(call) = self.imported_call(recv) else {
+                    continue;
+                };
+                // An Accelerator built elsewhere tells its factor as its attribute.
+                let factor_from = lp
+                    .factor
+                    .strip_suffix(".gradient_accumulation_steps")
+                    .and_then(|acc| self.imported_call(acc));
+                out.push(ImportedSchedule {
+                    call,
+                    factor: lp.factor.clone(),
+                    factor_from,
+                    step: step.span.clone(),
+                    accelerate: lp.accelerate,
+                    prepared: self.scheduler_prepared(recv),
+                });
+            }
+        }
+        out
+    }
+
+    /// `name = module.f(...)`, or `f(...)` imported by name, where `f` is no function of this
+    /// file: the call.
+    fn imported_call(&self, name: &str) -> Option<ImportedCall> {
+        let call = self.assigned_text.get(name)?.trim();
+        let open = call.find('(')?;
+        let callee: String = call[..open].split_whitespace().collect();
+        if !call.ends_with(')') || (!callee.contains('.') && self.def_texts.contains_key(&*callee))
+        {
+            return None;
+        }
+        let (module, function) = self.imported(&callee)?;
+        if function.is_empty() || function.ends_with("()") {
+            return None;
+        }
+        let args = top_level_args(&call[open + 1..])?
+            .into_iter()
+            .map(|a| a.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        Some(ImportedCall {
+            module,
+            function,
+            args,
+        })
+    }
+}
