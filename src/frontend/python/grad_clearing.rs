@@ -18,7 +18,7 @@ impl<'s> Walker<'s> {
                 && e.call.span.start <= span.start
                 && span.end <= e.call.span.end
         };
-        if self.calls.iter().rev().any(within) || !self.clears_grads(node, 0) {
+        if !self.clears_grads(node, 0) || self.calls.iter().rev().any(within) {
             return;
         }
         let ctx = self.ctx(span.start);

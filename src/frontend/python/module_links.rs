@@ -4,7 +4,7 @@
 //! schedulers it gets from imported functions and steps at an accumulation boundary.
 //! `project::schedules` joins them.
 
-use super::schedules::{multiplied_names, top_level_args};
+use super::schedules::top_level_args;
 use super::*;
 use crate::facts::{ImportedCall, ImportedSchedule, ReturnedAccelerator, ReturnedSchedule};
 
@@ -25,22 +25,9 @@ impl<'s> Walker<'s> {
         let Some(length) = self.named_length(ctor) else {
             return;
         };
-        let own = self.text(length);
-        let held = match self.assigned_text.get(own.trim()) {
-            Some(held) if !own.contains('*') => Some(*held),
-            _ => None,
+        let Some((multiplied, span)) = self.length_product(length) else {
+            return;
         };
-        let text = held.unwrap_or(own);
-        if text.contains('/') || text.contains(" if ") {
-            return;
-        }
-        let multiplied = multiplied_names(text);
-        if multiplied.is_empty() {
-            return;
-        }
-        let span = held
-            .and_then(|h| batch_model::offset_in(self.src, h).map(|at| at..at + h.len()))
-            .unwrap_or_else(|| length.byte_range());
         let links = &mut self.facts.links;
         if links.schedules.iter().any(|s| s.length_at == span) {
             return;

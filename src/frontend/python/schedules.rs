@@ -215,25 +215,9 @@ impl<'s> Walker<'s> {
     /// A length that multiplies names (`warmup_steps * accum`), none of them divided: recorded
     /// with the names, for the loops whose factor is among them.
     fn note_multiplied(&mut self, name: &str, ctor: Node, length: Node, warmup: bool) {
-        // The product as written, or the one a name handed in holds (`warmup = n * accum`); how
-        // its other factors were derived (`max_steps` from `len(dl) / accum`) does not matter.
-        let own = self.text(length);
-        let held = match self.assigned_text.get(own.trim()) {
-            Some(held) if !own.contains('*') => Some(*held),
-            _ => None,
+        let Some((multiplied, span)) = self.length_product(length) else {
+            return;
         };
-        let text = held.unwrap_or(own);
-        if text.contains('/') || text.contains(" if ") {
-            return;
-        }
-        let multiplied = multiplied_names(text);
-        if multiplied.is_empty() {
-            return;
-        }
-        // Reported where the product is written: in the call, or where the name was given it.
-        let span = held
-            .and_then(|h| batch_model::offset_in(self.src, h).map(|at| at..at + h.len()))
-            .unwrap_or_else(|| length.byte_range());
         self.micro_schedules.push(MicroSized {
             name: name.to_string(),
             scope: self.scope(),
@@ -244,6 +228,27 @@ impl<'s> Walker<'s> {
             warmup,
             multiplied,
         });
+    }
+
+    /// The names a schedule's length multiplies with no division, and where the product is
+    /// written: in the call, or where the name the call reads was given it (`warmup = n *
+    /// accum`). How its other factors were derived (`max_steps` from `len(dl) / accum`) does
+    /// not matter.
+    pub(super) fn length_product(&self, length: Node) -> Option<(Vec<String>, Range<usize>)> {
+        let own = self.text(length);
+        let held = match self.assigned_text.get(own.trim()) {
+            Some(held) if !own.contains('*') => Some(*held),
+            _ => None,
+        };
+        let text = held.unwrap_or(own);
+        if text.contains('/') || text.contains(" if ") {
+            return None;
+        }
+        let multiplied = multiplied_names(text);
+        let span = held
+            .and_then(|h| batch_model::offset_in(self.src, h).map(|at| at..at + h.len()))
+            .unwrap_or_else(|| length.byte_range());
+        (!multiplied.is_empty()).then_some((multiplied, span))
     }
 
     /// `name = Scheduler(..., len(loader) * epochs ...)`: `length` counts the loader's batches.
@@ -394,17 +399,7 @@ impl<'s> Walker<'s> {
         if let Some(length) = self.named_length(ctor) {
             return Some(length);
         }
-        let args = ctor.field("arguments")?;
-        let mut c = args.walk();
-        let all: Vec<Node> = args
-            .named_children(&mut c)
-            .filter(|a| a.ty() != "comment")
-            .collect();
-        let keyword = |a: &Node| {
-            (a.ty() == "keyword_argument")
-                .then(|| a.field("name").map(|n| self.text(n).to_ascii_lowercase()))
-                .flatten()
-        };
+        let all = arguments(ctor);
         let reads_len = |a: &Node| {
             let mut texts = Vec::new();
             self.gather(self.text(*a), 0, &mut texts);
@@ -412,55 +407,42 @@ impl<'s> Walker<'s> {
         };
         all.iter()
             .skip(1)
-            .filter(|a| keyword(a).is_none())
-            .chain(
-                all.iter().filter(|a| {
-                    keyword(a).is_some_and(|k| !k.contains("warmup") && k != "optimizer")
-                }),
-            )
+            .filter(|a| self.keyword_name(a).is_none())
+            .chain(all.iter().filter(|a| {
+                self.keyword_name(a)
+                    .is_some_and(|k| !k.contains("warmup") && k != "optimizer")
+            }))
             .find(|a| reads_len(a))
-            .and_then(|a| match a.ty() {
-                "keyword_argument" => a.field("value"),
-                _ => Some(*a),
-            })
+            .and_then(|a| argument_value(*a))
     }
 
     /// The length a scheduler's constructor is given where it takes one: a keyword for its
     /// steps, iterations or total (`num_training_steps=`, `T_max=`), or the place a known
     /// constructor takes it (`get_cosine_schedule_with_warmup(opt, warmup, total)`).
     pub(super) fn named_length<'t>(&self, ctor: Node<'t>) -> Option<Node<'t>> {
-        let args = ctor.field("arguments")?;
-        let mut c = args.walk();
-        let all: Vec<Node> = args
-            .named_children(&mut c)
-            .filter(|a| a.ty() != "comment")
-            .collect();
-        let keyword = |a: &Node| {
-            (a.ty() == "keyword_argument")
-                .then(|| a.field("name").map(|n| self.text(n).to_ascii_lowercase()))
-                .flatten()
-        };
-        let value = |a: Node<'t>| -> Option<Node<'t>> {
-            match a.ty() {
-                "keyword_argument" => a.field("value"),
-                _ => Some(a),
-            }
-        };
+        let all = arguments(ctor);
         let total = all.iter().find(|a| {
-            keyword(a).is_some_and(|k| {
+            self.keyword_name(a).is_some_and(|k| {
                 (k.contains("steps") || k.contains("iters") || k.contains("total") || k == "t_max")
                     && !k.contains("warmup")
                     && !k.contains("lr")
             })
         });
         if let Some(a) = total {
-            return value(*a);
+            return argument_value(*a);
         }
         let callee = ctor.field("function").map_or("", |f| self.text(f));
         let positional = positional_length(last_segment(callee), self.library_of(callee))
             .and_then(|i| all.get(i))
             .filter(|a| a.ty() != "keyword_argument");
         positional.copied()
+    }
+
+    /// A keyword argument's name, lowercased.
+    fn keyword_name(&self, a: &Node) -> Option<String> {
+        (a.ty() == "keyword_argument")
+            .then(|| a.field("name").map(|n| self.text(n).to_ascii_lowercase()))
+            .flatten()
     }
 
     /// A name the texts read is divided in place somewhere (`total //= accum`).
@@ -1123,4 +1105,23 @@ pub(super) fn multiplied_names(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A call's arguments, without comments.
+fn arguments(call: Node) -> Vec<Node> {
+    let Some(args) = call.field("arguments") else {
+        return Vec::new();
+    };
+    let mut c = args.walk();
+    args.named_children(&mut c)
+        .filter(|a| a.ty() != "comment")
+        .collect()
+}
+
+/// What an argument hands over: a keyword's value, or the argument itself.
+fn argument_value(a: Node) -> Option<Node> {
+    match a.ty() {
+        "keyword_argument" => a.field("value"),
+        _ => Some(a),
+    }
 }
