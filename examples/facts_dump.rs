@@ -19,6 +19,7 @@ fn main() {
             println!("CHECKPOINTED {:?}", f.checkpointed);
             if std::env::var("LOOPS").is_ok() {
                 println!("LOOPS {:#?}", f.loops);
+                println!("LINKS {:#?}", f.links);
             }
             for t in &f.tables {
                 println!("TABLE {t:?}");

@@ -555,6 +555,22 @@ pub struct ProjectView {
     /// Schedules this file's functions return that files importing them step once per
     /// optimizer step (`project::schedules`).
     pub stepped_elsewhere: Vec<SteppedElsewhere>,
+    /// Calls of functions of other modules that return a model wrapped in DDP
+    /// (`project::models`).
+    pub ddp_elsewhere: Vec<DdpElsewhere>,
+}
+
+/// A call in this file of a function that another module defines and that returns the model
+/// it wraps in `DistributedDataParallel`.
+#[derive(Debug, Clone)]
+pub struct DdpElsewhere {
+    /// The call here, and the function's name.
+    pub at: std::ops::Range<usize>,
+    pub function: String,
+    /// Where the function wraps the model (`utils/dist.py:41`).
+    pub wrapped_at: String,
+    /// The functions of this file that may run the model (as `Facts::ddp_scopes`).
+    pub reach: Vec<usize>,
 }
 
 /// A schedule a function of this file returns, sized by a product with the accumulation factor,

@@ -1053,13 +1053,36 @@ mod units;
 pub use scaling::{Callee, Prov, Scaling};
 pub use units::*;
 
-/// What one module tells others about the schedules its functions build, and what it does with
-/// the ones it imports.
+/// What one module tells others about the schedules and models its functions build, and what it
+/// does with the ones it imports.
 #[derive(Debug, Clone, Default)]
 pub struct ModuleLinks {
     pub schedules: Vec<ReturnedSchedule>,
     pub accelerators: Vec<ReturnedAccelerator>,
     pub stepped: Vec<ImportedSchedule>,
+    /// Top-level functions that return the model they wrap in `DistributedDataParallel`.
+    pub ddp_returned: Vec<ReturnedModel>,
+    /// Calls of imported functions in a file that accumulates with no DDP wrapper of its own.
+    pub ddp_candidates: Vec<ImportedModel>,
+}
+
+/// A top-level function that returns the model it wraps in `DistributedDataParallel`
+/// (`model = DDP(model, ...); return model, optimizer`).
+#[derive(Debug, Clone)]
+pub struct ReturnedModel {
+    pub function: String,
+    /// The wrapper's call.
+    pub wrapped: Range<usize>,
+}
+
+/// A call of an imported function that may return a wrapped model, in a file with an
+/// accumulating loop: the functions that may run what it returns
+/// (as [`Facts::ddp_scopes`] are for a wrapper written in the file).
+#[derive(Debug, Clone)]
+pub struct ImportedModel {
+    pub call: ImportedCall,
+    pub at: Range<usize>,
+    pub reach: Vec<usize>,
 }
 
 /// A top-level function that returns a scheduler sized by a product, with no division

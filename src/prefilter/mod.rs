@@ -14,7 +14,9 @@
 //!   backward beside `deepspeed:` (an engine's backward under `if args.deepspeed:`), or a
 //!   backward beside `no_sync(` (GA009's block that holds only the backward); GA008's second
 //!   `unscale_` and GA009's late `require_backward_grad_sync` are read only in a file whose walk
-//!   saw a backward and a step;
+//!   saw a backward and a step. What a module hands the files that import it is read there: a
+//!   returned scheduler given its length or an `Accelerator` told its factor (GA004), a
+//!   `DistributedDataParallel` or `DDP` wrapper called in a file that returns (GA009);
 //! - a unit mismatch (MEM004) needs a decimal divisor (10^9, 10^6) and either a binary one
 //!   (2^30, 2^20) or the word GiB or MiB (a name, a helper, a label); every way to write a
 //!   divisor as literals contains one of `DIVISORS`;
@@ -278,7 +280,7 @@ fn scan_needs(scan: &Scan, wanted: Wanted) -> Needs {
         || (wanted.trainer_loss && scan.trainer_loss())
         || (wanted.global_batch && scan.global_batch() && scan.data_parallel())
         || (wanted.global_batch && scan.has(Word::DistributedSampler) && scan.sample_schedule())
-        || (wanted.accumulation && scan.hands_schedule());
+        || (wanted.accumulation && (scan.hands_schedule() || scan.hands_ddp_model()));
     Needs {
         parse,
         loop_model,
@@ -298,7 +300,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
     let mut lower = Vec::new();
     let scan = Scan::new(text, &mut lower);
     let training_loop = scan.training_loop();
-    let checks: [(&'static str, &dyn Fn() -> bool); 20] = [
+    let checks: [(&'static str, &dyn Fn() -> bool); 21] = [
         ("training_loop", &|| training_loop),
         ("global_batch", &|| scan.global_batch()),
         ("sample_schedule", &|| scan.sample_schedule()),
@@ -318,6 +320,7 @@ pub fn reasons(text: &str) -> Vec<&'static str> {
         ("data_parallel", &|| scan.data_parallel()),
         ("lightning_devices", &|| scan.lightning_devices()),
         ("hands_schedule", &|| scan.hands_schedule()),
+        ("hands_ddp_model", &|| scan.hands_ddp_model()),
         ("distributed_sampler", &|| {
             scan.has(Word::DistributedSampler)
         }),
@@ -505,6 +508,16 @@ impl Scan<'_> {
                 })
         };
         returns_scheduler() || returns_accelerator()
+    }
+
+    /// GA009 across modules: a function may return the model it wraps in DDP (a callee named
+    /// `DistributedDataParallel` or ending in `DDP`).
+    fn hands_ddp_model(&self) -> bool {
+        let called = |word: &[u8]| {
+            memchr::memmem::find_iter(self.bytes, word)
+                .any(|at| self.bytes[at + word.len()..].trim_ascii_start().first() == Some(&b'('))
+        };
+        has!(self.bytes, b"return") && (called(b"DistributedDataParallel") || called(b"DDP"))
     }
 
     /// A lowercased value that multiplies (`steps * accum`), or a name the file assigns a

@@ -69,6 +69,7 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
         })
         .collect();
     super::schedules::join(units, &mut views);
+    super::models::join(units, &mut views);
     let lone = lone_accelerate_config(&mut files, units.len(), &runs);
     // A launcher that checks memory before its one command (a shell pre-flight) checks the run
     // that command starts: its formulas read the configs the command is given.

@@ -27,7 +27,10 @@
 //! - `pins.rs`: what the project under a requirements file shows, for its dependency pins;
 //! - `helpers.rs`: what helpers imported from the project's modules return, for loss provenance
 //!   and for the memory arithmetic that calls them;
-//! - `exported.rs`: whether a module's text may define such a helper, before it is read for one.
+//! - `exported.rs`: whether a module's text may define such a helper, before it is read for one;
+//! - `schedules.rs`: schedulers a module returns, stepped by the files that import them (GA004);
+//! - `models.rs`: models a module returns wrapped in DDP, trained by the files that import them
+//!   (GA009).
 
 mod estimate;
 mod exported;
@@ -37,6 +40,7 @@ mod join;
 mod launch;
 mod lookup;
 mod memory;
+mod models;
 mod names;
 pub mod pins;
 mod runs;

@@ -70,7 +70,7 @@ pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
 
 /// The unit that `module`, imported by the file at `importer`, is: the first of the paths
 /// Python would try that is linted.
-fn module_unit(units: &[&Unit], importer: &Path, module: &str) -> Option<usize> {
+pub(super) fn module_unit(units: &[&Unit], importer: &Path, module: &str) -> Option<usize> {
     candidates(importer, module)
         .iter()
         .find_map(|p| units.iter().position(|u| u.abs == *p))

@@ -61,15 +61,25 @@ impl Rule for DdpSyncEveryMicroStep {
                     | Framework::Lightning
             )
         }) || cx.training.sharded;
-        let Some(ddp) = cx.facts.ddp_wraps.first() else {
-            return;
+        // The model is wrapped here, or a function of another module wraps and returns it.
+        let elsewhere = &cx.training.project.ddp_elsewhere;
+        let (wrapped, reach) = match (cx.facts.ddp_wraps.first(), elsewhere.first()) {
+            (Some(ddp), _) => (line_of(cx.file, ddp.start), cx.facts.ddp_scopes.clone()),
+            (None, Some(e)) => {
+                let (f, call, at) = (&e.function, line_of(cx.file, e.at.start), &e.wrapped_at);
+                let reach = elsewhere.iter().flat_map(|e| e.reach.iter().copied());
+                (
+                    format!("returned by `{f}` ({call}), which wraps it at {at}"),
+                    reach.collect(),
+                )
+            }
+            (None, None) => return,
         };
         if managed || cx.facts.controls_grad_sync {
             return;
         }
-        let wrapped = line_of(cx.file, ddp.start);
         // A loop in a function no DDP model reaches trains another model.
-        let trains_ddp = |scope: &usize| cx.facts.ddp_scopes.contains(scope);
+        let trains_ddp = |scope: &usize| reach.contains(scope);
         for lp in cx
             .facts
             .loops

@@ -233,7 +233,7 @@ impl<'s> Walker<'s> {
                 value: Checkpointing::Offloaded,
                 span: span.clone(),
             }),
-            _ if last == "DistributedDataParallel" || last.ends_with("DDP") => {
+            _ if super::sync_flag::wraps_in_ddp(last) => {
                 self.facts.ddp_wraps.push(span.clone());
                 self.ddp_wrap_scopes.push(scope);
             }

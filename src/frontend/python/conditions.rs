@@ -446,7 +446,8 @@ impl<'s> Walker<'s> {
             .cloned()
     }
 
-    /// `if seen >= N: ...; seen = 0`: a counter compared with N and reset in the branch.
+    /// `if seen >= N: ...; seen = 0`: a counter compared with N and reset in the branch. The
+    /// comparison may be held in a name first (`full = seen == N` ... `if full:`).
     pub(super) fn counter_test(&self, cond: Node, body: Node) -> Option<(String, String, bool)> {
         let cond = unparen(cond);
         // `seen >= N or last_batch`: still steps when the window is full.
@@ -457,6 +458,31 @@ impl<'s> Walker<'s> {
                 .counter_test(cond.field("left")?, body)
                 .or_else(|| self.counter_test(cond.field("right")?, body));
         }
+        let held;
+        let (name, reset, n) = match cond.ty() {
+            "identifier" => {
+                held = self
+                    .counter_names
+                    .get(&(self.scope(), self.text(cond).to_string()))?;
+                (held.0.as_str(), held.1.as_str(), held.2.as_str())
+            }
+            _ => self.counter_comparison(cond)?,
+        };
+        let mut c = body.walk();
+        let resets = body.named_children(&mut c).any(|st| {
+            st.named_child(0).is_some_and(|a| {
+                a.ty() == "assignment"
+                    && a.field("left").map(|l| self.text(l)) == Some(name)
+                    && a.field("right").map(|r| self.text(r)) == Some(reset)
+            })
+        });
+        resets.then(|| (n.to_string(), name.to_string(), true))
+    }
+
+    /// `seen >= N` (or `==`, `>`, `N <= seen`) with N above 1: the counter, the value that resets
+    /// it, and N. A window kept by hand, `now - last >= N`, is reset by `last = now`.
+    pub(super) fn counter_comparison(&self, cond: Node) -> Option<(&'s str, &'s str, &'s str)> {
+        let cond = unparen(cond);
         if cond.ty() != "comparison_operator" {
             return None;
         }
@@ -473,8 +499,6 @@ impl<'s> Walker<'s> {
         if matches!(parse_number(self.text(n)), Some(v) if v <= 1.0) {
             return None;
         }
-        // A counter reset to 0 (`seen = 0`), or a window kept by hand: `now - last >= N` with
-        // `last = now` in the branch.
         let counter = unparen(counter);
         let (name, reset) = match counter.ty() {
             "identifier" | "attribute" => (self.text(counter), "0"),
@@ -490,15 +514,7 @@ impl<'s> Walker<'s> {
             }
             _ => return None,
         };
-        let mut c = body.walk();
-        let resets = body.named_children(&mut c).any(|st| {
-            st.named_child(0).is_some_and(|a| {
-                a.ty() == "assignment"
-                    && a.field("left").map(|l| self.text(l)) == Some(name)
-                    && a.field("right").map(|r| self.text(r)) == Some(reset)
-            })
-        });
-        resets.then(|| (self.text(n).to_string(), name.to_string(), true))
+        Some((name, reset, self.text(n)))
     }
 
     /// `N` of `for micro in range(N)` when the loop names micro-batches: the variable or `N` says

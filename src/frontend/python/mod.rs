@@ -268,6 +268,9 @@ struct Walker<'s> {
     modulo_names: HashMap<(usize, String), (String, Range<usize>)>,
     /// Accumulation tests stored in names (`do_step = (i + 1) % n == 0`).
     test_names: HashMap<(usize, String), (String, Range<usize>, bool)>,
+    /// Names holding a counter compared with N (`full = seen >= N`): the counter, the value
+    /// that resets it, and N.
+    counter_names: HashMap<(usize, String), (String, String, String)>,
     /// The micro-step a remainder test stored in a name picks (`do_update = i % N == N - 1`).
     pick_names: HashMap<(usize, String), loops::Pick>,
     /// Names assigned a count of the data in hand (`n = mask.sum()`), by scope: the innermost
@@ -436,6 +439,7 @@ impl<'s> Walker<'s> {
             instances: HashMap::default(),
             imports: HashMap::default(),
             test_names: HashMap::default(),
+            counter_names: HashMap::default(),
             pick_names: HashMap::default(),
             above_one_names: HashMap::default(),
             local_counts: HashMap::default(),
@@ -979,12 +983,9 @@ impl<'s> Walker<'s> {
         }
         if !self.facts.ddp_wraps.is_empty() {
             self.facts.ddp_scopes = self.ddp_scopes();
-            // Written in code, not only in a comment the walk saw (`# TODO: use no_sync()`).
-            let comments = &self.facts.comments;
-            let in_code = |at: usize| !comments.iter().any(|c| c.range.contains(&at));
-            self.facts.controls_grad_sync = ["no_sync", "require_backward_grad_sync"]
-                .iter()
-                .any(|w| memchr::memmem::find_iter(self.src.as_bytes(), w.as_bytes()).any(in_code));
+            self.facts.controls_grad_sync = self.controls_grad_sync();
+        } else if self.loop_model {
+            self.facts.links.ddp_candidates = self.ddp_candidates();
         }
         // Under a default `Accelerator()`, only a DeepSpeed plugin that the run's launch
         // configures divides: the rule judges those against the run's DeepSpeed config.

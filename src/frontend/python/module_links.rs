@@ -2,11 +2,16 @@
 //! judged across files (GA004): the scheduler a function returns and the product that sizes
 //! it, the `Accelerator` a function returns and its factor; and, in the importing file, the
 //! schedulers it gets from imported functions and steps at an accumulation boundary.
-//! `project::schedules` joins them.
+//! `project::schedules` joins them. For DDP across files (GA009): the model a function wraps in
+//! `DistributedDataParallel` and returns, and the imported calls of a file that accumulates with
+//! no wrapper of its own; `project::models` joins those.
 
 use super::schedules::top_level_args;
 use super::*;
-use crate::facts::{ImportedCall, ImportedSchedule, ReturnedAccelerator, ReturnedSchedule};
+use crate::facts::{
+    ImportedCall, ImportedModel, ImportedSchedule, ReturnedAccelerator, ReturnedModel,
+    ReturnedSchedule,
+};
 
 impl<'s> Walker<'s> {
     /// The top-level function the walk is in, with its parameters.
@@ -79,6 +84,102 @@ impl<'s> Walker<'s> {
                 factor,
             });
         }
+    }
+
+    /// `return model, optimizer` from a top-level function that wrapped `model` in
+    /// `DistributedDataParallel` (or `return DDP(model)`).
+    pub(super) fn note_returned_ddp(&mut self, value: Node) {
+        let Some((function, _)) = self.top_level_function() else {
+            return;
+        };
+        let mut c = value.walk();
+        let parts: Vec<Node> = match value.ty() {
+            "expression_list" | "tuple" => value.named_children(&mut c).collect(),
+            _ => vec![value],
+        };
+        let wrapper = |call: &str| {
+            let callee = call.split('(').next().unwrap_or("").trim();
+            call.ends_with(')') && sync_flag::wraps_in_ddp(last_segment(callee))
+        };
+        // The wrappers and their scopes are noted together; the return's own call is not yet.
+        let scope = self.scope();
+        let wrapped_here = || {
+            (self.ddp_wrap_scopes.iter())
+                .rposition(|s| *s == scope)
+                .and_then(|k| self.facts.ddp_wraps.get(k).cloned())
+        };
+        let wrapped = parts.iter().find_map(|p| match p.ty() {
+            "call" if wrapper(self.text(*p)) => Some(p.byte_range()),
+            "identifier" => self
+                .assigned_text
+                .get(self.text(*p))
+                .filter(|t| wrapper(t.trim()))
+                .and_then(|_| wrapped_here()),
+            _ => None,
+        });
+        let links = &mut self.facts.links;
+        if let Some(wrapped) = wrapped {
+            if !links.ddp_returned.iter().any(|m| m.function == function) {
+                links.ddp_returned.push(ReturnedModel { function, wrapped });
+            }
+        }
+    }
+
+    /// The calls of imported functions whose result may reach an accumulating loop of this file
+    /// with a backward: if the function returns a DDP model, the loop accumulates with it.
+    pub(super) fn ddp_candidates(&self) -> Vec<ImportedModel> {
+        let accumulating: Vec<usize> = self
+            .facts
+            .loops
+            .iter()
+            .filter(|lp| !lp.backwards.is_empty() && !lp.factor_value.is_some_and(|v| v <= 1.0))
+            .map(|lp| lp.scope)
+            .collect();
+        if accumulating.is_empty() || self.controls_grad_sync() {
+            return Vec::new();
+        }
+        let mut out: Vec<ImportedModel> = Vec::new();
+        for i in &self.invokes {
+            let callee = &i.callee;
+            if callee.class.is_some() || callee.instance || self.function(callee).is_some() {
+                continue;
+            }
+            let Some((module, function)) = self.imported(&callee.name) else {
+                continue;
+            };
+            if function.is_empty() || function.ends_with("()") {
+                continue;
+            }
+            let known = out.iter().any(|m| {
+                m.call.function == function
+                    && m.call.module == module
+                    && m.reach.contains(&i.ctx.scope)
+            });
+            if known {
+                continue;
+            }
+            let reach = self.model_reach(&[i.ctx.scope]);
+            if !accumulating.iter().any(|s| reach.contains(s)) {
+                continue;
+            }
+            let args = i.args.iter().map(|(key, _, _, value)| {
+                let value = value.split_whitespace().collect::<Vec<_>>().join(" ");
+                match key {
+                    Some(key) => format!("{key}={value}"),
+                    None => value,
+                }
+            });
+            out.push(ImportedModel {
+                call: ImportedCall {
+                    module,
+                    function,
+                    args: args.collect(),
+                },
+                at: i.call.clone(),
+                reach,
+            });
+        }
+        out
     }
 
     /// The schedulers returned by imported functions that a loop steps at its boundary (once

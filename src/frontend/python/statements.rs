@@ -306,6 +306,10 @@ impl<'s> Walker<'s> {
             if let Some(pick) = self.pick(right, 0) {
                 self.pick_names.insert((scope, target.clone()), pick);
             }
+        } else if let Some((counter, reset, n)) = self.counter_comparison(right) {
+            let held = (counter.to_string(), reset.to_string(), n.to_string());
+            self.counter_names
+                .insert((self.scope(), target.clone()), held);
         }
         if self.loop_model && is_count_of_data(rtext) {
             let here = (
@@ -629,6 +633,7 @@ impl<'s> Walker<'s> {
         }
         if node.ty() == "return_statement" {
             self.note_returned_accelerator(value);
+            self.note_returned_ddp(value);
         }
         // Lightning divides what `training_step` returns by `accumulate_grad_batches`.
         let lightning = self

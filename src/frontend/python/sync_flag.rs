@@ -258,6 +258,11 @@ fn defined_backward_only(scope: Node, name: &str, src: &str) -> bool {
     })
 }
 
+/// A call of this name (its last segment) wraps a model in `DistributedDataParallel`.
+pub(super) fn wraps_in_ddp(callee: &str) -> bool {
+    callee == "DistributedDataParallel" || callee.ends_with("DDP")
+}
+
 /// Whether `text` enters DDP's `no_sync()`: the model's own (`model.no_sync()`), or a framework's
 /// that calls it for the model it is given (`accelerator.no_sync(model)`). A plugin's `no_sync`
 /// handed the optimizer as well (ColossalAI's `booster.no_sync(model, optimizer)`) is DDP's under
@@ -285,8 +290,24 @@ impl super::Walker<'_> {
     /// other methods of its class), the functions that call it (they get the model back) and,
     /// from those, every function they call (handed the model, or reading it from an object)
     /// and every method of an object they build.
+    /// The file enters `no_sync()` or sets `require_backward_grad_sync`, in code, not only in a
+    /// comment the walk saw (`# TODO: use no_sync()`).
+    pub(super) fn controls_grad_sync(&self) -> bool {
+        let comments = &self.facts.comments;
+        let in_code = |at: usize| !comments.iter().any(|c| c.range.contains(&at));
+        ["no_sync", "require_backward_grad_sync"]
+            .iter()
+            .any(|w| memchr::memmem::find_iter(self.src.as_bytes(), w.as_bytes()).any(in_code))
+    }
+
     pub(super) fn ddp_scopes(&self) -> Vec<usize> {
-        if self.ddp_wrap_scopes.contains(&0) {
+        self.model_reach(&self.ddp_wrap_scopes)
+    }
+
+    /// The functions that may run a model the functions `wraps` get (they wrap it, or a call
+    /// returns it to them): see [`Self::ddp_scopes`].
+    pub(super) fn model_reach(&self, wraps: &[usize]) -> Vec<usize> {
+        if wraps.contains(&0) {
             return (0..self.scopes.len()).collect();
         }
         let calls: Vec<(usize, usize)> = self
@@ -309,15 +330,13 @@ impl super::Walker<'_> {
             })
             .collect();
         // A method's model is the object's (`self.model = DDP(...)`): every method of its class.
-        let classes: Vec<usize> = self
-            .ddp_wrap_scopes
+        let classes: Vec<usize> = wraps
             .iter()
             .filter_map(|s| self.scopes.get(*s)?.class)
             .collect();
         let mut reach: Vec<usize> = (0..self.scopes.len())
             .filter(|s| {
-                self.ddp_wrap_scopes.contains(s)
-                    || self.scopes[*s].class.is_some_and(|c| classes.contains(&c))
+                wraps.contains(s) || self.scopes[*s].class.is_some_and(|c| classes.contains(&c))
             })
             .collect();
         for (caller, callee) in &calls {
