@@ -158,7 +158,8 @@ impl<'s> Walker<'s> {
             if known {
                 continue;
             }
-            let reach = self.model_reach(&[i.ctx.scope]);
+            // The caller holds the model; its own callers get it only if it returns it.
+            let reach = self.model_reach(&[i.ctx.scope], false);
             if !accumulating.iter().any(|s| reach.contains(s)) {
                 continue;
             }

@@ -301,12 +301,13 @@ impl super::Walker<'_> {
     }
 
     pub(super) fn ddp_scopes(&self) -> Vec<usize> {
-        self.model_reach(&self.ddp_wrap_scopes)
+        self.model_reach(&self.ddp_wrap_scopes, true)
     }
 
     /// The functions that may run a model the functions `wraps` get (they wrap it, or a call
-    /// returns it to them): see [`Self::ddp_scopes`].
-    pub(super) fn model_reach(&self, wraps: &[usize]) -> Vec<usize> {
+    /// returns it to them): see [`Self::ddp_scopes`]. Their callers count when `returned`: a
+    /// function that wraps a model is read as one that returns it.
+    pub(super) fn model_reach(&self, wraps: &[usize], returned: bool) -> Vec<usize> {
         if wraps.contains(&0) {
             return (0..self.scopes.len()).collect();
         }
@@ -339,7 +340,7 @@ impl super::Walker<'_> {
                 wraps.contains(s) || self.scopes[*s].class.is_some_and(|c| classes.contains(&c))
             })
             .collect();
-        for (caller, callee) in &calls {
+        for (caller, callee) in calls.iter().filter(|_| returned) {
             if reach.contains(callee) && !reach.contains(caller) {
                 reach.push(*caller);
             }
