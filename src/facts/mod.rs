@@ -1080,7 +1080,9 @@ pub struct ReturnedModel {
 /// (as [`Facts::ddp_scopes`] are for a wrapper written in the file).
 #[derive(Debug, Clone)]
 pub struct ImportedModel {
-    pub call: ImportedCall,
+    /// The module as imported, and the function's name.
+    pub module: String,
+    pub function: String,
     pub at: Range<usize>,
     pub reach: Vec<usize>,
 }

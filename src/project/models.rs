@@ -10,12 +10,12 @@ use crate::context::{DdpElsewhere, ProjectView};
 pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
     for (u, unit) in units.iter().enumerate() {
         for c in &unit.facts.links.ddp_candidates {
-            let Some(m) = module_unit(units, &unit.abs, &c.call.module) else {
+            let Some(m) = module_unit(units, &unit.abs, &c.module) else {
                 continue;
             };
             let helper = &units[m].file;
             let mut returned = units[m].facts.links.ddp_returned.iter();
-            let Some(r) = returned.find(|r| r.function == c.call.function) else {
+            let Some(r) = returned.find(|r| r.function == c.function) else {
                 continue;
             };
             // The helper's module may hand out the sync's control too (`no_sync_unless(last)`).
@@ -25,7 +25,7 @@ pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
             let row = helper.position(r.wrapped.start).row;
             views[u].ddp_elsewhere.push(DdpElsewhere {
                 at: c.at.clone(),
-                function: c.call.function.clone(),
+                function: c.function.clone(),
                 wrapped_at: format!("{}:{row}", helper.display),
                 reach: c.reach.clone(),
             });

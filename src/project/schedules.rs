@@ -11,6 +11,7 @@
 use super::helpers::candidates;
 use super::Unit;
 use crate::context::{ProjectView, SteppedElsewhere};
+use crate::frontend::python::same_operand;
 use std::path::Path;
 
 /// Each unit's schedules that files importing them step once per optimizer step.
@@ -38,11 +39,9 @@ pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
             };
             let schedules = units[a].facts.links.schedules.iter();
             for r in schedules.filter(|r| r.function == s.call.function) {
-                let Some(name) = r
-                    .multiplied
-                    .iter()
-                    .find(|w| handed(w, &r.params, &s.call.args).as_deref() == Some(&factor))
-                else {
+                let Some(name) = r.multiplied.iter().find(|w| {
+                    handed(w, &r.params, &s.call.args).is_some_and(|h| same_operand(&h, &factor))
+                }) else {
                     continue;
                 };
                 if views[a]
@@ -76,13 +75,11 @@ pub(super) fn module_unit(units: &[&Unit], importer: &Path, module: &str) -> Opt
         .find_map(|p| units.iter().position(|u| u.abs == *p))
 }
 
-/// `name` (a parameter, or an attribute of one: `args.accum`) as a call hands it, by keyword
-/// or by position: `None` when it reads no parameter or the call does not hand it.
+/// `name` (a parameter, or an attribute or item of one: `args.accum`, `hp["accum"]`) as a call
+/// hands it, by keyword or by position: `None` when it reads no parameter or the call does not
+/// hand it.
 fn handed(name: &str, params: &[String], args: &[String]) -> Option<String> {
-    let (root, rest) = match name.split_once('.') {
-        Some((root, rest)) => (root, Some(rest)),
-        None => (name, None),
-    };
+    let (root, rest) = name.split_at(name.find(['.', '[']).unwrap_or(name.len()));
     let index = params.iter().position(|p| p == root)?;
     fn keyword(a: &str) -> Option<(&str, &str)> {
         let (k, v) = a.split_once('=')?;
@@ -100,10 +97,7 @@ fn handed(name: &str, params: &[String], args: &[String]) -> Option<String> {
                 .collect();
             positional.get(index).map(|a| a.as_str())
         })?;
-    Some(match rest {
-        Some(rest) => format!("{value}.{rest}"),
-        None => value.to_string(),
-    })
+    Some(format!("{value}{rest}"))
 }
 
 #[cfg(test)]
@@ -125,6 +119,10 @@ mod tests {
         assert_eq!(
             handed("procs", &params, &args).as_deref(),
             Some("acc.num_processes")
+        );
+        assert_eq!(
+            handed("cfg[\"ga\"]", &params, &args).as_deref(),
+            Some("args[\"ga\"]")
         );
         assert_eq!(handed("ACCUM", &params, &args), None);
         assert_eq!(handed("opt", &params, &args[..1]), None);

@@ -6,6 +6,7 @@
 use super::{line_of, Checker, Rule};
 use crate::diagnostic::Diagnostic;
 use crate::facts::Framework;
+use std::borrow::Cow;
 
 pub struct DdpSyncEveryMicroStep;
 
@@ -64,13 +65,16 @@ impl Rule for DdpSyncEveryMicroStep {
         // The model is wrapped here, or a function of another module wraps and returns it.
         let elsewhere = &cx.training.project.ddp_elsewhere;
         let (wrapped, reach) = match (cx.facts.ddp_wraps.first(), elsewhere.first()) {
-            (Some(ddp), _) => (line_of(cx.file, ddp.start), cx.facts.ddp_scopes.clone()),
+            (Some(ddp), _) => (
+                line_of(cx.file, ddp.start),
+                Cow::Borrowed(&cx.facts.ddp_scopes[..]),
+            ),
             (None, Some(e)) => {
                 let (f, call, at) = (&e.function, line_of(cx.file, e.at.start), &e.wrapped_at);
                 let reach = elsewhere.iter().flat_map(|e| e.reach.iter().copied());
                 (
                     format!("returned by `{f}` ({call}), which wraps it at {at}"),
-                    reach.collect(),
+                    Cow::Owned(reach.collect()),
                 )
             }
             (None, None) => return,

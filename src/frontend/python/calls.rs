@@ -304,38 +304,38 @@ impl<'s> Walker<'s> {
         }
 
         if last == "Accelerator" {
-            let gas = args.and_then(|a| {
-                let mut c = a.walk();
-                let kw = a.named_children(&mut c).find(|k| {
-                    k.ty() == "keyword_argument"
-                        && k.field("name").map(t).is_some_and(|n| {
-                            n == "gradient_accumulation_steps"
-                                || n == "gradient_accumulation_plugin"
-                        })
-                });
-                // A `GradientAccumulationPlugin` accumulates over its `num_steps`.
-                kw.and_then(|k| {
-                    let value = t(k.field("value")?);
-                    Some(match k.field("name").map(t) {
-                        Some("gradient_accumulation_plugin") => format!("{value}.num_steps"),
-                        _ => value.to_string(),
-                    })
-                })
-            });
-            // `Accelerator(**kwargs)`: the factor the dict it is handed sets.
-            let gas = gas.or_else(|| {
-                let a = args?;
-                let mut c = a.walk();
-                let splat = a
-                    .named_children(&mut c)
-                    .find(|k| k.ty() == "dictionary_splat")?;
-                let name = t(splat).trim_start_matches('*').trim();
-                factor_in_text(self.assigned_text.get(name)?)
-            });
+            let gas = self.accelerator_factor(node);
             self.note_built_accelerator(gas.as_ref());
             self.accelerators.push(gas);
         }
         self.training_call(node, func, last);
+    }
+
+    /// The accumulation factor an `Accelerator(...)` call is built with, as written: its
+    /// `gradient_accumulation_steps`, a plugin's `num_steps`, or what the dict it is handed
+    /// (`**kwargs`) sets.
+    pub(super) fn accelerator_factor(&self, call: Node) -> Option<String> {
+        let args = call.field("arguments")?;
+        let mut c = args.walk();
+        let kw = args.named_children(&mut c).find(|k| {
+            k.ty() == "keyword_argument"
+                && k.field("name").map(|n| self.text(n)).is_some_and(|n| {
+                    n == "gradient_accumulation_steps" || n == "gradient_accumulation_plugin"
+                })
+        });
+        if let Some(k) = kw {
+            let value = self.text(k.field("value")?);
+            return Some(match k.field("name").map(|n| self.text(n)) {
+                Some("gradient_accumulation_plugin") => format!("{value}.num_steps"),
+                _ => value.to_string(),
+            });
+        }
+        let mut c = args.walk();
+        let splat = args
+            .named_children(&mut c)
+            .find(|k| k.ty() == "dictionary_splat")?;
+        let name = self.text(splat).trim_start_matches('*').trim();
+        factor_in_text(self.assigned_text.get(name)?)
     }
 
     /// A call that may run a helper of this file as a statement (`self.backward(loss)`,
@@ -390,6 +390,12 @@ impl<'s> Walker<'s> {
             self.invoke_at(object, depth + 1);
         }
         let Some(callee) = self.callee(func).filter(|c| !c.instance) else {
+            // Another module's function (`du.wrap(model)`): it may hand back a wrapped model.
+            let object = func.field("object").filter(|_| func.ty() == "attribute");
+            if object.is_some_and(|o| o.ty() != "call" && self.text(o) != "self") {
+                let at = (self.scope(), func.byte_range(), node.byte_range());
+                self.module_calls.push(at);
+            }
             return;
         };
         // Builtins and common library calls are never the file's helpers.

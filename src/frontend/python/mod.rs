@@ -51,6 +51,7 @@ use crate::frontend::fields::{PyField, PyKind};
 pub use calls::OPTIMIZER_CLASSES;
 pub use deferred::{finish_values, Deferred};
 use micro_bound::StepBound;
+pub(crate) use schedules::same_operand;
 use std::cell::RefCell;
 use values::{Pending, PendingKind};
 /// The walk's maps are keyed by short names and offsets it looks up at every node: foldhash,
@@ -310,6 +311,8 @@ struct Walker<'s> {
     calls: Vec<CallEvent>,
     /// Calls of functions that may be defined in this file, for inlining their training calls.
     invokes: Vec<Invoke>,
+    /// Calls of a module's attribute (`du.wrap(model)`): the scope, the callee and the call.
+    module_calls: Vec<(usize, Range<usize>, Range<usize>)>,
     /// The function each `DistributedDataParallel(...)` is written in.
     ddp_wrap_scopes: Vec<usize>,
     /// The file's functions by name, built once the file is read.
@@ -460,6 +463,7 @@ impl<'s> Walker<'s> {
             scope_text: HashMap::default(),
             calls: Vec::new(),
             invokes: Vec::new(),
+            module_calls: Vec::new(),
             ddp_wrap_scopes: Vec::new(),
             functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),

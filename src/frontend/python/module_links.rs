@@ -58,19 +58,26 @@ impl<'s> Walker<'s> {
     /// built one with a factor.
     pub(super) fn note_returned_accelerator(&mut self, value: Node) {
         let scope = self.scope();
-        let Some((_, factor)) = self.built_accelerators.iter().find(|(s, _)| *s == scope) else {
+        let built = || {
+            let (_, factor) = self.built_accelerators.iter().find(|(s, _)| *s == scope)?;
+            let text = self.text(value).trim();
+            self.accelerator_names
+                .iter()
+                .any(|n| n == text)
+                .then(|| factor.clone())
+        };
+        // The return's own call is walked after the return: its factor is read here.
+        let constructed = || {
+            let callee = value.field("function")?;
+            (value.ty() == "call" && last_segment(self.text(callee)) == "Accelerator")
+                .then(|| self.accelerator_factor(value))?
+        };
+        let Some(factor) = built().or_else(constructed) else {
             return;
         };
-        let text = self.text(value).trim();
-        let returned = self.accelerator_names.iter().any(|n| n == text)
-            || (value.ty() == "call"
-                && value
-                    .field("function")
-                    .is_some_and(|f| last_segment(self.text(f)) == "Accelerator"));
-        let Some((function, params)) = self.top_level_function().filter(|_| returned) else {
+        let Some((function, params)) = self.top_level_function() else {
             return;
         };
-        let factor = factor.clone();
         if !self
             .facts
             .links
@@ -97,9 +104,14 @@ impl<'s> Walker<'s> {
             "expression_list" | "tuple" => value.named_children(&mut c).collect(),
             _ => vec![value],
         };
-        let wrapper = |call: &str| {
+        // A name's assigned value is kept only as text.
+        let wrapper_text = |call: &str| {
             let callee = call.split('(').next().unwrap_or("").trim();
             call.ends_with(')') && sync_flag::wraps_in_ddp(last_segment(callee))
+        };
+        let wrapper_call = |call: Node| {
+            let callee = call.child_by_field_name("function");
+            callee.is_some_and(|f| sync_flag::wraps_in_ddp(last_segment(self.text(f))))
         };
         // The wrappers and their scopes are noted together; the return's own call is not yet.
         let scope = self.scope();
@@ -109,11 +121,11 @@ impl<'s> Walker<'s> {
                 .and_then(|k| self.facts.ddp_wraps.get(k).cloned())
         };
         let wrapped = parts.iter().find_map(|p| match p.ty() {
-            "call" if wrapper(self.text(*p)) => Some(p.byte_range()),
+            "call" if wrapper_call(*p) => Some(p.byte_range()),
             "identifier" => self
                 .assigned_text
                 .get(self.text(*p))
-                .filter(|t| wrapper(t.trim()))
+                .filter(|t| wrapper_text(t.trim()))
                 .and_then(|_| wrapped_here()),
             _ => None,
         });
@@ -139,45 +151,39 @@ impl<'s> Walker<'s> {
             return Vec::new();
         }
         let mut out: Vec<ImportedModel> = Vec::new();
-        for i in &self.invokes {
+        // Calls of plain names, and of modules' attributes (`du.wrap(model)`).
+        let plain = self.invokes.iter().filter_map(|i| {
             let callee = &i.callee;
-            if callee.class.is_some() || callee.instance || self.function(callee).is_some() {
-                continue;
-            }
-            let Some((module, function)) = self.imported(&callee.name) else {
+            let local =
+                callee.class.is_some() || callee.instance || self.function(callee).is_some();
+            (!local).then(|| (i.ctx.scope, callee.name.as_str(), i.call.clone()))
+        });
+        let attributes = (self.module_calls.iter())
+            .map(|(scope, callee, call)| (*scope, &self.src[callee.clone()], call.clone()));
+        let mut reaches: HashMap<usize, Vec<usize>> = HashMap::default();
+        for (scope, name, call) in plain.chain(attributes) {
+            let Some((module, function)) = self.imported(name) else {
                 continue;
             };
             if function.is_empty() || function.ends_with("()") {
                 continue;
             }
-            let known = out.iter().any(|m| {
-                m.call.function == function
-                    && m.call.module == module
-                    && m.reach.contains(&i.ctx.scope)
-            });
+            let known = out
+                .iter()
+                .any(|m| m.function == function && m.module == module && m.reach.contains(&scope));
             if known {
                 continue;
             }
             // The caller holds the model; its own callers get it only if it returns it.
-            let reach = self.model_reach(&[i.ctx.scope], false);
+            let reach = (reaches.entry(scope)).or_insert_with(|| self.model_reach(&[scope], false));
             if !accumulating.iter().any(|s| reach.contains(s)) {
                 continue;
             }
-            let args = i.args.iter().map(|(key, _, _, value)| {
-                let value = value.split_whitespace().collect::<Vec<_>>().join(" ");
-                match key {
-                    Some(key) => format!("{key}={value}"),
-                    None => value,
-                }
-            });
             out.push(ImportedModel {
-                call: ImportedCall {
-                    module,
-                    function,
-                    args: args.collect(),
-                },
-                at: i.call.clone(),
-                reach,
+                module,
+                function,
+                at: call,
+                reach: reach.clone(),
             });
         }
         out

@@ -532,7 +532,7 @@ impl<'s> Walker<'s> {
                         false => (self.built_by_helper(recv, m)?, true),
                     };
                     let sized = match loader.is_empty() {
-                        true => m.multiplied.iter().any(|w| w == factor),
+                        true => m.multiplied.iter().any(|w| same_operand(w, factor)),
                         false => {
                             self.iterates_over(&iterates, &loader, 0)
                                 || words(&iterates).any(|w| handed(w, &loader))
@@ -1095,9 +1095,40 @@ pub(super) fn multiplied_names(text: &str) -> Vec<String> {
             continue;
         }
         let before = text[..at].trim_end().trim_end_matches(')');
-        let start = before.bytes().rposition(|c| !name(c)).map_or(0, |i| i + 1);
+        let mut start = before.len();
+        // Back over names and subscripts (`hp["accum"]`, `cfg.train.accum`).
+        loop {
+            let b = &before.as_bytes()[..start];
+            if b.last() == Some(&b']') {
+                match before[..start].rfind('[') {
+                    Some(open) if !before[open + 1..start - 1].contains(['[', ']']) => start = open,
+                    _ => break,
+                }
+            } else {
+                match b.iter().rposition(|c| !name(*c)) {
+                    Some(i) if i + 1 < start => start = i + 1,
+                    None if start > 0 => start = 0,
+                    _ => break,
+                }
+            }
+        }
         let after = text[at + 1..].trim_start().trim_start_matches('(');
-        let end = after.bytes().position(|c| !name(c)).unwrap_or(after.len());
+        let mut end = 0;
+        loop {
+            let rest = &after[end..];
+            if rest.starts_with('[') {
+                match rest.find(']') {
+                    Some(close) if !rest[1..close].contains('[') => end += close + 1,
+                    _ => break,
+                }
+            } else {
+                let n = rest.bytes().position(|c| !name(c)).unwrap_or(rest.len());
+                if n == 0 {
+                    break;
+                }
+                end += n;
+            }
+        }
         for w in [&before[start..], &after[..end]] {
             if w.starts_with(|c: char| c.is_alphabetic() || c == '_') {
                 out.push(w.to_string());
@@ -1105,6 +1136,15 @@ pub(super) fn multiplied_names(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Two operands written alike, whichever quotes their subscripts use (`hp['accum']`).
+pub(crate) fn same_operand(a: &str, b: &str) -> bool {
+    let quote = |c: u8| c == b'\'' || c == b'"';
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .all(|(x, y)| x == y || (quote(x) && quote(y)))
 }
 
 /// A call's arguments, without comments.
