@@ -111,6 +111,15 @@ impl<'s> Walker<'s> {
                 _ => {}
             }
         }
+        // A frozen model's gradients (a teacher's, a reference copy's) are not accumulated:
+        // clearing them on every micro-step loses nothing.
+        let frozen: Vec<Range<usize>> = (self.calls.iter())
+            .filter(|ev| matches!(ev.kind, CallKind::ZeroGrad { optimizer: false }))
+            .filter_map(|ev| self.zero_grads.iter().find(|(s, _)| *s == ev.call.span))
+            .filter(|(_, recv)| self.untrained(recv))
+            .map(|(s, _)| s.clone())
+            .collect();
+        self.calls.retain(|ev| !frozen.contains(&ev.call.span));
         for ev in &mut self.calls {
             if !matches!(ev.kind, CallKind::SchedulerStep { .. }) {
                 continue;

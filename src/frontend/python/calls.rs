@@ -127,6 +127,9 @@ impl<'s> Walker<'s> {
             }
         }
         self.note_batch_call(node, last, &lower);
+        if self.loop_model && OPTIMIZER_CLASSES.contains(&lower.as_str()) && starts_upper(last) {
+            self.note_optimized(node);
+        }
         if callee == "print" && self.value_model {
             self.printed_arguments(node);
         }

@@ -35,6 +35,7 @@ mod statements;
 mod sync_flag;
 mod tables;
 mod token_means;
+mod trained;
 mod trainer_loss;
 mod units;
 mod values;
@@ -313,6 +314,10 @@ struct Walker<'s> {
     invokes: Vec<Invoke>,
     /// Calls of a module's attribute (`du.wrap(model)`): the scope, the callee and the call.
     module_calls: Vec<(usize, Range<usize>, Range<usize>)>,
+    /// The models the file's optimizers are handed the parameters of, by root; whether one is
+    /// handed something else.
+    optimized: Vec<String>,
+    optimized_unknown: bool,
     /// The function each `DistributedDataParallel(...)` is written in.
     ddp_wrap_scopes: Vec<usize>,
     /// The file's functions by name, built once the file is read.
@@ -464,6 +469,8 @@ impl<'s> Walker<'s> {
             calls: Vec::new(),
             invokes: Vec::new(),
             module_calls: Vec::new(),
+            optimized: Vec::new(),
+            optimized_unknown: false,
             ddp_wrap_scopes: Vec::new(),
             functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),
