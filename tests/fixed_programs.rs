@@ -103,35 +103,24 @@ fn fixed_loops_run_and_keep_the_protocol() {
         "only {} loop fixtures were fixed: the fixes stopped applying",
         fixed.len()
     );
-    let mut failures = Vec::new();
-    for (original, copy) in &fixed {
-        let name = original.display();
-        match on_standins(copy) {
-            Ok(_) => {}
-            Err(why) => failures.push(format!("{name}, fixed, breaks on the stand-ins:\n{why}")),
+    // Each program runs on its own; the machine's cores share them.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((original, copy)) = fixed.get(k) else {
+                    break;
+                };
+                let found = check_fixed(original, copy);
+                failures.lock().expect("lock").extend(found);
+            });
         }
-        if let Ok(ran) = on_standins(original) {
-            failures.push(format!(
-                "{name}, before its fix, keeps the protocol on the stand-ins ({}): they do not see its bug",
-                ran.trim()
-            ));
-        }
-        // With the rules users run: an opt-in rule (GA006's mean of token means) may ask for
-        // more of a loop than the fix that made it divide once.
-        let lint = Command::cargo_bin("memlint")
-            .expect("binary")
-            .current_dir(copy.parent().expect("folder"))
-            .args(["check", "--isolated", "--output-format", "concise"])
-            .arg(copy.file_name().expect("name"))
-            .output()
-            .expect("run memlint");
-        if !lint.status.success() {
-            failures.push(format!(
-                "{name}, fixed, still draws findings:\n{}",
-                String::from_utf8_lossy(&lint.stdout)
-            ));
-        }
-    }
+    });
+    let mut failures = failures.into_inner().expect("lock");
+    failures.sort();
     assert!(
         failures.is_empty(),
         "{} of {} fixed programs:\n{}",
@@ -139,4 +128,36 @@ fn fixed_loops_run_and_keep_the_protocol() {
         fixed.len(),
         failures.join("\n")
     );
+}
+
+/// What is wrong with one fixed program: it breaks on the stand-ins, its original does not, or
+/// it still draws findings.
+fn check_fixed(original: &Path, copy: &Path) -> Vec<String> {
+    let mut failures = Vec::new();
+    let name = original.display();
+    if let Err(why) = on_standins(copy) {
+        failures.push(format!("{name}, fixed, breaks on the stand-ins:\n{why}"));
+    }
+    if let Ok(ran) = on_standins(original) {
+        failures.push(format!(
+            "{name}, before its fix, keeps the protocol on the stand-ins ({}): they do not see its bug",
+            ran.trim()
+        ));
+    }
+    // With the rules users run: an opt-in rule (GA006's mean of token means) may ask for
+    // more of a loop than the fix that made it divide once.
+    let lint = Command::cargo_bin("memlint")
+        .expect("binary")
+        .current_dir(copy.parent().expect("folder"))
+        .args(["check", "--isolated", "--output-format", "concise"])
+        .arg(copy.file_name().expect("name"))
+        .output()
+        .expect("run memlint");
+    if !lint.status.success() {
+        failures.push(format!(
+            "{name}, fixed, still draws findings:\n{}",
+            String::from_utf8_lossy(&lint.stdout)
+        ));
+    }
+    failures
 }

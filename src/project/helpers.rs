@@ -105,19 +105,41 @@ pub fn helper_module(unit: &Unit) -> Option<Vec<&str>> {
 /// module's folder or the folder above, as `from helpers import f` or `from scripts.helpers
 /// import f` finds it.
 pub fn may_import(importer: &Path, module: &Path) -> bool {
+    importers_folder(module).is_some_and(|b| within(importer, b))
+}
+
+/// The folder the scripts that may import the module at `module` sit under.
+pub fn importers_folder(module: &Path) -> Option<&Path> {
     let dir = module.parent();
-    let base = dir.and_then(Path::parent).or(dir);
-    base.is_some_and(|b| importer.starts_with(b))
+    dir.and_then(Path::parent).or(dir)
+}
+
+/// `path.starts_with(dir)` for lexically normalised paths, compared as bytes: a join weighs
+/// every module of helpers against every script, and components cost more to compare.
+pub fn within(path: &Path, dir: &Path) -> bool {
+    let (p, d) = (
+        path.as_os_str().as_encoded_bytes(),
+        dir.as_os_str().as_encoded_bytes(),
+    );
+    p.starts_with(d)
+        && (p.len() == d.len()
+            || d.last()
+                .is_some_and(|&c| std::path::is_separator(c as char))
+            || std::path::is_separator(p[d.len()] as char))
 }
 
 /// Whether a Python file at `importer` with `text` imports one of `functions` from the module at
 /// `module`.
 pub fn imports_any(importer: &Path, text: &[u8], module: &Path, functions: &[&str]) -> bool {
-    // Most files import nothing of it: only a text naming a function is read for its imports.
+    // Most files import nothing of it: only a text near the module that names a function is
+    // read for its imports.
+    if !may_import(importer, module) {
+        return false;
+    }
     let named = functions
         .iter()
         .any(|f| memchr::memmem::find(text, f.as_bytes()).is_some());
-    if !named || !may_import(importer, module) {
+    if !named {
         return false;
     }
     let text = String::from_utf8_lossy(text);
@@ -355,7 +377,19 @@ fn returns(facts: &Facts, name: &str) -> Scaling {
 
 #[cfg(test)]
 mod tests {
-    use super::registers_hook;
+    use super::{registers_hook, within};
+    use std::path::Path;
+
+    #[test]
+    fn a_path_is_within_a_folder_only_at_a_separator() {
+        let within = |p: &str, d: &str| within(Path::new(p), Path::new(d));
+        assert!(within("/r/scripts/train.py", "/r/scripts"));
+        assert!(within("/r/scripts/train.py", "/r/"));
+        assert!(within("/r/scripts", "/r/scripts"));
+        assert!(within("/r/scripts/train.py", "/"));
+        assert!(!within("/r/scripts2/train.py", "/r/scripts"));
+        assert!(!within("/r/train.py", "/r/scripts"));
+    }
 
     const MODULE: &str = "\
 import torch

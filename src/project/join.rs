@@ -68,16 +68,20 @@ pub fn join(units: &[&Unit], context: &ContextFiles, cwd: &Path) -> Join {
             ..ProjectView::default()
         })
         .collect();
-    super::schedules::join(units, &mut views);
-    super::models::join(units, &mut views);
+    let modules = super::schedules::Modules::new(units);
+    super::schedules::join(units, &modules, &mut views);
+    super::models::join(units, &modules, &mut views);
     let lone = lone_accelerate_config(&mut files, units.len(), &runs);
     // A launcher that checks memory before its one command (a shell pre-flight) checks the run
     // that command starts: its formulas read the configs the command is given.
+    let mut launched: Vec<Vec<&Run>> = vec![Vec::new(); units.len()];
+    for run in &runs {
+        if let (Fid::Unit(u), Some(_)) = (run.origin, run.invocation) {
+            launched[u].push(run);
+        }
+    }
     for (u, evidence) in joined.iter_mut().enumerate() {
-        let mut launched = runs
-            .iter()
-            .filter(|r| r.origin == Fid::Unit(u) && r.invocation.is_some());
-        let (Some(run), None) = (launched.next(), launched.next()) else {
+        let [run] = launched[u].as_slice() else {
             continue;
         };
         if units[u].facts.formulas.is_empty() {
@@ -194,8 +198,14 @@ fn join_importers(units: &[&Unit], own: &[Located], joined: &mut [Located]) {
         let Some(functions) = helpers::helper_module(helper) else {
             continue;
         };
+        let Some(folder) = helpers::importers_folder(&helper.abs) else {
+            continue;
+        };
         for &i in &trainers {
             let importer = units[i];
+            if !helpers::within(&importer.abs, folder) {
+                continue;
+            }
             let text = importer.file.text.as_bytes();
             if helpers::imports_any(&importer.abs, text, &helper.abs, &functions) {
                 joined[h].join(&own[i]);

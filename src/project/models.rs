@@ -2,15 +2,15 @@
 //! of its own may get its model from a function of another module that wraps it in
 //! `DistributedDataParallel` and returns it (`model, opt = setup_distributed(model, opt)`).
 
-use super::schedules::module_unit;
+use super::schedules::Modules;
 use super::Unit;
 use crate::context::{DdpElsewhere, ProjectView};
 
 /// Each unit's calls of imported functions that return a DDP model.
-pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
+pub(super) fn join(units: &[&Unit], modules: &Modules, views: &mut [ProjectView]) {
     for (u, unit) in units.iter().enumerate() {
         for c in &unit.facts.links.ddp_candidates {
-            let Some(m) = module_unit(units, &unit.abs, &c.module) else {
+            let Some(m) = modules.unit(&unit.abs, &c.module) else {
                 continue;
             };
             let helper = &units[m].file;

@@ -12,19 +12,20 @@ use super::helpers::candidates;
 use super::Unit;
 use crate::context::{ProjectView, SteppedElsewhere};
 use crate::frontend::python::same_operand;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Each unit's schedules that files importing them step once per optimizer step.
-pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
+pub(super) fn join(units: &[&Unit], modules: &Modules, views: &mut [ProjectView]) {
     for unit in units {
         for s in &unit.facts.links.stepped {
-            let Some(a) = module_unit(units, &unit.abs, &s.call.module) else {
+            let Some(a) = modules.unit(&unit.abs, &s.call.module) else {
                 continue;
             };
             let factor = match &s.factor_from {
                 None => s.factor.clone(),
                 Some(call) => {
-                    let made = module_unit(units, &unit.abs, &call.module).and_then(|m| {
+                    let made = modules.unit(&unit.abs, &call.module).and_then(|m| {
                         let links = &units[m].facts.links;
                         links
                             .accelerators
@@ -67,12 +68,27 @@ pub(super) fn join(units: &[&Unit], views: &mut [ProjectView]) {
     }
 }
 
-/// The unit that `module`, imported by the file at `importer`, is: the first of the paths
-/// Python would try that is linted.
-pub(super) fn module_unit(units: &[&Unit], importer: &Path, module: &str) -> Option<usize> {
-    candidates(importer, module)
-        .iter()
-        .find_map(|p| units.iter().position(|u| u.abs == *p))
+/// The units by path, to find the unit an import names.
+pub(super) struct Modules<'a>(HashMap<&'a Path, usize>);
+
+impl<'a> Modules<'a> {
+    pub(super) fn new(units: &[&'a Unit]) -> Self {
+        Self(
+            units
+                .iter()
+                .enumerate()
+                .map(|(u, unit)| (unit.abs.as_path(), u))
+                .collect(),
+        )
+    }
+
+    /// The unit that `module`, imported by the file at `importer`, is: the first of the paths
+    /// Python would try that is linted.
+    pub(super) fn unit(&self, importer: &Path, module: &str) -> Option<usize> {
+        candidates(importer, module)
+            .iter()
+            .find_map(|p| self.0.get(p.as_path()).copied())
+    }
 }
 
 /// `name` (a parameter, or an attribute or item of one: `args.accum`, `hp["accum"]`) as a call

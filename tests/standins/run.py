@@ -48,7 +48,7 @@ class Record:
 
     def add(self, *event):
         self.events.append(event)
-        if len(self.events) > 200_000:
+        if len(self.events) > 4_000:
             raise Enough()
 
 
