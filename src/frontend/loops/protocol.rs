@@ -61,19 +61,32 @@ pub fn judge(rec: &Recorded, w: &Window) -> Judged {
     let mut any_path = false;
     let is_step = |it: &Item| matches!(rec.calls[it.ev].kind, CallKind::Step { .. });
     for v in p.valuations() {
-        let t = p.trace(v, accumulating);
+        let mut t = p.trace(v, accumulating);
         if !w.backward_elsewhere && !t.iter().any(|it| rec.calls[it.ev].kind.is_backward()) {
             continue;
         }
         if accumulating {
-            // Accumulates on this path: no step on every micro-step (another optimizer stepping
-            // on each, as a GAN's discriminator does, leaves the window unreadable), and a step
-            // on the iteration that steps.
+            // Accumulates on this path: no step on every micro-step but those of another
+            // optimizer, which are set aside with what they apply, and a step on the iteration
+            // that steps.
             let micro_step = t
                 .iter()
                 .any(|it| !it.boundary && is_step(it) && it.runs == Runs::Always);
+            if micro_step {
+                // What is left accumulates only if a backward is left on the micro-steps.
+                match without_other_optimizers(rec, &p, &t) {
+                    Some(kept)
+                        if kept
+                            .iter()
+                            .any(|it| !it.boundary && rec.calls[it.ev].kind.is_backward()) =>
+                    {
+                        t = kept
+                    }
+                    _ => continue,
+                }
+            }
             let boundary_step = t.iter().any(|it| it.boundary && is_step(it));
-            if micro_step || !boundary_step {
+            if !boundary_step || !t.iter().any(|it| rec.calls[it.ev].kind.is_backward()) {
                 continue;
             }
             any_path = true;
@@ -428,6 +441,96 @@ fn update_checks(rec: &Recorded, p: &Paths, v: Valuation, t: &[Item], out: &mut 
             }
             _ => {}
         }
+    }
+}
+
+/// The trace without what another optimizer, stepped on every micro-step, runs for its own
+/// step (a GAN's discriminator: its zero_grad, backward, clip, step and schedule), when the
+/// window's optimizers and the other's are known by name; `None` when they are not, or when a
+/// GradScaler serves them (its updates belong to both).
+fn without_other_optimizers(rec: &Recorded, p: &Paths, t: &[Item]) -> Option<Vec<Item>> {
+    let own: Vec<&str> = p
+        .window
+        .steps
+        .iter()
+        .map(|s| optimizer_of(rec, *s))
+        .collect::<Option<_>>()?;
+    let kind = |k: usize| &rec.calls[t[k].ev].kind;
+    let mut others: Vec<&str> = Vec::new();
+    for it in t {
+        match rec.calls[it.ev].kind {
+            CallKind::Step { scaler: true } | CallKind::Unscale { .. } | CallKind::ScalerUpdate => {
+                return None
+            }
+            CallKind::Step { .. } => match optimizer_of(rec, it.ev) {
+                Some(o) if own.contains(&o) => {}
+                Some(o) => others.push(o),
+                None => return None,
+            },
+            _ => {}
+        }
+    }
+    let other_step = |k: usize| {
+        matches!(kind(k), CallKind::Step { .. })
+            && optimizer_of(rec, t[k].ev).is_some_and(|o| others.contains(&o))
+    };
+    let same_iteration = |k: usize, j: usize| t[k].iter == t[j].iter;
+    let other = |k: usize| match kind(k) {
+        CallKind::Step { .. } => other_step(k),
+        // A zero_grad of a known optimizer is that optimizer's.
+        CallKind::ZeroGrad { .. } if optimizer_of(rec, t[k].ev).is_some() => {
+            optimizer_of(rec, t[k].ev).is_some_and(|o| others.contains(&o))
+        }
+        // A schedule advanced right after the other optimizer's step is that optimizer's.
+        CallKind::SchedulerStep { .. } => (0..k)
+            .rev()
+            .take_while(|j| same_iteration(*j, k))
+            .find(|j| matches!(kind(*j), CallKind::Step { .. }))
+            .is_some_and(other_step),
+        // What runs before the other optimizer's step in the iteration, with neither a step
+        // nor that optimizer's zero_grad between, is for that step.
+        _ => {
+            let next = (k + 1..t.len())
+                .take_while(|j| same_iteration(*j, k))
+                .find(|j| matches!(kind(*j), CallKind::Step { .. }));
+            next.is_some_and(|f| {
+                let o = optimizer_of(rec, t[f].ev);
+                other_step(f)
+                    && !(k + 1..f).any(|j| {
+                        matches!(kind(j), CallKind::ZeroGrad { .. })
+                            && optimizer_of(rec, t[j].ev) == o
+                    })
+            })
+        }
+    };
+    Some((0..t.len()).filter(|k| !other(*k)).map(|k| t[k]).collect())
+}
+
+/// The optimizer a call steps or zeroes, as written: the receiver of `opt.step()` and
+/// `opt.zero_grad()`; for a model's `zero_grad()`, the one optimizer handed that model's
+/// parameters; `None` when there is no such one, and for any other call.
+fn optimizer_of<'a>(rec: &Recorded<'a>, ev: usize) -> Option<&'a str> {
+    let c = &rec.calls[ev];
+    let model = match c.kind {
+        CallKind::Step { scaler: false } | CallKind::ZeroGrad { optimizer: true } => false,
+        CallKind::ZeroGrad { optimizer: false } => true,
+        _ => return None,
+    };
+    let text = rec.src.get(c.origin.clone())?;
+    let (callee, _) = text.split_once('(')?;
+    let (receiver, _) = callee.rsplit_once('.')?;
+    let receiver = receiver.trim();
+    let plain = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.');
+    if receiver.is_empty() || !receiver.chars().all(plain) {
+        return None;
+    }
+    if !model {
+        return Some(receiver);
+    }
+    let mut handed = rec.optimizer_models.iter().filter(|(_, m)| m == receiver);
+    match (handed.next(), handed.next()) {
+        (Some((o, _)), None) => Some(o.as_str()),
+        _ => None,
     }
 }
 

@@ -157,6 +157,7 @@ impl<'s> Walker<'s> {
             .collect();
         let recorded = Recorded {
             single_factors: &single_factors,
+            optimizer_models: &self.optimizer_models,
             src: self.src,
             unscales: contains_word(self.src, "unscale_"),
             loops: &self.loops,

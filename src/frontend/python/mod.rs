@@ -318,6 +318,8 @@ struct Walker<'s> {
     /// handed something else.
     optimized: Vec<String>,
     optimized_unknown: bool,
+    /// Each optimizer bound to a name, with a model it is handed the parameters of.
+    optimizer_models: Vec<(String, String)>,
     /// The function each `DistributedDataParallel(...)` is written in.
     ddp_wrap_scopes: Vec<usize>,
     /// The file's functions by name, built once the file is read.
@@ -471,6 +473,7 @@ impl<'s> Walker<'s> {
             module_calls: Vec::new(),
             optimized: Vec::new(),
             optimized_unknown: false,
+            optimizer_models: Vec::new(),
             ddp_wrap_scopes: Vec::new(),
             functions: std::cell::OnceCell::new(),
             accelerate_backwards: Vec::new(),

@@ -30,6 +30,18 @@ impl<'s> Walker<'s> {
         if roots.is_empty() {
             self.optimized_unknown = true;
         }
+        // `g_opt = Adam(gen.parameters())`: a `gen.zero_grad()` clears what `g_opt` steps.
+        let bound = ctor
+            .parent()
+            .filter(|a| a.ty() == "assignment")
+            .and_then(|a| a.field("left"))
+            .filter(|l| matches!(l.ty(), "identifier" | "attribute"));
+        if let Some(name) = bound {
+            let name = self.text(name).to_string();
+            for root in &roots {
+                self.optimizer_models.push((name.clone(), root.clone()));
+            }
+        }
         for root in roots {
             if !self.optimized.contains(&root) {
                 self.optimized.push(root);
