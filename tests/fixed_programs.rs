@@ -53,6 +53,7 @@ const SEVERAL_CADENCES: &[&str] = &[
     "GA003/bad_m107_encoder_with_linear_probe.py",
     "GA003/bad_m107_gan_generator_accumulation.py",
     "GA003/bad_m107_soft_q_temperature.py",
+    "GA005/bad_generator_clip_before_critic_step.py",
 ];
 
 /// Run the stand-ins on one program: `Ok(summary)` when it keeps the protocol.

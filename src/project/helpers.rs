@@ -121,11 +121,12 @@ pub fn within(path: &Path, dir: &Path) -> bool {
         path.as_os_str().as_encoded_bytes(),
         dir.as_os_str().as_encoded_bytes(),
     );
-    p.starts_with(d)
-        && (p.len() == d.len()
-            || d.last()
-                .is_some_and(|&c| std::path::is_separator(c as char))
-            || std::path::is_separator(p[d.len()] as char))
+    d.is_empty()
+        || p.starts_with(d)
+            && (p.len() == d.len()
+                || d.last()
+                    .is_some_and(|&c| std::path::is_separator(c as char))
+                || std::path::is_separator(p[d.len()] as char))
 }
 
 /// Whether a Python file at `importer` with `text` imports one of `functions` from the module at
@@ -389,6 +390,7 @@ mod tests {
         assert!(within("/r/scripts/train.py", "/"));
         assert!(!within("/r/scripts2/train.py", "/r/scripts"));
         assert!(!within("/r/train.py", "/r/scripts"));
+        assert!(within("train.py", ""));
     }
 
     const MODULE: &str = "\

@@ -470,6 +470,9 @@ fn without_other_optimizers(rec: &Recorded, p: &Paths, t: &[Item]) -> Option<Vec
             _ => {}
         }
     }
+    if others.is_empty() {
+        return None;
+    }
     let other_step = |k: usize| {
         matches!(kind(k), CallKind::Step { .. })
             && optimizer_of(rec, t[k].ev).is_some_and(|o| others.contains(&o))
@@ -481,12 +484,17 @@ fn without_other_optimizers(rec: &Recorded, p: &Paths, t: &[Item]) -> Option<Vec
         CallKind::ZeroGrad { .. } if optimizer_of(rec, t[k].ev).is_some() => {
             optimizer_of(rec, t[k].ev).is_some_and(|o| others.contains(&o))
         }
-        // A schedule advanced right after the other optimizer's step is that optimizer's.
-        CallKind::SchedulerStep { .. } => (0..k)
-            .rev()
-            .take_while(|j| same_iteration(*j, k))
-            .find(|j| matches!(kind(*j), CallKind::Step { .. }))
-            .is_some_and(other_step),
+        // A schedule advanced right after the other optimizer's step, on every micro-step
+        // it runs, is that optimizer's.
+        CallKind::SchedulerStep { .. } => (0..t.len()).filter(|j| t[*j].ev == t[k].ev).all(|at| {
+            (0..at)
+                .rev()
+                .take_while(|j| same_iteration(*j, at))
+                .find(|j| matches!(kind(*j), CallKind::Step { .. }))
+                .is_some_and(other_step)
+        }),
+        // A clip of a model the window's optimizers train is theirs, wherever it runs.
+        CallKind::Clip { .. } if clips_own(rec, t[k].ev, &own) => false,
         // What runs before the other optimizer's step in the iteration, with neither a step
         // nor that optimizer's zero_grad between, is for that step.
         _ => {
@@ -503,7 +511,22 @@ fn without_other_optimizers(rec: &Recorded, p: &Paths, t: &[Item]) -> Option<Vec
             })
         }
     };
-    Some((0..t.len()).filter(|k| !other(*k)).map(|k| t[k]).collect())
+    let kept: Vec<Item> = (0..t.len()).filter(|k| !other(*k)).map(|k| t[k]).collect();
+    let stepped_on_micro = kept.iter().any(|it| {
+        !it.boundary
+            && it.runs == Runs::Always
+            && matches!(rec.calls[it.ev].kind, CallKind::Step { .. })
+    });
+    (!stepped_on_micro).then_some(kept)
+}
+
+/// The clip is handed the parameters of a model one of `own` is handed (`clip_grad_norm_(
+/// G.parameters(), 1.0)` with `opt_g = Adam(G.parameters())`).
+fn clips_own(rec: &Recorded, ev: usize, own: &[&str]) -> bool {
+    let text = rec.src.get(rec.calls[ev].origin.clone()).unwrap_or("");
+    rec.optimizer_models
+        .iter()
+        .any(|(o, m)| own.contains(&o.as_str()) && text.contains(&format!("{m}.parameters(")))
 }
 
 /// The optimizer a call steps or zeroes, as written: the receiver of `opt.step()` and
@@ -527,11 +550,10 @@ fn optimizer_of<'a>(rec: &Recorded<'a>, ev: usize) -> Option<&'a str> {
     if !model {
         return Some(receiver);
     }
+    // One optimizer by name, however often it is bound.
     let mut handed = rec.optimizer_models.iter().filter(|(_, m)| m == receiver);
-    match (handed.next(), handed.next()) {
-        (Some((o, _)), None) => Some(o.as_str()),
-        _ => None,
-    }
+    let (first, _) = handed.next()?;
+    handed.all(|(o, _)| o == first).then_some(first.as_str())
 }
 
 /// Whether a call's arguments, or those of the helper call it was reached through, read a
