@@ -86,7 +86,7 @@ pub fn judge(rec: &Recorded, w: &Window) -> Judged {
                 }
             }
             let boundary_step = t.iter().any(|it| it.boundary && is_step(it));
-            if !boundary_step || !t.iter().any(|it| rec.calls[it.ev].kind.is_backward()) {
+            if !boundary_step {
                 continue;
             }
             any_path = true;
@@ -539,10 +539,7 @@ fn optimizer_of<'a>(rec: &Recorded<'a>, ev: usize) -> Option<&'a str> {
         CallKind::ZeroGrad { optimizer: false } => true,
         _ => return None,
     };
-    let text = rec.src.get(c.origin.clone())?;
-    let (callee, _) = text.split_once('(')?;
-    let (receiver, _) = callee.rsplit_once('.')?;
-    let receiver = receiver.trim();
+    let receiver = receiver_of(rec.src.get(c.origin.clone())?);
     let plain = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.');
     if receiver.is_empty() || !receiver.chars().all(plain) {
         return None;
@@ -554,6 +551,12 @@ fn optimizer_of<'a>(rec: &Recorded<'a>, ev: usize) -> Option<&'a str> {
     let mut handed = rec.optimizer_models.iter().filter(|(_, m)| m == receiver);
     let (first, _) = handed.next()?;
     handed.all(|(o, _)| o == first).then_some(first.as_str())
+}
+
+/// The object a call is made on, as written (`opt` of `opt.step()`; empty for a plain call).
+fn receiver_of(call: &str) -> &str {
+    let callee = call.split('(').next().unwrap_or("");
+    callee.rsplit_once('.').map_or("", |(recv, _)| recv).trim()
 }
 
 /// Whether a call's arguments, or those of the helper call it was reached through, read a
@@ -592,11 +595,7 @@ fn earlier_update(rec: &Recorded, t: &[Item], i: usize) -> Option<usize> {
         let c = &rec.calls[t[k].ev];
         rec.src.get(c.origin.clone()).unwrap_or("")
     };
-    let receiver = |k: usize| {
-        let call = text(k);
-        let callee = call.split('(').next().unwrap_or("");
-        callee.rsplit_once('.').map_or("", |(recv, _)| recv).trim()
-    };
+    let receiver = |k: usize| receiver_of(text(k));
     // The optimizer `scaler.step(opt)` steps, when `t[k]` is a step through `scaler`.
     let ctx = |k: usize| &rec.calls[t[k].ev].ctx;
     let with_update = |k: usize| {
